@@ -1,0 +1,25 @@
+#pragma once
+/// \file
+/// \brief The subcommands of the `cubelm` program, callable from tests too.
+
+#include "cubelm/core/environment.hpp"
+#include "cubelm/io/deck.hpp"
+
+#include <string>
+
+namespace cubelm::app {
+
+/// \brief The text of `cubelm --version`: versions of cubelm and of every library it uses.
+std::string version_text();
+
+/// \brief `cubelm check DECK`: validates the deck and prints the layout and sizes.
+///
+/// Run on one process it checks the layout's shape and says how many processes
+/// it needs; run under mpiexec it also checks that the job has that many.
+/// \return the exit code (0 when the deck is valid); user errors are thrown.
+int run_check(const std::string& deck_path, const Environment& env);
+
+/// \brief The summary `cubelm check` prints for a validated deck.
+std::string describe(const io::Deck& deck);
+
+} // namespace cubelm::app

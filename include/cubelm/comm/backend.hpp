@@ -1,0 +1,70 @@
+#pragma once
+/// \file
+/// \brief The interface a collective backend (MPI, NCCL) implements on raw buffers.
+///
+/// Groups turn Kokkos Views into (pointer, count, type) and pick a backend by
+/// where the memory lives; backends know nothing of Views.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+namespace cubelm::comm {
+
+/// \brief Element types the collectives move.
+enum class DataType { f32, f64, i32, i64, u8, u64 };
+
+/// \brief Reductions the collectives apply.
+enum class ReduceOp { sum, max, min };
+
+/// \brief Bytes of one element of `type`.
+std::size_t size_of(DataType type);
+
+/// \brief The DataType of a C++ scalar (compile error for others).
+template <class T>
+constexpr DataType data_type_of() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, float>)
+    return DataType::f32;
+  else if constexpr (std::is_same_v<U, double>)
+    return DataType::f64;
+  else if constexpr (std::is_same_v<U, std::int32_t>)
+    return DataType::i32;
+  else if constexpr (std::is_same_v<U, std::int64_t>)
+    return DataType::i64;
+  else if constexpr (std::is_same_v<U, std::uint8_t>)
+    return DataType::u8;
+  else if constexpr (std::is_same_v<U, std::uint64_t>)
+    return DataType::u64;
+  else
+    static_assert(sizeof(U) == 0, "cubelm::comm: unsupported element type for a collective");
+}
+
+/// \brief One transport for the collectives of one group.
+///
+/// Counts are in elements. `stream` is the native stream of the execution
+/// space (nullptr on the host); stream-ordered backends enqueue on it, the
+/// others expect the caller to have fenced. Buffers must not overlap unless
+/// `send == recv` where an operation allows in-place use (all_reduce).
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual void all_reduce(const void* send, void* recv, std::size_t count, DataType type,
+                          ReduceOp op, void* stream) = 0;
+  virtual void all_gather(const void* send, void* recv, std::size_t count_per_rank, DataType type,
+                          void* stream) = 0;
+  virtual void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
+                              DataType type, ReduceOp op, void* stream) = 0;
+  virtual void broadcast(void* data, std::size_t count, DataType type, int root, void* stream) = 0;
+  virtual void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                      int root, void* stream) = 0;
+  virtual void send(const void* data, std::size_t count, DataType type, int peer, int tag,
+                    void* stream) = 0;
+  virtual void recv(void* data, std::size_t count, DataType type, int peer, int tag,
+                    void* stream) = 0;
+  virtual void barrier() = 0;
+};
+
+} // namespace cubelm::comm

@@ -1,0 +1,35 @@
+#pragma once
+/// \file
+/// \brief The one RAII object that brings MPI and Kokkos up and down in order.
+
+namespace cubelm {
+
+/// \brief MPI_Init_thread, then Kokkos::initialize; the reverse on destruction.
+///
+/// Construct exactly one, first thing in main, and keep every communicator,
+/// View and file handle inside a scope that ends before it does. In a CUDA
+/// build each rank is given GPU (node-local rank mod GPUs per node) unless the
+/// command line already names one with --kokkos-device-id.
+class Environment {
+public:
+  Environment(int& argc, char**& argv);
+  ~Environment();
+  Environment(const Environment&) = delete;
+  Environment& operator=(const Environment&) = delete;
+
+  /// \brief Rank in MPI_COMM_WORLD.
+  int world_rank() const { return rank_; }
+  /// \brief Size of MPI_COMM_WORLD.
+  int world_size() const { return size_; }
+  /// \brief Thread support MPI granted (MPI_THREAD_* constant).
+  int thread_level() const { return thread_level_; }
+
+private:
+  bool owns_mpi_ = false;
+  bool owns_kokkos_ = false;
+  int rank_ = 0;
+  int size_ = 1;
+  int thread_level_ = 0;
+};
+
+} // namespace cubelm

@@ -1,0 +1,108 @@
+#include "cubelm/app/commands.hpp"
+
+#include "cubelm/core/compat.hpp"
+#include "cubelm/core/version.hpp"
+#include "cubelm/model/shape.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <sstream>
+
+#ifdef CUBELM_ENABLE_NCCL
+#include <nccl.h>
+#endif
+
+namespace cubelm::app {
+
+namespace {
+
+std::string mpi_library() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  std::string s(text, static_cast<std::size_t>(length));
+  const auto end = s.find_first_of(",\n");
+  return end == std::string::npos ? s : s.substr(0, end);
+}
+
+std::string human(double x) {
+  const char* units[] = {"", "k", "M", "G", "T", "P"};
+  int u = 0;
+  while (x >= 1000.0 && u < 5) {
+    x /= 1000.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f%s" : "%.2f %s", x, units[u]);
+  return buf;
+}
+
+} // namespace
+
+std::string version_text() {
+  std::ostringstream out;
+  unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
+  H5get_libversion(&h5_major, &h5_minor, &h5_release);
+  out << "cubelm " << CUBELM_VERSION_STRING << " (" << CUBELM_BUILD_TYPE << ", "
+      << CUBELM_CXX_COMPILER << ")\n"
+      << "  Kokkos       " << compat::kokkos_version_string() << ", execution space "
+      << Kokkos::DefaultExecutionSpace::name() << " (host "
+      << Kokkos::DefaultHostExecutionSpace::name() << ")\n"
+      << "  MPI          " << mpi_library() << "\n"
+      << "  HDF5         " << h5_major << "." << h5_minor << "." << h5_release << " (parallel)\n";
+#ifdef CUBELM_ENABLE_NCCL
+  int nccl = 0;
+  ncclGetVersion(&nccl);
+  out << "  NCCL         " << nccl / 10000 << "." << (nccl / 100) % 100 << "." << nccl % 100
+      << "\n";
+#else
+  out << "  NCCL         not built in (collectives through MPI)\n";
+#endif
+  return out.str();
+}
+
+std::string describe(const io::Deck& deck) {
+  const io::ModelConfig& m = deck.model;
+  const io::ParallelConfig& p = deck.parallel;
+  const comm::Layout layout = p.layout();
+  const double tokens = static_cast<double>(deck.train.global_batch) * m.seq_len;
+  std::ostringstream out;
+  out << "model      vocab " << m.vocab_size << ", context " << m.seq_len << ", hidden " << m.hidden
+      << ", heads " << m.heads << ", layers " << m.layers << ": "
+      << human(static_cast<double>(model::parameter_count(m))) << " parameters\n"
+      << "layout     " << layout.describe() << ": " << layout.world_size() << " process"
+      << (layout.world_size() == 1 ? "" : "es") << ", schedule " << p.schedule << ", microbatches "
+      << p.microbatches << ", zero " << p.zero << ", recompute " << p.recompute << "\n"
+      << "batch      " << deck.train.global_batch << " sequences/step = " << p.data_size
+      << " (data) x " << p.microbatches << " (microbatches) x " << deck.micro_batch()
+      << " (micro-batch); " << human(tokens) << " tokens/step, " << deck.train.steps << " steps\n"
+      << "work       " << human(model::flops_per_token(m) * tokens)
+      << "FLOP per step (6 N + 12 L H T per token)\n"
+      << "optimizer  AdamW lr " << deck.optimizer.lr << " -> " << deck.optimizer.min_lr
+      << ", warmup " << deck.optimizer.warmup_steps << ", weight decay "
+      << deck.optimizer.weight_decay << ", clip " << deck.optimizer.grad_clip << "\n"
+      << "data       " << deck.data.format << (deck.data.path.empty() ? "" : " " + deck.data.path)
+      << ", sampler " << deck.data.sampler << "\n";
+  return out.str();
+}
+
+int run_check(const std::string& deck_path, const Environment& env) {
+  const io::Deck deck = io::load_deck(deck_path);
+  const comm::Layout layout = deck.parallel.layout();
+  // On one process this is a dry check of the deck; under mpiexec the job
+  // itself must fit the layout.
+  if (env.world_size() > 1)
+    layout.validate_for_world(env.world_size());
+  if (env.world_rank() == 0) {
+    std::printf("%s: valid deck\n%s", deck_path.c_str(), describe(deck).c_str());
+    if (env.world_size() == 1 && layout.world_size() > 1)
+      std::printf("launch     this deck needs %d processes (mpiexec -n %d)\n", layout.world_size(),
+                  layout.world_size());
+  }
+  return 0;
+}
+
+} // namespace cubelm::app

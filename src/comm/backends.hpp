@@ -1,0 +1,19 @@
+#pragma once
+// Concrete collective backends; only the comm layer constructs them.
+
+#include "cubelm/comm/backend.hpp"
+#include "cubelm/comm/communicator.hpp"
+
+#include <memory>
+
+namespace cubelm::comm::detail {
+
+/// MPI on host memory, or on device memory when the MPI library is GPU-aware.
+std::unique_ptr<Backend> make_mpi_backend(const Communicator& comm);
+
+#ifdef CUBELM_ENABLE_NCCL
+/// NCCL on device memory; the unique id travels over `comm` (collective call).
+std::unique_ptr<Backend> make_nccl_backend(const Communicator& comm);
+#endif
+
+} // namespace cubelm::comm::detail

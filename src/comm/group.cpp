@@ -1,0 +1,73 @@
+#include "cubelm/comm/group.hpp"
+
+#include "backends.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace cubelm::comm {
+
+namespace {
+bool env_flag(const char* name, bool fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0')
+    return fallback;
+  return !(std::strcmp(value, "0") == 0 || std::strcmp(value, "false") == 0 ||
+           std::strcmp(value, "no") == 0 || std::strcmp(value, "off") == 0);
+}
+} // namespace
+
+CommOptions CommOptions::from_environment() {
+  CommOptions options;
+  options.gpu_aware_mpi = env_flag("CUBELM_GPU_AWARE_MPI", options.gpu_aware_mpi);
+  options.use_nccl = env_flag("CUBELM_USE_NCCL", options.use_nccl);
+  return options;
+}
+
+Group::Group(std::string name, Communicator comm, std::shared_ptr<TrafficCounters> traffic,
+             CommOptions options)
+    : name_(std::move(name)), comm_(std::move(comm)), traffic_(std::move(traffic)),
+      options_(options), host_backend_(detail::make_mpi_backend(comm_)) {
+  CUBELM_ASSERT(comm_, "group '" + name_ + "' needs a communicator");
+  CUBELM_ASSERT(traffic_, "group '" + name_ + "' needs traffic counters");
+}
+
+bool Group::stream_ordered_device() const {
+#ifdef CUBELM_ENABLE_NCCL
+  return options_.use_nccl;
+#else
+  return false;
+#endif
+}
+
+Group::Route Group::device_route() const {
+  return stream_ordered_device() || options_.gpu_aware_mpi ? Route::direct : Route::staged;
+}
+
+Backend& Group::backend(Route route) const {
+  if (route != Route::direct || !stream_ordered_device())
+    return *host_backend_; // MPI: host memory, host copies, or GPU-aware device pointers
+#ifdef CUBELM_ENABLE_NCCL
+  if (!device_backend_)
+    device_backend_ = detail::make_nccl_backend(comm_);
+  return *device_backend_;
+#else
+  return *host_backend_;
+#endif
+}
+
+void Group::account(Kind kind, std::size_t message_bytes) const {
+  traffic_->add(name_, kind, modeled_bytes_sent(kind, size(), static_cast<double>(message_bytes)));
+}
+
+void Group::check_peer(int peer, const char* op) const {
+  CUBELM_ASSERT(peer >= 0 && peer < size(), "group '" + name_ + "' " + op + ": rank " +
+                                                std::to_string(peer) + " is outside 0.." +
+                                                std::to_string(size() - 1));
+}
+
+void Group::barrier() const {
+  host_backend_->barrier();
+}
+
+} // namespace cubelm::comm

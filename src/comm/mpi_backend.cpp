@@ -1,0 +1,121 @@
+#include "backends.hpp"
+
+#include "cubelm/core/error.hpp"
+
+#include <climits>
+#include <string>
+
+namespace cubelm::comm {
+
+std::size_t size_of(DataType type) {
+  switch (type) {
+  case DataType::f32:
+  case DataType::i32:
+    return 4;
+  case DataType::f64:
+  case DataType::i64:
+  case DataType::u64:
+    return 8;
+  case DataType::u8:
+    return 1;
+  }
+  return 0;
+}
+
+namespace detail {
+namespace {
+
+MPI_Datatype mpi_type(DataType type) {
+  switch (type) {
+  case DataType::f32:
+    return MPI_FLOAT;
+  case DataType::f64:
+    return MPI_DOUBLE;
+  case DataType::i32:
+    return MPI_INT32_T;
+  case DataType::i64:
+    return MPI_INT64_T;
+  case DataType::u8:
+    return MPI_UINT8_T;
+  case DataType::u64:
+    return MPI_UINT64_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::sum:
+    return MPI_SUM;
+  case ReduceOp::max:
+    return MPI_MAX;
+  case ReduceOp::min:
+    return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+// MPI-3 counts are int; larger messages would need the MPI-4 large-count API.
+int mpi_count(std::size_t count, const char* what) {
+  if (count > static_cast<std::size_t>(INT_MAX))
+    throw Error(std::string("cubelm::comm ") + what + ": message of " + std::to_string(count) +
+                " elements exceeds the MPI count limit of 2^31-1 elements");
+  return static_cast<int>(count);
+}
+
+class MpiBackend final : public Backend {
+public:
+  explicit MpiBackend(const Communicator& comm) : comm_(comm) {}
+  const char* name() const override { return "mpi"; }
+
+  void all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                  void*) override {
+    const void* in = send == recv ? MPI_IN_PLACE : send;
+    CUBELM_MPI_CHECK(MPI_Allreduce(in, recv, mpi_count(count, "all_reduce"), mpi_type(type),
+                                   mpi_op(op), comm_.raw()));
+  }
+  void all_gather(const void* send, void* recv, std::size_t count_per_rank, DataType type,
+                  void*) override {
+    // The gathered buffer is addressed with int counts too.
+    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()), "all_gather");
+    const int c = static_cast<int>(count_per_rank);
+    CUBELM_MPI_CHECK(MPI_Allgather(send, c, mpi_type(type), recv, c, mpi_type(type), comm_.raw()));
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DataType type,
+                      ReduceOp op, void*) override {
+    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()), "reduce_scatter");
+    CUBELM_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count_per_rank),
+                                              mpi_type(type), mpi_op(op), comm_.raw()));
+  }
+  void broadcast(void* data, std::size_t count, DataType type, int root, void*) override {
+    CUBELM_MPI_CHECK(
+        MPI_Bcast(data, mpi_count(count, "broadcast"), mpi_type(type), root, comm_.raw()));
+  }
+  void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
+              void*) override {
+    const void* in = send == recv && comm_.rank() == root ? MPI_IN_PLACE : send;
+    CUBELM_MPI_CHECK(MPI_Reduce(in, recv, mpi_count(count, "reduce"), mpi_type(type), mpi_op(op),
+                                root, comm_.raw()));
+  }
+  void send(const void* data, std::size_t count, DataType type, int peer, int tag, void*) override {
+    CUBELM_MPI_CHECK(
+        MPI_Send(data, mpi_count(count, "send"), mpi_type(type), peer, tag, comm_.raw()));
+  }
+  void recv(void* data, std::size_t count, DataType type, int peer, int tag, void*) override {
+    CUBELM_MPI_CHECK(MPI_Recv(data, mpi_count(count, "recv"), mpi_type(type), peer, tag,
+                              comm_.raw(), MPI_STATUS_IGNORE));
+  }
+  void barrier() override { CUBELM_MPI_CHECK(MPI_Barrier(comm_.raw())); }
+
+private:
+  Communicator comm_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> make_mpi_backend(const Communicator& comm) {
+  return std::make_unique<MpiBackend>(comm);
+}
+
+} // namespace detail
+} // namespace cubelm::comm

@@ -1,0 +1,350 @@
+#include "cubelm/io/deck.hpp"
+
+#include "cubelm/core/error.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace cubelm::io {
+
+namespace {
+
+// Levenshtein distance, to suggest the key a typo meant.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string closest(const std::string& word, const std::vector<std::string>& options) {
+  std::string best;
+  std::size_t best_d = 3; // suggest only near misses
+  for (const auto& o : options) {
+    const std::size_t d = edit_distance(word, o);
+    if (d < best_d) {
+      best_d = d;
+      best = o;
+    }
+  }
+  return best;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i)
+    s += (i ? ", " : "") + items[i];
+  return s;
+}
+
+std::string value_text(const toml::node& node) {
+  if (node.is_string()) // as the user most likely wrote it (toml++ prints 'literal' strings)
+    return "\"" + node.as_string()->get() + "\"";
+  std::ostringstream out;
+  node.visit([&](auto&& v) { out << v; });
+  return out.str();
+}
+
+/// Reads one [table] of the deck, remembering which keys it understood.
+class Section {
+public:
+  Section(const toml::table* table, std::string name, std::string source)
+      : table_(table), name_(std::move(name)), source_(std::move(source)) {}
+
+  void get(const char* key, int& out) {
+    std::int64_t wide = out;
+    get(key, wide);
+    if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max())
+      fail(key, "must fit a 32-bit integer");
+    out = static_cast<int>(wide);
+  }
+  void get(const char* key, std::int64_t& out) {
+    if (const toml::node* n = find(key)) {
+      if (!n->is_integer())
+        fail(key, "must be an integer, got " + type_text(*n));
+      out = n->as_integer()->get();
+    }
+  }
+  void get(const char* key, double& out) {
+    if (const toml::node* n = find(key)) {
+      if (n->is_integer())
+        out = static_cast<double>(n->as_integer()->get());
+      else if (n->is_floating_point())
+        out = n->as_floating_point()->get();
+      else
+        fail(key, "must be a number, got " + type_text(*n));
+    }
+  }
+  void get(const char* key, bool& out) {
+    if (const toml::node* n = find(key)) {
+      if (!n->is_boolean())
+        fail(key, "must be true or false, got " + type_text(*n));
+      out = n->as_boolean()->get();
+    }
+  }
+  void get(const char* key, std::string& out) {
+    if (const toml::node* n = find(key)) {
+      if (!n->is_string())
+        fail(key, "must be a string, got " + type_text(*n));
+      out = n->as_string()->get();
+    }
+  }
+  void choice(const char* key, std::string& out, std::initializer_list<const char*> allowed) {
+    get(key, out);
+    std::vector<std::string> names(allowed.begin(), allowed.end());
+    if (std::find(names.begin(), names.end(), out) == names.end())
+      fail(key, "must be one of " + quoted(names));
+  }
+  bool has(const char* key) const { return table_ && table_->get(key) != nullptr; }
+
+  /// Fails with the key's line and value when `ok` is false.
+  void require(bool ok, const char* key, const std::string& rule) const {
+    if (!ok)
+      fail(key, rule);
+  }
+
+  /// Every key must have been read by now; anything else is a typo or unknown.
+  void finish() const {
+    if (!table_)
+      return;
+    for (const auto& [k, node] : *table_) {
+      const std::string key(k.str());
+      if (std::find(known_.begin(), known_.end(), key) != known_.end())
+        continue;
+      std::string msg = location(&node) + "unknown key '" + name_ + "." + key + "'";
+      const std::string hint = closest(key, known_);
+      if (!hint.empty())
+        msg += "; did you mean '" + hint + "'?";
+      msg += " Keys of [" + name_ + "]: " + join(known_);
+      throw Error(msg, true);
+    }
+  }
+
+  [[noreturn]] void fail(const char* key, const std::string& rule) const {
+    const toml::node* n = table_ ? table_->get(key) : nullptr;
+    std::string msg = location(n) + name_ + "." + key;
+    if (n)
+      msg += " = " + value_text(*n);
+    throw Error(msg + ": " + rule, true);
+  }
+
+private:
+  const toml::node* find(const char* key) {
+    if (std::find(known_.begin(), known_.end(), key) == known_.end())
+      known_.emplace_back(key);
+    return table_ ? table_->get(key) : nullptr;
+  }
+  std::string location(const toml::node* n) const {
+    if (n && n->source().begin.line > 0)
+      return source_ + ":" + std::to_string(n->source().begin.line) + ": ";
+    return source_ + ": ";
+  }
+  static std::string type_text(const toml::node& n) {
+    std::ostringstream out;
+    out << n.type() << " " << value_text(n);
+    return out.str();
+  }
+  static std::string quoted(const std::vector<std::string>& names) {
+    std::vector<std::string> q;
+    for (const auto& n : names)
+      q.push_back("\"" + n + "\"");
+    return join(q);
+  }
+
+  const toml::table* table_;
+  std::string name_;
+  std::string source_;
+  std::vector<std::string> known_;
+};
+
+const char* const kSections[] = {"model", "parallel",   "train", "optimizer",
+                                 "data",  "checkpoint", "log"};
+
+toml::table parse_toml(const std::string& text, const std::string& source) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream out;
+    out << source << ":" << e.source().begin.line << ":" << e.source().begin.column
+        << ": not valid TOML: " << e.description();
+    throw Error(out.str(), true);
+  }
+}
+
+} // namespace
+
+comm::Layout ParallelConfig::layout() const {
+  comm::Layout l;
+  l.dp = data_size;
+  l.pp = pipeline_size;
+  l.tp = tensor_size;
+  l.mode = tensor_mode;
+  return l;
+}
+
+Deck parse_deck(const std::string& text, const std::string& source) {
+  const toml::table root = parse_toml(text, source);
+  std::vector<std::string> sections(std::begin(kSections), std::end(kSections));
+  for (const auto& [k, node] : root) {
+    const std::string key(k.str());
+    const std::string line =
+        node.source().begin.line > 0 ? ":" + std::to_string(node.source().begin.line) : "";
+    if (std::find(sections.begin(), sections.end(), key) == sections.end()) {
+      std::string msg = source + line + ": unknown section [" + key + "]";
+      const std::string hint = closest(key, sections);
+      if (!hint.empty())
+        msg += "; did you mean [" + hint + "]?";
+      throw Error(msg + " Sections: " + join(sections), true);
+    }
+    if (!node.is_table())
+      throw Error(source + line + ": '" + key + "' must be a table ([" + key + "])", true);
+  }
+  auto section = [&](const char* name) { return Section(root[name].as_table(), name, source); };
+
+  Deck deck;
+  deck.source = source;
+  deck.text = text;
+
+  Section model = section("model");
+  ModelConfig& m = deck.model;
+  model.get("vocab_size", m.vocab_size);
+  model.get("seq_len", m.seq_len);
+  model.get("hidden", m.hidden);
+  model.get("heads", m.heads);
+  model.get("layers", m.layers);
+  model.require(m.vocab_size >= 2, "vocab_size", "must be at least 2");
+  model.require(m.seq_len >= 1, "seq_len", "must be at least 1");
+  model.require(m.hidden >= 1, "hidden", "must be at least 1");
+  model.require(m.heads >= 1, "heads", "must be at least 1");
+  model.require(m.layers >= 1, "layers", "must be at least 1");
+  model.require(m.hidden % m.heads == 0, "hidden",
+                "must be divisible by model.heads = " + std::to_string(m.heads) +
+                    " (each head gets hidden/heads features)");
+  model.finish();
+
+  Section par = section("parallel");
+  ParallelConfig& p = deck.parallel;
+  std::string mode = "none";
+  par.choice("tensor_mode", mode, {"none", "1d", "2d", "3d"});
+  p.tensor_mode = *comm::parse_mode(mode);
+  par.get("tensor_size", p.tensor_size);
+  par.get("pipeline_size", p.pipeline_size);
+  par.get("data_size", p.data_size);
+  par.choice("schedule", p.schedule, {"gpipe", "1f1b", "interleaved", "layered"});
+  par.get("virtual_stages", p.virtual_stages);
+  par.get("microbatches", p.microbatches);
+  par.get("zero", p.zero);
+  par.get("sequence_parallel", p.sequence_parallel);
+  par.choice("recompute", p.recompute, {"none", "full"});
+  par.require(p.virtual_stages >= 1, "virtual_stages", "must be at least 1");
+  par.require(p.virtual_stages == 1 || p.schedule == "interleaved", "virtual_stages",
+              "more than one virtual stage needs schedule = \"interleaved\"");
+  par.require(p.microbatches >= 1, "microbatches", "must be at least 1");
+  par.require(p.zero == 0 || p.zero == 1, "zero", "must be 0 (off) or 1 (sharded optimizer)");
+  par.require(!p.sequence_parallel || p.tensor_mode == comm::TensorMode::d1, "sequence_parallel",
+              "sequence parallelism exists only for tensor_mode = \"1d\"");
+  par.require(p.schedule != "interleaved" || p.microbatches % p.pipeline_size == 0, "microbatches",
+              "schedule = \"interleaved\" needs microbatches divisible by pipeline_size = " +
+                  std::to_string(p.pipeline_size));
+  par.require(p.data_size >= 1, "data_size", "must be at least 1");
+  par.require(p.pipeline_size >= 1, "pipeline_size", "must be at least 1");
+  try {
+    p.layout().validate();
+  } catch (const Error& e) {
+    par.fail("tensor_size", e.what());
+  }
+  par.finish();
+
+  Section train = section("train");
+  TrainConfig& t = deck.train;
+  train.get("steps", t.steps);
+  train.get("global_batch", t.global_batch);
+  train.get("seed", t.seed);
+  train.require(t.steps >= 0, "steps", "must be at least 0");
+  train.require(t.global_batch >= 1, "global_batch", "must be at least 1");
+  const int per_step = p.data_size * p.microbatches;
+  train.require(t.global_batch % per_step == 0, "global_batch",
+                "must be divisible by parallel.data_size x parallel.microbatches = " +
+                    std::to_string(p.data_size) + " x " + std::to_string(p.microbatches) + " = " +
+                    std::to_string(per_step) +
+                    " (global_batch = data_size x microbatches x micro-batch size)");
+  train.finish();
+
+  Section opt = section("optimizer");
+  OptimizerConfig& o = deck.optimizer;
+  opt.get("lr", o.lr);
+  o.min_lr = o.lr / 10.0;
+  opt.get("min_lr", o.min_lr);
+  opt.get("warmup_steps", o.warmup_steps);
+  opt.get("weight_decay", o.weight_decay);
+  opt.get("beta1", o.beta1);
+  opt.get("beta2", o.beta2);
+  opt.get("eps", o.eps);
+  opt.get("grad_clip", o.grad_clip);
+  opt.require(o.lr > 0.0, "lr", "must be positive");
+  opt.require(o.min_lr >= 0.0 && o.min_lr <= o.lr, "min_lr", "must lie in [0, optimizer.lr]");
+  opt.require(o.warmup_steps >= 0, "warmup_steps", "must be at least 0");
+  opt.require(o.weight_decay >= 0.0, "weight_decay", "must be at least 0");
+  opt.require(o.beta1 >= 0.0 && o.beta1 < 1.0, "beta1", "must lie in [0, 1)");
+  opt.require(o.beta2 >= 0.0 && o.beta2 < 1.0, "beta2", "must lie in [0, 1)");
+  opt.require(o.eps > 0.0, "eps", "must be positive");
+  opt.require(o.grad_clip >= 0.0, "grad_clip", "must be at least 0 (0 switches clipping off)");
+  opt.finish();
+
+  Section data = section("data");
+  DataConfig& d = deck.data;
+  data.choice("format", d.format, {"synthetic", "llmc", "megatron", "text"});
+  data.get("path", d.path);
+  data.choice("sampler", d.sampler, {"sequential", "shuffle"});
+  if (d.format != "synthetic" && d.path.empty())
+    data.fail("format", "needs data.path (the token or text file to read)");
+  data.finish();
+
+  Section ckpt = section("checkpoint");
+  CheckpointConfig& c = deck.checkpoint;
+  ckpt.get("dir", c.dir);
+  ckpt.get("interval", c.interval);
+  ckpt.get("keep", c.keep);
+  ckpt.get("resume", c.resume);
+  ckpt.require(!c.dir.empty(), "dir", "must not be empty");
+  ckpt.require(c.interval >= 0, "interval", "must be at least 0 (0: only at the end)");
+  ckpt.require(c.keep >= 0, "keep", "must be at least 0 (0: keep all)");
+  ckpt.require(!c.resume.empty(), "resume", "must be \"none\", \"auto\" or a file name");
+  ckpt.finish();
+
+  Section log = section("log");
+  LogConfig& l = deck.log;
+  log.get("interval", l.interval);
+  log.get("metrics", l.metrics);
+  log.require(l.interval >= 1, "interval", "must be at least 1");
+  log.finish();
+
+  return deck;
+}
+
+Deck load_deck(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(path + ": cannot open the deck file (does it exist and is it readable?)", true);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_deck(text.str(), path);
+}
+
+} // namespace cubelm::io

@@ -1,0 +1,77 @@
+// The `cubelm` command: parses the command line and runs one subcommand.
+
+#include "cubelm/app/commands.hpp"
+#include "cubelm/core/environment.hpp"
+#include "cubelm/core/error.hpp"
+#include "cubelm/core/version.hpp"
+
+#include <CLI/CLI.hpp>
+#include <mpi.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+namespace {
+
+// One rank prints a user error when all ranks hit it together; otherwise the
+// rank that hit it reports and aborts the job so that nobody waits forever.
+int report(const std::exception& e, bool collective, int rank, int world) {
+  if (collective) {
+    if (rank == 0)
+      std::fprintf(stderr, "cubelm: error: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "cubelm: rank %d: error: %s\n", rank, e.what());
+  std::fflush(stderr);
+  if (world > 1)
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  cubelm::Environment env(argc, argv);
+  const int rank = env.world_rank();
+
+  CLI::App app{"cubelm " CUBELM_VERSION_STRING
+               ": GPT training with 1D, 2D and 3D tensor parallelism, pipeline and data "
+               "parallelism.\nLaunch with mpiexec or srun; Kokkos options (--kokkos-*) are "
+               "accepted too.",
+               "cubelm"};
+  app.require_subcommand(0, 1);
+  bool version = false;
+  app.add_flag("--version", version, "Print the version and build configuration, then exit");
+
+  std::string check_deck;
+  CLI::App* check = app.add_subcommand(
+      "check", "Validate a deck and print its layout, model size and work per step");
+  check->add_option("deck", check_deck, "The TOML input deck")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Every rank parses the same command line; one of them explains.
+    if (rank == 0)
+      return app.exit(e);
+    return e.get_exit_code();
+  }
+
+  try {
+    if (version) {
+      if (rank == 0)
+        std::printf("%s", cubelm::app::version_text().c_str());
+      return 0;
+    }
+    if (*check)
+      return cubelm::app::run_check(check_deck, env);
+    if (rank == 0)
+      std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const cubelm::Error& e) {
+    return report(e, e.collective(), rank, env.world_size());
+  } catch (const std::exception& e) {
+    return report(e, false, rank, env.world_size());
+  }
+}

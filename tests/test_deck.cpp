@@ -1,0 +1,187 @@
+// The input deck: defaults, every key, and each kind of error message
+// (which must name the file, the line, the key, the value and the rule).
+
+#include "cubelm/core/error.hpp"
+#include "cubelm/io/deck.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+using namespace cubelm;
+using namespace cubelm::io;
+
+namespace {
+
+// The message of the collective Error that parsing `text` raises.
+std::string error_of(const std::string& text) {
+  try {
+    parse_deck(text, "deck.toml");
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.collective()) << "deck errors are the same on every rank";
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for:\n" << text;
+  return "";
+}
+
+#define EXPECT_HAS(haystack, needle)                                                               \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
+      << "message: " << (haystack) << "\nmissing: " << (needle)
+
+} // namespace
+
+TEST(Deck, EmptyDeckGivesTheDocumentedDefaults) {
+  const Deck d = parse_deck("");
+  EXPECT_EQ(d.model.vocab_size, 256);
+  EXPECT_EQ(d.model.seq_len, 64);
+  EXPECT_EQ(d.model.hidden, 64);
+  EXPECT_EQ(d.model.heads, 4);
+  EXPECT_EQ(d.model.layers, 2);
+  EXPECT_EQ(d.parallel.tensor_mode, comm::TensorMode::none);
+  EXPECT_EQ(d.parallel.layout().world_size(), 1);
+  EXPECT_EQ(d.parallel.schedule, "1f1b");
+  EXPECT_EQ(d.train.global_batch, 8);
+  EXPECT_EQ(d.micro_batch(), 8);
+  EXPECT_DOUBLE_EQ(d.optimizer.lr, 6e-4);
+  EXPECT_DOUBLE_EQ(d.optimizer.min_lr, 6e-5);
+  EXPECT_DOUBLE_EQ(d.optimizer.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(d.optimizer.eps, 1e-8);
+  EXPECT_EQ(d.data.format, "synthetic");
+  EXPECT_EQ(d.data.sampler, "shuffle");
+  EXPECT_EQ(d.checkpoint.resume, "none");
+  EXPECT_EQ(d.log.interval, 1);
+}
+
+TEST(Deck, ReadsEveryKey) {
+  const std::string text = R"(
+[model]
+vocab_size = 512
+seq_len = 32
+hidden = 96
+heads = 6
+layers = 3
+[parallel]
+tensor_mode = "2d"
+tensor_size = 4
+pipeline_size = 2
+data_size = 2
+schedule = "interleaved"
+virtual_stages = 2
+microbatches = 4
+zero = 1
+sequence_parallel = false
+recompute = "full"
+[train]
+steps = 7
+global_batch = 16
+seed = 99
+[optimizer]
+lr = 1e-3
+min_lr = 0
+warmup_steps = 3
+weight_decay = 0.05
+beta1 = 0.8
+beta2 = 0.9
+eps = 1e-6
+grad_clip = 0.5
+[data]
+format = "llmc"
+path = "train.bin"
+sampler = "sequential"
+[checkpoint]
+dir = "ck"
+interval = 5
+keep = 2
+resume = "auto"
+[log]
+interval = 2
+metrics = "m.jsonl"
+)";
+  const Deck d = parse_deck(text, "full.toml");
+  EXPECT_EQ(d.text, text);
+  EXPECT_EQ(d.source, "full.toml");
+  EXPECT_EQ(d.model.hidden, 96);
+  EXPECT_EQ(d.parallel.tensor_mode, comm::TensorMode::d2);
+  EXPECT_EQ(d.parallel.layout().world_size(), 16);
+  EXPECT_EQ(d.parallel.virtual_stages, 2);
+  EXPECT_EQ(d.parallel.zero, 1);
+  EXPECT_EQ(d.parallel.recompute, "full");
+  EXPECT_EQ(d.train.seed, 99);
+  EXPECT_EQ(d.micro_batch(), 2);
+  EXPECT_DOUBLE_EQ(d.optimizer.min_lr, 0.0); // integer accepted for a float key
+  EXPECT_DOUBLE_EQ(d.optimizer.grad_clip, 0.5);
+  EXPECT_EQ(d.data.path, "train.bin");
+  EXPECT_EQ(d.checkpoint.keep, 2);
+  EXPECT_EQ(d.log.metrics, "m.jsonl");
+}
+
+TEST(Deck, UnknownKeyNamesLineAndSuggestion) {
+  const std::string m = error_of("[model]\nhidden = 64\nhiden = 32\n");
+  EXPECT_HAS(m, "deck.toml:3:");
+  EXPECT_HAS(m, "unknown key 'model.hiden'");
+  EXPECT_HAS(m, "did you mean 'hidden'");
+}
+
+TEST(Deck, UnknownSection) {
+  const std::string m = error_of("[modle]\nhidden = 64\n");
+  EXPECT_HAS(m, "deck.toml:1: unknown section [modle]");
+  EXPECT_HAS(m, "did you mean [model]");
+  EXPECT_HAS(error_of("steps = 3\n"), "unknown section [steps]");
+  EXPECT_HAS(error_of("model = 3\n"), "'model' must be a table");
+}
+
+TEST(Deck, WrongTypes) {
+  EXPECT_HAS(error_of("[model]\nhidden = \"64\"\n"),
+             "deck.toml:2: model.hidden = \"64\": must be an integer, got string");
+  EXPECT_HAS(error_of("[optimizer]\nlr = \"fast\"\n"), "optimizer.lr = \"fast\": must be a number");
+  EXPECT_HAS(error_of("[parallel]\nsequence_parallel = 1\n"), "must be true or false");
+  EXPECT_HAS(error_of("[data]\npath = 3\n"), "data.path = 3: must be a string");
+  EXPECT_HAS(error_of("[model]\nlayers = 1.5\n"), "must be an integer");
+  EXPECT_HAS(error_of("[train]\nsteps = 3000000000\n"), "must fit a 32-bit integer");
+}
+
+TEST(Deck, RulesNameTheValueAndTheRule) {
+  EXPECT_HAS(error_of("[model]\nhidden = 100\nheads = 3\n"),
+             "deck.toml:2: model.hidden = 100: must be divisible by model.heads = 3");
+  EXPECT_HAS(error_of("[parallel]\ntensor_mode = \"4d\"\n"),
+             "parallel.tensor_mode = \"4d\": must be one of \"none\", \"1d\", \"2d\", \"3d\"");
+  EXPECT_HAS(error_of("[parallel]\ntensor_mode = \"3d\"\ntensor_size = 4\n"),
+             "deck.toml:3: parallel.tensor_size = 4");
+  EXPECT_HAS(error_of("[parallel]\ntensor_mode = \"3d\"\ntensor_size = 4\n"),
+             "1 (1x1x1) or 8 (2x2x2)");
+  EXPECT_HAS(error_of("[parallel]\ntensor_size = 2\n"), "needs parallel.tensor_size = 1");
+  EXPECT_HAS(error_of("[parallel]\ndata_size = 0\n"), "parallel.data_size = 0: must be at least 1");
+  EXPECT_HAS(error_of("[parallel]\ndata_size = 3\n[train]\nglobal_batch = 8\n"),
+             "train.global_batch = 8: must be divisible by parallel.data_size x "
+             "parallel.microbatches = 3 x 1 = 3");
+  EXPECT_HAS(error_of("[parallel]\nvirtual_stages = 2\n"), "needs schedule = \"interleaved\"");
+  EXPECT_HAS(error_of("[parallel]\nschedule = \"interleaved\"\npipeline_size = 4\n"
+                      "microbatches = 6\ndata_size = 1\ntensor_size = 1\n[train]\n"
+                      "global_batch = 12\n"),
+             "microbatches divisible by pipeline_size = 4");
+  EXPECT_HAS(error_of("[parallel]\nzero = 2\n"), "must be 0 (off) or 1");
+  EXPECT_HAS(error_of("[parallel]\nsequence_parallel = true\n"), "only for tensor_mode = \"1d\"");
+  EXPECT_HAS(error_of("[optimizer]\nlr = 1e-3\nmin_lr = 1e-2\n"), "must lie in [0, optimizer.lr]");
+  EXPECT_HAS(error_of("[optimizer]\nbeta2 = 1.0\n"), "optimizer.beta2 = 1.0: must lie in [0, 1)");
+  EXPECT_HAS(error_of("[optimizer]\neps = 0\n"), "optimizer.eps = 0: must be positive");
+  EXPECT_HAS(error_of("[data]\nformat = \"llmc\"\n"), "needs data.path");
+  EXPECT_HAS(error_of("[data]\nsampler = \"random\"\n"), "\"sequential\", \"shuffle\"");
+  EXPECT_HAS(error_of("[checkpoint]\ninterval = -1\n"), "checkpoint.interval = -1");
+  EXPECT_HAS(error_of("[log]\ninterval = 0\n"), "log.interval = 0: must be at least 1");
+}
+
+TEST(Deck, SyntaxErrorsGiveLineAndColumn) {
+  const std::string m = error_of("[model]\nhidden = = 3\n");
+  EXPECT_HAS(m, "deck.toml:2:");
+  EXPECT_HAS(m, "not valid TOML");
+}
+
+TEST(Deck, MissingFile) {
+  try {
+    load_deck("/nonexistent/dir/deck.toml");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_HAS(e.what(), "/nonexistent/dir/deck.toml: cannot open the deck file");
+  }
+}
