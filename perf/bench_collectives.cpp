@@ -1,0 +1,82 @@
+// Collective throughput on host Views through cubelm's comm layer.
+//   mpiexec -n 4 build/cpu/perf/bench_collectives
+// Every rank runs the same fixed number of iterations (an adaptive count would
+// differ between ranks and deadlock the collectives); rank 0 reports. The
+// bytes/s column is the modelled bytes this rank sends (docs/communication.md).
+
+#include "cubelm/comm/grid.hpp"
+#include "cubelm/core/environment.hpp"
+#include "cubelm/core/types.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <memory>
+
+namespace {
+
+std::unique_ptr<cubelm::comm::Group> g_world;
+constexpr int kIterations = 40;
+
+class SilentReporter : public benchmark::BenchmarkReporter {
+public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+void bytes_sent(benchmark::State& state, const cubelm::comm::TrafficCounters& before_after,
+                double before) {
+  state.SetBytesProcessed(static_cast<std::int64_t>(before_after.total_bytes() - before));
+  state.counters["ranks"] = g_world->size();
+}
+
+void BM_AllReduce(benchmark::State& state) {
+  cubelm::View1<float> v("v", static_cast<std::size_t>(state.range(0)));
+  const cubelm::ExecSpace exec;
+  const double before = g_world->traffic().total_bytes();
+  for (auto _ : state)
+    g_world->all_reduce(exec, v);
+  bytes_sent(state, g_world->traffic(), before);
+}
+
+void BM_AllGather(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  cubelm::View1<float> send("send", n), recv("recv", n * g_world->size());
+  const cubelm::ExecSpace exec;
+  const double before = g_world->traffic().total_bytes();
+  for (auto _ : state)
+    g_world->all_gather(exec, send, recv);
+  bytes_sent(state, g_world->traffic(), before);
+}
+
+void BM_Broadcast(benchmark::State& state) {
+  cubelm::View1<float> v("v", static_cast<std::size_t>(state.range(0)));
+  const cubelm::ExecSpace exec;
+  const double before = g_world->traffic().total_bytes();
+  for (auto _ : state)
+    g_world->broadcast(exec, v, 0);
+  bytes_sent(state, g_world->traffic(), before);
+}
+
+BENCHMARK(BM_AllReduce)->RangeMultiplier(16)->Range(1 << 10, 1 << 22)->Iterations(kIterations);
+BENCHMARK(BM_AllGather)->RangeMultiplier(16)->Range(1 << 10, 1 << 20)->Iterations(kIterations);
+BENCHMARK(BM_Broadcast)->RangeMultiplier(16)->Range(1 << 10, 1 << 22)->Iterations(kIterations);
+
+} // namespace
+
+int main(int argc, char** argv) {
+  cubelm::Environment env(argc, argv);
+  {
+    g_world = std::make_unique<cubelm::comm::Group>(
+        "world", cubelm::comm::Communicator::world(),
+        std::make_shared<cubelm::comm::TrafficCounters>());
+    benchmark::Initialize(&argc, argv);
+    if (env.world_rank() == 0) {
+      benchmark::RunSpecifiedBenchmarks();
+    } else {
+      SilentReporter silent;
+      benchmark::RunSpecifiedBenchmarks(&silent);
+    }
+    g_world.reset();
+  }
+  return 0;
+}
