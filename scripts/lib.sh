@@ -36,10 +36,12 @@ cubelm_kokkos_env() {
 cubelm_timed() {
   local label=$1 start end
   shift
+  local rc=0
   start=$(date +%s)
-  "$@"
+  "$@" || rc=$?
   end=$(date +%s)
   echo "cubelm: ${label}: $((end - start)) s"
+  return "$rc"
 }
 
 # Open MPI refuses to run as root and to oversubscribe cores unless told.

@@ -35,7 +35,9 @@ TEST(Core, ErrorsKnowWhetherTheyAreCollective) {
   EXPECT_TRUE(Error("x", true).collective());
 }
 
-TEST(Core, KokkosShimsComputeInKernels) {
+namespace {
+// A device lambda may not live inside a TEST body (a private member function) with nvcc.
+Kokkos::View<double*, MemSpace> run_shims() {
   Kokkos::View<double*, MemSpace> out("out", 3);
   Kokkos::parallel_for(
       "shim", Kokkos::RangePolicy<ExecSpace>(0, 1), KOKKOS_LAMBDA(const int) {
@@ -43,7 +45,12 @@ TEST(Core, KokkosShimsComputeInKernels) {
         out(1) = kmath::tanh(0.0);
         out(2) = kmath::exp(0.0) + kmath::fabs(-2.0) + kmath::log(1.0);
       });
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out);
+  return out;
+}
+} // namespace
+
+TEST(Core, KokkosShimsComputeInKernels) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), run_shims());
   EXPECT_DOUBLE_EQ(h(0), 4.0);
   EXPECT_DOUBLE_EQ(h(1), 0.0);
   EXPECT_DOUBLE_EQ(h(2), 3.0);

@@ -7,7 +7,7 @@
 /// the line, the key, the value and the rule. Validation needs no MPI and
 /// allocates nothing, so `cubelm check` can run it on a login node.
 
-#include "cubelm/comm/grid.hpp"
+#include "cubelm/comm/layout.hpp"
 
 #include <cstdint>
 #include <string>

@@ -1,0 +1,185 @@
+#include "cubelm/comm/layout.hpp"
+
+#include "cubelm/core/error.hpp"
+
+#include <sstream>
+#include <vector>
+
+namespace cubelm::comm {
+
+const char* mode_name(TensorMode mode) {
+  switch (mode) {
+  case TensorMode::none:
+    return "none";
+  case TensorMode::d1:
+    return "1d";
+  case TensorMode::d2:
+    return "2d";
+  case TensorMode::d3:
+    return "3d";
+  }
+  return "?";
+}
+
+std::optional<TensorMode> parse_mode(const std::string& text) {
+  if (text == "none")
+    return TensorMode::none;
+  if (text == "1d")
+    return TensorMode::d1;
+  if (text == "2d")
+    return TensorMode::d2;
+  if (text == "3d")
+    return TensorMode::d3;
+  return std::nullopt;
+}
+
+namespace {
+
+int exponent_of(TensorMode mode) {
+  return mode == TensorMode::d2 ? 2 : mode == TensorMode::d3 ? 3 : 1;
+}
+
+int power(int base, int exp) {
+  int r = 1;
+  for (int i = 0; i < exp; ++i)
+    r *= base;
+  return r;
+}
+
+// The integer root of `n` for the mode's exponent, or 0 when n is not a power.
+int exact_root(int n, int exp) {
+  for (int q = 1; power(q, exp) <= n; ++q)
+    if (power(q, exp) == n)
+      return q;
+  return 0;
+}
+
+bool fits_mode(int tp, TensorMode mode) {
+  if (tp < 1)
+    return false;
+  if (mode == TensorMode::none)
+    return tp == 1;
+  return exact_root(tp, exponent_of(mode)) > 0;
+}
+
+std::string power_label(int q, int exp) {
+  std::string s = std::to_string(q);
+  for (int i = 1; i < exp; ++i)
+    s += "x" + std::to_string(q);
+  return s;
+}
+
+// The valid sizes just below and just above `tp` for a 2d or 3d grid.
+std::string nearest_powers(int tp, int exp) {
+  int q = 1;
+  while (power(q + 1, exp) <= tp)
+    ++q;
+  std::ostringstream out;
+  out << power(q, exp) << " (" << power_label(q, exp) << ") or " << power(q + 1, exp) << " ("
+      << power_label(q + 1, exp) << ")";
+  return out.str();
+}
+
+[[noreturn]] void refuse(const std::string& message) {
+  throw Error(message, true);
+}
+
+} // namespace
+
+int Layout::side() const {
+  if (mode == TensorMode::none)
+    return 1;
+  const int q = exact_root(tp, exponent_of(mode));
+  CUBELM_ASSERT(q > 0, "Layout::side on a layout that was not validated");
+  return q;
+}
+
+std::string Layout::describe() const {
+  std::ostringstream out;
+  out << "tp=" << mode_name(mode) << ":" << tp << " pp=" << pp << " dp=" << dp;
+  return out.str();
+}
+
+void Layout::validate() const {
+  const std::pair<const char*, int> sizes[] = {
+      {"data_size", dp}, {"pipeline_size", pp}, {"tensor_size", tp}};
+  for (const auto& [key, value] : sizes)
+    if (value < 1)
+      refuse(std::string("parallel.") + key + " = " + std::to_string(value) +
+             ": a grid dimension must be at least 1");
+  switch (mode) {
+  case TensorMode::none:
+    if (tp != 1)
+      refuse("parallel.tensor_mode = \"none\" needs parallel.tensor_size = 1, got " +
+             std::to_string(tp) +
+             "; use tensor_mode = \"1d\" (any size), \"2d\" (a square) or "
+             "\"3d\" (a cube) for tensor parallelism");
+    break;
+  case TensorMode::d1:
+    break;
+  case TensorMode::d2:
+    if (!fits_mode(tp, mode))
+      refuse("parallel.tensor_mode = \"2d\" needs a square parallel.tensor_size = q*q, got " +
+             std::to_string(tp) + "; nearest valid values: " + nearest_powers(tp, 2));
+    break;
+  case TensorMode::d3:
+    if (!fits_mode(tp, mode))
+      refuse("parallel.tensor_mode = \"3d\" needs a cube parallel.tensor_size = q*q*q, got " +
+             std::to_string(tp) + "; nearest valid values: " + nearest_powers(tp, 3));
+    break;
+  }
+}
+
+void Layout::validate_for_world(int world_size) const {
+  validate();
+  if (world_size == this->world_size())
+    return;
+  std::ostringstream out;
+  out << "the job has " << world_size << " processes but the layout " << describe() << " needs "
+      << "data_size x pipeline_size x tensor_size = " << dp << " x " << pp << " x " << tp << " = "
+      << this->world_size() << ". Launch with " << this->world_size() << " processes (mpiexec -n "
+      << this->world_size() << ")";
+  std::vector<std::string> options;
+  if (world_size % (tp * pp) == 0)
+    options.push_back("data_size = " + std::to_string(world_size / (tp * pp)));
+  if (world_size % (tp * dp) == 0)
+    options.push_back("pipeline_size = " + std::to_string(world_size / (tp * dp)));
+  if (world_size % (dp * pp) == 0 && fits_mode(world_size / (dp * pp), mode))
+    options.push_back("tensor_size = " + std::to_string(world_size / (dp * pp)));
+  if (!options.empty()) {
+    out << ", or change one size to fit " << world_size << " processes: ";
+    for (std::size_t i = 0; i < options.size(); ++i)
+      out << (i == 0 ? "" : "; ") << options[i];
+  }
+  refuse(out.str());
+}
+
+GridCoords coords_of(const Layout& layout, int world_rank) {
+  CUBELM_ASSERT(world_rank >= 0 && world_rank < layout.world_size(),
+                "rank " + std::to_string(world_rank) + " outside the grid " + layout.describe());
+  GridCoords g;
+  g.world = world_rank;
+  g.tp = world_rank % layout.tp;
+  g.dp = (world_rank / layout.tp) % layout.dp;
+  g.pp = world_rank / (layout.tp * layout.dp);
+  const int q = layout.side();
+  if (layout.mode == TensorMode::d2) {
+    g.row = g.tp / q;
+    g.col = g.tp % q;
+  } else if (layout.mode == TensorMode::d3) {
+    g.a = g.tp % q;
+    g.b = (g.tp / q) % q;
+    g.c = g.tp / (q * q);
+  }
+  return g;
+}
+
+int world_rank_of(const Layout& layout, int dp, int pp, int tp) {
+  return tp + layout.tp * (dp + layout.dp * pp);
+}
+
+int tp_rank_3d(int q, int a, int b, int c) {
+  return a + q * (b + q * c);
+}
+
+} // namespace cubelm::comm
