@@ -1,0 +1,24 @@
+#pragma once
+/// \file
+/// \brief Causal multi-head self-attention on q, k, v [N, H] (N = B sequences x T tokens).
+///
+/// Head h owns the contiguous feature columns [h*d, (h+1)*d), d = H / heads;
+/// out = softmax(q k^T / sqrt(d), causal) v per sequence and head.
+
+#include "cubelm/kernels/views.hpp"
+
+namespace cubelm::kernels {
+
+/// \brief out = attention(q, k, v); keeps the probabilities [B, heads, T, T] for backward.
+template <class T>
+void attention_forward(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
+                       int heads, const Tensor4<T>& probs, const Mat<T>& out);
+
+/// \brief dq, dk, dv (assigned) from dout; `scratch` has the shape of `probs`.
+template <class T>
+void attention_backward(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
+                        int heads, const Tensor4<T>& probs, const Mat<T>& dout,
+                        const Tensor4<T>& scratch, const Mat<T>& dq, const Mat<T>& dk,
+                        const Mat<T>& dv);
+
+} // namespace cubelm::kernels

@@ -1,0 +1,19 @@
+#pragma once
+/// \file
+/// \brief Dense linear algebra: the one place cubelm calls Kokkos Kernels' gemm.
+
+#include "cubelm/kernels/views.hpp"
+
+namespace cubelm::kernels {
+
+/// \brief C = alpha op(A) op(B) + beta C, op = transpose when the flag is set.
+///
+/// Dispatches to the vendor BLAS (OpenBLAS, cuBLAS) through Kokkos Kernels.
+/// Kokkos Kernels 3.4 has only gemm(transA, transB, alpha, A, B, beta, C) on
+/// the default instance, so `exec` is fenced-by-ordering: the call is issued
+/// after everything already queued on the default instance.
+template <class T>
+void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<T>& a,
+          const Mat<T>& b, T beta, const Mat<T>& c);
+
+} // namespace cubelm::kernels

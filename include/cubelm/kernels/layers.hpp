@@ -1,0 +1,81 @@
+#pragma once
+/// \file
+/// \brief Elementwise and row-wise layers of GPT-2, forward and backward side by side.
+///
+/// Activations are matrices [N, H] (N = tokens, rows grouped by whole
+/// sequences). Conventions: parameter gradients accumulate (+=) so that
+/// micro-batches add up; activation gradients are assigned unless a function
+/// says it accumulates. Every reduction runs in a fixed order, so results are
+/// bitwise reproducible for a given thread count.
+
+#include "cubelm/kernels/views.hpp"
+
+#include <vector>
+
+namespace cubelm::kernels {
+
+/// \brief LayerNorm epsilon of GPT-2.
+constexpr double kLayerNormEps = 1e-5;
+
+/// \brief Rows that hold each token, for a deterministic embedding backward.
+struct TokenIndex {
+  Kokkos::View<int*, MemSpace>
+      offsets; ///< [V+1]: rows of token v are positions[offsets[v] .. offsets[v+1])
+  Kokkos::View<int*, MemSpace> positions; ///< [N]: row numbers sorted by token, then by row
+};
+
+/// \brief Builds the TokenIndex of `tokens` (host ids < vocab) with a stable counting sort.
+TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int vocab);
+
+/// \brief y[n,:] = wte[tok[n],:] + wpe[n mod seq_len,:].
+template <class T>
+void embedding_forward(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte,
+                       const Mat<T>& wpe, int seq_len, const Mat<T>& y);
+
+/// \brief dwte[v,:] += sum of dy over the rows holding token v; dwpe[t,:] += sum over sequences
+/// of dy at position t.
+template <class T>
+void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
+                        int seq_len, const Mat<T>& dwte, const Mat<T>& dwpe);
+
+/// \brief y = (x - mean) * rstd * gamma + beta per row; keeps mean and rstd for backward.
+template <class T>
+void layernorm_forward(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& gamma,
+                       const Vec<T>& beta, const Mat<T>& y, const Vec<T>& mean, const Vec<T>& rstd);
+
+/// \brief dx += LayerNorm input gradient; dgamma += sum dy * xhat; dbeta += sum dy.
+template <class T>
+void layernorm_backward(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
+                        const Vec<T>& gamma, const Vec<T>& mean, const Vec<T>& rstd,
+                        const Mat<T>& dx, const Vec<T>& dgamma, const Vec<T>& dbeta);
+
+/// \brief y[n,:] += b.
+template <class T>
+void bias_add(const ExecSpace& exec, const Mat<T>& y, const Vec<T>& b);
+
+/// \brief db += column sums of dy.
+template <class T>
+void bias_backward(const ExecSpace& exec, const Mat<T>& dy, const Vec<T>& db);
+
+/// \brief y = gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <class T>
+void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y);
+
+/// \brief dx = dy * gelu_tanh'(x).
+template <class T>
+void gelu_backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx);
+
+/// \brief y += x (the residual connection), elementwise.
+template <class T>
+void add_inplace(const ExecSpace& exec, const Mat<T>& y, const Mat<T>& x);
+
+/// \brief Per-row cross-entropy on logits [N, V] with targets: losses[n] = logsumexp - logit.
+///
+/// When `grad_scale` is non-zero the logits are overwritten by their gradient
+/// grad_scale * (softmax - onehot(target)); pass 1/(tokens in the global batch)
+/// for the mean loss. Numerically stable (the row maximum is subtracted).
+template <class T>
+void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
+                   const Vec<T>& losses, T grad_scale);
+
+} // namespace cubelm::kernels

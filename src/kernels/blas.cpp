@@ -1,0 +1,43 @@
+#include "cubelm/kernels/blas.hpp"
+
+#include "cubelm/core/error.hpp"
+
+#include <KokkosBlas3_gemm.hpp>
+
+#include <string>
+
+namespace cubelm::kernels {
+
+template <class T>
+void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<T>& a,
+          const Mat<T>& b, T beta, const Mat<T>& c) {
+  const auto m = trans_a ? a.extent(1) : a.extent(0);
+  const auto k = trans_a ? a.extent(0) : a.extent(1);
+  const auto kb = trans_b ? b.extent(1) : b.extent(0);
+  const auto n = trans_b ? b.extent(0) : b.extent(1);
+  CUBELM_ASSERT(k == kb && c.extent(0) == m && c.extent(1) == n,
+                "gemm shapes: op(A) " + std::to_string(m) + "x" + std::to_string(k) + ", op(B) " +
+                    std::to_string(kb) + "x" + std::to_string(n) + ", C " +
+                    std::to_string(c.extent(0)) + "x" + std::to_string(c.extent(1)));
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) { // BLAS would still scale C; do it explicitly for clarity
+    const Mat<T> cc = c;
+    Kokkos::parallel_for(
+        "cubelm::gemm_scale",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(exec, {0, 0}, {m, n}),
+        KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) { cc(i, j) *= beta; });
+    return;
+  }
+  // Version shim: the execution-space overload of KokkosBlas::gemm only exists
+  // from Kokkos Kernels 4.x; 3.4 works on the default instance.
+  (void)exec;
+  KokkosBlas::gemm(trans_a ? "T" : "N", trans_b ? "T" : "N", alpha, a, b, beta, c);
+}
+
+template void gemm<float>(const ExecSpace&, bool, bool, float, const Mat<float>&, const Mat<float>&,
+                          float, const Mat<float>&);
+template void gemm<double>(const ExecSpace&, bool, bool, double, const Mat<double>&,
+                           const Mat<double>&, double, const Mat<double>&);
+
+} // namespace cubelm::kernels

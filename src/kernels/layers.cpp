@@ -1,0 +1,239 @@
+#include "cubelm/kernels/layers.hpp"
+
+#include "cubelm/core/compat.hpp"
+#include "cubelm/core/error.hpp"
+
+#include <string>
+
+namespace cubelm::kernels {
+
+namespace {
+using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+using Range2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+
+Range2 over(const ExecSpace& exec, std::int64_t rows, std::int64_t cols) {
+  return Range2(exec, {0, 0}, {rows, cols});
+}
+} // namespace
+
+TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int vocab) {
+  TokenIndex index;
+  index.offsets = Kokkos::View<int*, MemSpace>("cubelm::token_offsets", vocab + 1);
+  index.positions = Kokkos::View<int*, MemSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::token_positions"), tokens.size());
+  auto offsets = Kokkos::create_mirror_view(index.offsets);
+  auto positions = Kokkos::create_mirror_view(index.positions);
+  Kokkos::deep_copy(offsets, 0);
+  for (const std::int32_t t : tokens) {
+    CUBELM_ASSERT(t >= 0 && t < vocab, "token " + std::to_string(t) + " outside the vocabulary");
+    offsets(t + 1) += 1;
+  }
+  for (int v = 0; v < vocab; ++v)
+    offsets(v + 1) += offsets(v);
+  std::vector<int> next(offsets.data(), offsets.data() + vocab);
+  for (std::size_t n = 0; n < tokens.size(); ++n)
+    positions(next[tokens[n]]++) = static_cast<int>(n);
+  Kokkos::deep_copy(index.offsets, offsets);
+  Kokkos::deep_copy(index.positions, positions);
+  return index;
+}
+
+template <class T>
+void embedding_forward(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte,
+                       const Mat<T>& wpe, int seq_len, const Mat<T>& y) {
+  Kokkos::parallel_for(
+      "cubelm::embedding_forward", over(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
+        y(n, h) = wte(tok(n), h) + wpe(n % seq_len, h);
+      });
+}
+
+template <class T>
+void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
+                        int seq_len, const Mat<T>& dwte, const Mat<T>& dwpe) {
+  const auto offsets = index.offsets;
+  const auto positions = index.positions;
+  Kokkos::parallel_for(
+      "cubelm::embedding_backward_wte", over(exec, dwte.extent(0), dwte.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t v, const std::int64_t h) {
+        T acc = 0;
+        for (int i = offsets(v); i < offsets(v + 1); ++i)
+          acc += dy(positions(i), h);
+        dwte(v, h) += acc;
+      });
+  const std::int64_t sequences = static_cast<std::int64_t>(dy.extent(0)) / seq_len;
+  Kokkos::parallel_for(
+      "cubelm::embedding_backward_wpe", over(exec, seq_len, dwpe.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
+        T acc = 0;
+        for (std::int64_t b = 0; b < sequences; ++b)
+          acc += dy(b * seq_len + t, h);
+        dwpe(t, h) += acc;
+      });
+}
+
+template <class T>
+void layernorm_forward(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& gamma,
+                       const Vec<T>& beta, const Mat<T>& y, const Vec<T>& mean,
+                       const Vec<T>& rstd) {
+  const std::int64_t h = x.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::layernorm_forward", Range(exec, 0, x.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t n) {
+        T mu = 0;
+        for (std::int64_t j = 0; j < h; ++j)
+          mu += x(n, j);
+        mu /= h;
+        T var = 0;
+        for (std::int64_t j = 0; j < h; ++j) {
+          const T d = x(n, j) - mu;
+          var += d * d;
+        }
+        var /= h;
+        const T rs = T(1) / kmath::sqrt(var + T(kLayerNormEps));
+        for (std::int64_t j = 0; j < h; ++j)
+          y(n, j) = (x(n, j) - mu) * rs * gamma(j) + beta(j);
+        mean(n) = mu;
+        rstd(n) = rs;
+      });
+}
+
+template <class T>
+void layernorm_backward(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
+                        const Vec<T>& gamma, const Vec<T>& mean, const Vec<T>& rstd,
+                        const Mat<T>& dx, const Vec<T>& dgamma, const Vec<T>& dbeta) {
+  const std::int64_t rows = x.extent(0);
+  const std::int64_t h = x.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::layernorm_backward_x", Range(exec, 0, rows), KOKKOS_LAMBDA(const std::int64_t n) {
+        // dxhat = dy * gamma; dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))
+        T sum_d = 0, sum_dx = 0;
+        for (std::int64_t j = 0; j < h; ++j) {
+          const T xhat = (x(n, j) - mean(n)) * rstd(n);
+          const T d = dy(n, j) * gamma(j);
+          sum_d += d;
+          sum_dx += d * xhat;
+        }
+        sum_d /= h;
+        sum_dx /= h;
+        for (std::int64_t j = 0; j < h; ++j) {
+          const T xhat = (x(n, j) - mean(n)) * rstd(n);
+          dx(n, j) += rstd(n) * (dy(n, j) * gamma(j) - sum_d - xhat * sum_dx);
+        }
+      });
+  Kokkos::parallel_for(
+      "cubelm::layernorm_backward_params", Range(exec, 0, h), KOKKOS_LAMBDA(const std::int64_t j) {
+        T g = 0, b = 0;
+        for (std::int64_t n = 0; n < rows; ++n) {
+          g += dy(n, j) * (x(n, j) - mean(n)) * rstd(n);
+          b += dy(n, j);
+        }
+        dgamma(j) += g;
+        dbeta(j) += b;
+      });
+}
+
+template <class T>
+void bias_add(const ExecSpace& exec, const Mat<T>& y, const Vec<T>& b) {
+  Kokkos::parallel_for(
+      "cubelm::bias_add", over(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) { y(n, j) += b(j); });
+}
+
+template <class T>
+void bias_backward(const ExecSpace& exec, const Mat<T>& dy, const Vec<T>& db) {
+  const std::int64_t rows = dy.extent(0);
+  Kokkos::parallel_for(
+      "cubelm::bias_backward", Range(exec, 0, dy.extent(1)), KOKKOS_LAMBDA(const std::int64_t j) {
+        T acc = 0;
+        for (std::int64_t n = 0; n < rows; ++n)
+          acc += dy(n, j);
+        db(j) += acc;
+      });
+}
+
+namespace {
+// sqrt(2/pi) and the cubic coefficient of the tanh approximation of GELU.
+constexpr double kGeluScale = 0.7978845608028654;
+constexpr double kGeluCubic = 0.044715;
+} // namespace
+
+template <class T>
+void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y) {
+  Kokkos::parallel_for(
+      "cubelm::gelu_forward", over(exec, x.extent(0), x.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
+        const T v = x(n, j);
+        const T u = T(kGeluScale) * (v + T(kGeluCubic) * v * v * v);
+        y(n, j) = T(0.5) * v * (T(1) + kmath::tanh(u));
+      });
+}
+
+template <class T>
+void gelu_backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx) {
+  Kokkos::parallel_for(
+      "cubelm::gelu_backward", over(exec, x.extent(0), x.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
+        const T v = x(n, j);
+        const T u = T(kGeluScale) * (v + T(kGeluCubic) * v * v * v);
+        const T th = kmath::tanh(u);
+        const T du = T(kGeluScale) * (T(1) + T(3 * kGeluCubic) * v * v);
+        const T grad = T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * du;
+        dx(n, j) = dy(n, j) * grad;
+      });
+}
+
+template <class T>
+void add_inplace(const ExecSpace& exec, const Mat<T>& y, const Mat<T>& x) {
+  Kokkos::parallel_for(
+      "cubelm::add_inplace", over(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) { y(n, j) += x(n, j); });
+}
+
+template <class T>
+void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
+                   const Vec<T>& losses, T grad_scale) {
+  const std::int64_t vocab = logits.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::cross_entropy", Range(exec, 0, logits.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t n) {
+        T mx = logits(n, 0);
+        for (std::int64_t v = 1; v < vocab; ++v)
+          mx = logits(n, v) > mx ? logits(n, v) : mx;
+        T sum = 0;
+        for (std::int64_t v = 0; v < vocab; ++v)
+          sum += kmath::exp(logits(n, v) - mx);
+        const std::int32_t target = targets(n);
+        // (logit - max) first: adding the max back would cost float precision.
+        losses(n) = kmath::log(sum) - (logits(n, target) - mx);
+        if (grad_scale != T(0)) {
+          const T inv = T(1) / sum;
+          for (std::int64_t v = 0; v < vocab; ++v) {
+            const T p = kmath::exp(logits(n, v) - mx) * inv;
+            logits(n, v) = grad_scale * (p - (v == target ? T(1) : T(0)));
+          }
+        }
+      });
+}
+
+#define CUBELM_INSTANTIATE_LAYERS(T)                                                               \
+  template void embedding_forward<T>(const ExecSpace&, const Tokens&, const Mat<T>&,               \
+                                     const Mat<T>&, int, const Mat<T>&);                           \
+  template void embedding_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&, int,     \
+                                      const Mat<T>&, const Mat<T>&);                               \
+  template void layernorm_forward<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&,               \
+                                     const Vec<T>&, const Mat<T>&, const Vec<T>&, const Vec<T>&);  \
+  template void layernorm_backward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&,              \
+                                      const Vec<T>&, const Vec<T>&, const Vec<T>&, const Mat<T>&,  \
+                                      const Vec<T>&, const Vec<T>&);                               \
+  template void bias_add<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                       \
+  template void bias_backward<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                  \
+  template void gelu_forward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&);                   \
+  template void gelu_backward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&, const Mat<T>&);   \
+  template void add_inplace<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&);                    \
+  template void cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&, const Vec<T>&, T);
+
+CUBELM_INSTANTIATE_LAYERS(float)
+CUBELM_INSTANTIATE_LAYERS(double)
+
+} // namespace cubelm::kernels

@@ -1,0 +1,303 @@
+// Every kernel against an independent computation in double precision:
+// gemm against loops, each backward against central finite differences of its
+// forward, cross-entropy against a direct log-sum-exp, AdamW against a hand step.
+
+#include "cubelm/kernels/attention.hpp"
+#include "cubelm/kernels/blas.hpp"
+#include "cubelm/kernels/layers.hpp"
+#include "cubelm/kernels/optim.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+using namespace cubelm;
+using namespace cubelm::kernels;
+using D = double;
+
+namespace {
+
+const ExecSpace exec;
+
+template <class V>
+void randomize(const V& view, unsigned seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  auto h = Kokkos::create_mirror_view(view);
+  for (std::size_t i = 0; i < view.span(); ++i)
+    h.data()[i] = dist(gen);
+  Kokkos::deep_copy(view, h);
+}
+
+template <class V>
+std::vector<double> host(const V& view) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  return std::vector<double>(h.data(), h.data() + view.span());
+}
+
+template <class V>
+double dot(const V& a, const V& b) {
+  const auto x = host(a), y = host(b);
+  double s = 0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    s += x[i] * y[i];
+  return s;
+}
+
+// Largest |analytic - numeric| / max(1, |numeric|) over every element of `param`,
+// where numeric is the central difference of loss() with step h.
+template <class V>
+double fd_error(const V& param, const std::function<double()>& loss, const V& analytic,
+                double h = 1e-6) {
+  auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), param);
+  const auto grad = host(analytic);
+  double worst = 0;
+  for (std::size_t i = 0; i < param.span(); ++i) {
+    const double orig = hp.data()[i];
+    hp.data()[i] = orig + h;
+    Kokkos::deep_copy(param, hp);
+    const double up = loss();
+    hp.data()[i] = orig - h;
+    Kokkos::deep_copy(param, hp);
+    const double down = loss();
+    hp.data()[i] = orig;
+    Kokkos::deep_copy(param, hp);
+    const double numeric = (up - down) / (2 * h);
+    worst = std::max(worst, std::fabs(grad[i] - numeric) / std::max(1.0, std::fabs(numeric)));
+  }
+  return worst;
+}
+
+constexpr double kTol = 1e-7;
+
+} // namespace
+
+TEST(Kernels, GemmMatchesLoopsForAllTransposes) {
+  const int m = 5, n = 7, k = 3;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      Mat<D> a("a", ta ? k : m, ta ? m : k), b("b", tb ? n : k, tb ? k : n), c("c", m, n);
+      randomize(a, 1);
+      randomize(b, 2);
+      randomize(c, 3);
+      const auto c0 = host(c);
+      gemm<D>(exec, ta, tb, 1.5, a, b, 0.5, c);
+      const auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
+      const auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
+      const auto hc = host(c);
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+          double s = 0;
+          for (int l = 0; l < k; ++l)
+            s += (ta ? ha(l, i) : ha(i, l)) * (tb ? hb(j, l) : hb(l, j));
+          EXPECT_NEAR(hc[i * n + j], 1.5 * s + 0.5 * c0[i * n + j], 1e-12) << ta << tb;
+        }
+    }
+  Mat<float> fa("fa", 2, 3), fb("fb", 3, 4), fc("fc", 2, 4);
+  Kokkos::deep_copy(fa, 1.0f);
+  Kokkos::deep_copy(fb, 2.0f);
+  gemm<float>(exec, false, false, 1.0f, fa, fb, 0.0f, fc);
+  EXPECT_FLOAT_EQ(host(fc)[5], 6.0f);
+}
+
+TEST(Kernels, EmbeddingBackwardIsTheAdjointOfForward) {
+  const int vocab = 6, seq = 4, batch = 3, hid = 5;
+  const std::vector<std::int32_t> toks = {1, 3, 3, 0, 5, 1, 1, 2, 0, 0, 4, 3};
+  Tokens tok("tok", toks.size());
+  auto ht = Kokkos::create_mirror_view(tok);
+  for (std::size_t i = 0; i < toks.size(); ++i)
+    ht(i) = toks[i];
+  Kokkos::deep_copy(tok, ht);
+  Mat<D> wte("wte", vocab, hid), wpe("wpe", seq, hid), y("y", batch * seq, hid),
+      w("w", batch * seq, hid);
+  Mat<D> dwte("dwte", vocab, hid), dwpe("dwpe", seq, hid);
+  randomize(wte, 4);
+  randomize(wpe, 5);
+  randomize(w, 6);
+  auto loss = [&] {
+    embedding_forward<D>(exec, tok, wte, wpe, seq, y);
+    return dot(y, w);
+  };
+  embedding_backward<D>(exec, make_token_index(toks, vocab), w, seq, dwte, dwpe);
+  EXPECT_LT(fd_error(wte, loss, dwte), kTol);
+  EXPECT_LT(fd_error(wpe, loss, dwpe), kTol);
+}
+
+TEST(Kernels, LayerNormGradients) {
+  const int rows = 4, hid = 6;
+  Mat<D> x("x", rows, hid), y("y", rows, hid), w("w", rows, hid), dx("dx", rows, hid);
+  Vec<D> g("g", hid), b("b", hid), mean("mean", rows), rstd("rstd", rows), dg("dg", hid),
+      db("db", hid);
+  randomize(x, 7, -2, 2);
+  randomize(g, 8, 0.5, 1.5);
+  randomize(b, 9);
+  randomize(w, 10);
+  auto loss = [&] {
+    layernorm_forward<D>(exec, x, g, b, y, mean, rstd);
+    return dot(y, w);
+  };
+  loss();
+  // The forward itself: each row of (y - beta) / gamma has mean 0 and variance var/(var+eps).
+  const auto hy = host(y), hg = host(g), hb = host(b);
+  for (int n = 0; n < rows; ++n) {
+    double mu = 0;
+    for (int j = 0; j < hid; ++j)
+      mu += (hy[n * hid + j] - hb[j]) / hg[j];
+    EXPECT_NEAR(mu / hid, 0.0, 1e-12);
+  }
+  layernorm_backward<D>(exec, w, x, g, mean, rstd, dx, dg, db);
+  EXPECT_LT(fd_error(x, loss, dx), kTol);
+  EXPECT_LT(fd_error(g, loss, dg), kTol);
+  EXPECT_LT(fd_error(b, loss, db), kTol);
+}
+
+TEST(Kernels, GeluBiasAndResidual) {
+  const int rows = 3, hid = 5;
+  Mat<D> x("x", rows, hid), y("y", rows, hid), w("w", rows, hid), dx("dx", rows, hid);
+  randomize(x, 11, -3, 3);
+  randomize(w, 12);
+  auto loss = [&] {
+    gelu_forward<D>(exec, x, y);
+    return dot(y, w);
+  };
+  loss();
+  const auto hx = host(x), hy = host(y);
+  for (std::size_t i = 0; i < hx.size(); ++i) {
+    const double v = hx[i];
+    EXPECT_NEAR(hy[i], 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))),
+                1e-14);
+  }
+  gelu_backward<D>(exec, x, w, dx);
+  EXPECT_LT(fd_error(x, loss, dx), kTol);
+
+  Vec<D> b("b", hid), db("db", hid);
+  randomize(b, 13);
+  auto loss_b = [&] {
+    Kokkos::deep_copy(y, x);
+    bias_add<D>(exec, y, b);
+    return dot(y, w);
+  };
+  bias_backward<D>(exec, w, db);
+  EXPECT_LT(fd_error(b, loss_b, db), kTol);
+
+  Mat<D> z("z", rows, hid);
+  Kokkos::deep_copy(z, 1.0);
+  add_inplace<D>(exec, z, x);
+  const auto hz = host(z);
+  for (std::size_t i = 0; i < hz.size(); ++i)
+    EXPECT_DOUBLE_EQ(hz[i], 1.0 + hx[i]);
+}
+
+TEST(Kernels, AttentionGradients) {
+  const int batch = 2, seq = 4, heads = 2, hid = 6;
+  const int rows = batch * seq;
+  Mat<D> q("q", rows, hid), k("k", rows, hid), v("v", rows, hid), out("out", rows, hid),
+      w("w", rows, hid), dq("dq", rows, hid), dk("dk", rows, hid), dv("dv", rows, hid);
+  Tensor4<D> probs("p", batch, heads, seq, seq), scratch("s", batch, heads, seq, seq);
+  randomize(q, 14);
+  randomize(k, 15);
+  randomize(v, 16);
+  randomize(w, 17);
+  auto loss = [&] {
+    attention_forward<D>(exec, q, k, v, heads, probs, out);
+    return dot(out, w);
+  };
+  loss();
+  // Causality: the first token of each sequence attends only to itself, so its output is v.
+  const auto ho = host(out), hv = host(v);
+  for (int b = 0; b < batch; ++b)
+    for (int j = 0; j < hid; ++j)
+      EXPECT_NEAR(ho[(b * seq) * hid + j], hv[(b * seq) * hid + j], 1e-14);
+  attention_backward<D>(exec, q, k, v, heads, probs, w, scratch, dq, dk, dv);
+  EXPECT_LT(fd_error(q, loss, dq), kTol);
+  EXPECT_LT(fd_error(k, loss, dk), kTol);
+  EXPECT_LT(fd_error(v, loss, dv), kTol);
+}
+
+TEST(Kernels, CrossEntropyValueGradientAndStability) {
+  const int rows = 5, vocab = 7;
+  Mat<D> logits("l", rows, vocab), work("w", rows, vocab);
+  Vec<D> losses("losses", rows);
+  Tokens tgt("t", rows);
+  randomize(logits, 18, -3, 3);
+  auto ht = Kokkos::create_mirror_view(tgt);
+  for (int n = 0; n < rows; ++n)
+    ht(n) = (3 * n + 1) % vocab;
+  Kokkos::deep_copy(tgt, ht);
+  const double scale = 1.0 / rows;
+  auto loss = [&] {
+    Kokkos::deep_copy(work, logits);
+    cross_entropy<D>(exec, work, tgt, losses, 0.0);
+    return sum<D>(exec, losses) * scale;
+  };
+  const double l = loss();
+  const auto hl = host(logits);
+  double direct = 0;
+  for (int n = 0; n < rows; ++n) {
+    double s = 0;
+    for (int v = 0; v < vocab; ++v)
+      s += std::exp(hl[n * vocab + v]);
+    direct += std::log(s) - hl[n * vocab + ht(n)];
+  }
+  EXPECT_NEAR(l, direct * scale, 1e-13);
+  Mat<D> grad("g", rows, vocab);
+  Kokkos::deep_copy(grad, logits);
+  cross_entropy<D>(exec, grad, tgt, losses, scale);
+  EXPECT_LT(fd_error(logits, loss, grad), kTol);
+
+  // Huge logits stay finite: the row maximum is subtracted before exp.
+  Mat<float> big("big", 1, 3);
+  Vec<float> bl("bl", 1);
+  Tokens t1("t1", 1);
+  auto hbig = Kokkos::create_mirror_view(big);
+  hbig(0, 0) = 1000.0f;
+  hbig(0, 1) = 999.0f;
+  hbig(0, 2) = -1000.0f;
+  Kokkos::deep_copy(big, hbig);
+  cross_entropy<float>(exec, big, t1, bl, 1.0f);
+  const double expected = std::log(1.0 + std::exp(-1.0)); // target 0
+  EXPECT_NEAR(host(bl)[0], expected, 1e-5);
+  for (double g : host(big))
+    EXPECT_TRUE(std::isfinite(g));
+}
+
+TEST(Kernels, AdamWStepMatchesHandComputation) {
+  Vec<D> p("p", 2), g("g", 2), m("m", 2), v("v", 2);
+  const double hp[2] = {1.0, -2.0}, hg[2] = {0.5, 0.25}, hm[2] = {0.1, 0.0}, hv[2] = {0.01, 0.0};
+  const auto fill = [](const Vec<D>& dst, const double* src) {
+    auto h = Kokkos::create_mirror_view(dst);
+    h(0) = src[0];
+    h(1) = src[1];
+    Kokkos::deep_copy(dst, h);
+  };
+  fill(p, hp);
+  fill(g, hg);
+  fill(m, hm);
+  fill(v, hv);
+  AdamW hp_{};
+  hp_.lr = 0.1;
+  hp_.beta1 = 0.9;
+  hp_.beta2 = 0.95;
+  hp_.eps = 1e-8;
+  hp_.weight_decay = 0.01;
+  hp_.step = 3;
+  adamw_update<D>(exec, hp_, p, g, m, v);
+  const auto rp = host(p), rm = host(m), rv = host(v);
+  for (int i = 0; i < 2; ++i) {
+    const double m1 = 0.9 * hm[i] + 0.1 * hg[i];
+    const double v1 = 0.95 * hv[i] + 0.05 * hg[i] * hg[i];
+    const double mhat = m1 / (1 - std::pow(0.9, 3));
+    const double vhat = v1 / (1 - std::pow(0.95, 3));
+    const double expected = hp[i] * (1 - 0.1 * 0.01) - 0.1 * mhat / (std::sqrt(vhat) + 1e-8);
+    EXPECT_NEAR(rm[i], m1, 1e-15);
+    EXPECT_NEAR(rv[i], v1, 1e-15);
+    EXPECT_NEAR(rp[i], expected, 1e-12);
+  }
+  EXPECT_NEAR(sum_squares<D>(exec, g), 0.25 + 0.0625, 1e-15);
+  scale<D>(exec, g, 2.0);
+  EXPECT_DOUBLE_EQ(host(g)[1], 0.5);
+}
