@@ -1,0 +1,133 @@
+// The whole GPT in double precision: every parameter gradient against central
+// finite differences of the mean loss; initialisation rules of DESIGN §4.
+
+#include "cubelm/model/gpt.hpp"
+#include "cubelm/model/shape.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+using namespace cubelm;
+using namespace cubelm::model;
+
+namespace {
+
+io::ModelConfig tiny() {
+  io::ModelConfig c;
+  c.vocab_size = 11;
+  c.seq_len = 4;
+  c.hidden = 8;
+  c.heads = 2;
+  c.layers = 2;
+  return c;
+}
+
+std::vector<std::int32_t> tokens(int n, int vocab, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t)
+    x = static_cast<std::int32_t>(gen() % vocab);
+  return t;
+}
+
+} // namespace
+
+TEST(Model, ParameterNamesShapesAndCount) {
+  GPT<float> gpt(tiny(), 2, 1);
+  std::int64_t total = 0;
+  for (const auto& p : gpt.params())
+    total += p.size();
+  EXPECT_EQ(total, parameter_count(tiny()));
+  EXPECT_EQ(gpt.param("wte").shape, (std::vector<std::int64_t>{11, 8}));
+  EXPECT_EQ(gpt.param("layers/1/mlp/w1").shape, (std::vector<std::int64_t>{8, 32}));
+  EXPECT_EQ(gpt.param("layers/0/attn/bo").shape, (std::vector<std::int64_t>{8}));
+  EXPECT_TRUE(gpt.param("wpe").decay);
+  EXPECT_FALSE(gpt.param("ln_f/gamma").decay);
+}
+
+TEST(Model, InitialisationFollowsTheRules) {
+  io::ModelConfig c = tiny();
+  c.hidden = 64;
+  c.layers = 4;
+  GPT<double> a(c, 1, 42), b(c, 1, 42), other(c, 1, 43);
+  auto stats = [](const Param<double>& p) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.value);
+    double s = 0, s2 = 0;
+    for (std::int64_t i = 0; i < p.size(); ++i) {
+      s += h(i);
+      s2 += h(i) * h(i);
+    }
+    return std::make_pair(s / p.size(), std::sqrt(s2 / p.size()));
+  };
+  const auto [m1, sd1] = stats(a.param("layers/0/mlp/w1"));
+  EXPECT_NEAR(m1, 0.0, 0.002);
+  EXPECT_NEAR(sd1, 0.02, 0.001);
+  const auto [m2, sd2] = stats(a.param("layers/2/mlp/w2"));
+  EXPECT_NEAR(sd2, 0.02 / std::sqrt(8.0), 0.0007);
+  EXPECT_EQ(stats(a.param("layers/1/attn/bq")).second, 0.0);
+  EXPECT_EQ(stats(a.param("ln_f/gamma")).first, 1.0);
+  // Deterministic in the seed, and a value depends only on (seed, name, index).
+  auto first = [](const Param<double>& p) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.value);
+    return h(5);
+  };
+  EXPECT_EQ(first(a.param("wte")), first(b.param("wte")));
+  EXPECT_NE(first(a.param("wte")), first(other.param("wte")));
+  EXPECT_DOUBLE_EQ(first(a.param("wte")), 0.02 * init_normal(42, "wte", 5));
+}
+
+TEST(Model, EveryGradientMatchesFiniteDifferences) {
+  const io::ModelConfig c = tiny();
+  const int batch = 2;
+  GPT<double> gpt(c, batch, 7);
+  // Larger random weights than the initialisation, so that every path carries signal.
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<double> dist(-0.5, 0.5);
+  for (auto& p : gpt.params()) {
+    auto h = Kokkos::create_mirror_view(p.value);
+    for (std::int64_t i = 0; i < p.size(); ++i)
+      h(i) = (p.name.find("gamma") != std::string::npos ? 1.0 : 0.0) + dist(gen);
+    Kokkos::deep_copy(p.value, h);
+  }
+  const int n = batch * c.seq_len;
+  const auto in = tokens(n, c.vocab_size, 1), tgt = tokens(n, c.vocab_size, 2);
+  const double scale = 1.0 / n;
+  gpt.zero_grad();
+  gpt.forward_backward(in, tgt, scale);
+  const double h = 1e-6;
+  double worst = 0;
+  std::string worst_name;
+  for (auto& p : gpt.params()) {
+    auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.value);
+    auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
+    for (std::int64_t i = 0; i < p.size(); ++i) {
+      const double orig = hv(i);
+      hv(i) = orig + h;
+      Kokkos::deep_copy(p.value, hv);
+      const double up = gpt.forward_backward(in, tgt, 0.0) * scale;
+      hv(i) = orig - h;
+      Kokkos::deep_copy(p.value, hv);
+      const double down = gpt.forward_backward(in, tgt, 0.0) * scale;
+      hv(i) = orig;
+      Kokkos::deep_copy(p.value, hv);
+      const double numeric = (up - down) / (2 * h);
+      const double err = std::fabs(hg(i) - numeric) / std::max(1e-3, std::fabs(numeric));
+      if (err > worst) {
+        worst = err;
+        worst_name = p.name + "[" + std::to_string(i) + "]";
+      }
+    }
+  }
+  EXPECT_LT(worst, 1e-6) << "worst at " << worst_name;
+}
+
+TEST(Model, LossOfTheUntrainedModelIsNearLogVocab) {
+  io::ModelConfig c = tiny();
+  c.vocab_size = 64;
+  GPT<float> gpt(c, 4, 11);
+  const int n = 4 * c.seq_len;
+  const double loss = gpt.forward_backward(tokens(n, 64, 5), tokens(n, 64, 6), 0.0) / n;
+  EXPECT_NEAR(loss, std::log(64.0), 0.05);
+}
