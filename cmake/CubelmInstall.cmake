@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS cubelm_base cubelm_lib cubelm_kernels cubelm_exe
+install(TARGETS cubelm_base cubelm_lib cubelm_kernels cubelm_train cubelm_app cubelm_exe
         EXPORT cubelmTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

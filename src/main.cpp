@@ -49,6 +49,11 @@ int main(int argc, char** argv) {
       "check", "Validate a deck and print its layout, model size and work per step");
   check->add_option("deck", check_deck, "The TOML input deck")->required();
 
+  std::string train_deck;
+  CLI::App* train = app.add_subcommand(
+      "train", "Train the deck's model, printing one line per log interval (rank 0)");
+  train->add_option("deck", train_deck, "The TOML input deck")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -66,6 +71,8 @@ int main(int argc, char** argv) {
     }
     if (*check)
       return cubelm::app::run_check(check_deck, env);
+    if (*train)
+      return cubelm::app::run_train(train_deck, env);
     if (rank == 0)
       std::printf("%s", app.help().c_str());
     return 0;

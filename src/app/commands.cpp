@@ -3,12 +3,14 @@
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/version.hpp"
 #include "cubelm/model/shape.hpp"
+#include "cubelm/train/trainer.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <hdf5.h>
 #include <mpi.h>
 
 #include <cstdio>
+#include <iostream>
 #include <sstream>
 
 #ifdef CUBELM_ENABLE_NCCL
@@ -103,6 +105,12 @@ int run_check(const std::string& deck_path, const Environment& env) {
                   layout.world_size());
   }
   return 0;
+}
+
+int run_train(const std::string& deck_path, const Environment& env) {
+  const io::Deck deck = io::load_deck(deck_path);
+  deck.parallel.layout().validate_for_world(env.world_size());
+  return train::run_training(deck, std::cout);
 }
 
 } // namespace cubelm::app

@@ -312,6 +312,13 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   data.choice("format", d.format, {"synthetic", "llmc", "megatron", "text"});
   data.get("path", d.path);
   data.choice("sampler", d.sampler, {"sequential", "shuffle"});
+  data.get("synthetic_tokens", d.synthetic_tokens);
+  data.get("synthetic_branching", d.synthetic_branching);
+  data.require(d.synthetic_tokens >= m.seq_len + 2, "synthetic_tokens",
+               "must be at least model.seq_len + 2 = " + std::to_string(m.seq_len + 2));
+  data.require(d.synthetic_branching >= 1 && d.synthetic_branching <= m.vocab_size,
+               "synthetic_branching",
+               "must lie in [1, model.vocab_size = " + std::to_string(m.vocab_size) + "]");
   if (d.format != "synthetic" && d.path.empty())
     data.fail("format", "needs data.path (the token or text file to read)");
   data.finish();
@@ -332,6 +339,8 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   LogConfig& l = deck.log;
   log.get("interval", l.interval);
   log.get("metrics", l.metrics);
+  log.get("peak_gflops", l.peak_gflops);
+  log.require(l.peak_gflops >= 0.0, "peak_gflops", "must be at least 0 (0: measure at start-up)");
   log.require(l.interval >= 1, "interval", "must be at least 1");
   log.finish();
 

@@ -19,6 +19,9 @@ std::string version_text();
 /// \return the exit code (0 when the deck is valid); user errors are thrown.
 int run_check(const std::string& deck_path, const Environment& env);
 
+/// \brief `cubelm train DECK`: validates the deck, then trains (train/trainer.hpp).
+int run_train(const std::string& deck_path, const Environment& env);
+
 /// \brief The summary `cubelm check` prints for a validated deck.
 std::string describe(const io::Deck& deck);
 

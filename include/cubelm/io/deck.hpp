@@ -56,9 +56,11 @@ struct OptimizerConfig {
 };
 
 struct DataConfig {
-  std::string format = "synthetic"; ///< synthetic | llmc | megatron | text
-  std::string path;                 ///< required unless format = "synthetic"
-  std::string sampler = "shuffle";  ///< sequential | shuffle
+  std::string format = "synthetic";        ///< synthetic | llmc | megatron | text
+  std::string path;                        ///< required unless format = "synthetic"
+  std::string sampler = "shuffle";         ///< sequential | shuffle
+  std::int64_t synthetic_tokens = 1 << 20; ///< corpus size for format = "synthetic"
+  int synthetic_branching = 4;             ///< successors per token: entropy floor ln(branching)
 };
 
 struct CheckpointConfig {
@@ -69,8 +71,9 @@ struct CheckpointConfig {
 };
 
 struct LogConfig {
-  int interval = 1;    ///< steps between printed lines
-  std::string metrics; ///< JSON-lines path; empty: none
+  int interval = 1;         ///< steps between printed lines
+  std::string metrics;      ///< JSON-lines path; empty: none
+  double peak_gflops = 0.0; ///< per-rank peak for MFU; 0: measured with a gemm at start-up
 };
 
 /// \brief A validated deck.

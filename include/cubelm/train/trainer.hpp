@@ -1,0 +1,77 @@
+#pragma once
+/// \file
+/// \brief The training loop: data, micro-batches, global-norm clipping, the
+/// learning-rate schedule and AdamW (DESIGN §4), per-step metrics (§8).
+
+#include "cubelm/io/data.hpp"
+#include "cubelm/io/deck.hpp"
+#include "cubelm/model/gpt.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace cubelm::train {
+
+/// \brief lr of step `step` (0-based): linear warmup lr (step+1)/warmup for
+/// step < warmup, then cosine from lr to min_lr over the remaining steps.
+double learning_rate(const io::OptimizerConfig& opt, int steps, int step);
+
+/// \brief What one optimizer step did (the keys of the JSON-lines metrics).
+struct StepMetrics {
+  int step = 0;
+  double loss = 0;      ///< mean cross-entropy over the global batch
+  double grad_norm = 0; ///< global L2 norm before clipping
+  double lr = 0;
+  double ms = 0;
+  double tokens_per_s = 0;
+  double gflops_per_rank = 0;
+  double mfu = 0;
+  std::int64_t mem_bytes = 0;
+  double comm_bytes = 0;
+};
+
+/// \brief "step 12/200 | loss 2.8311 | ..." as printed by rank 0.
+std::string format_step(const StepMetrics& m, int steps);
+/// \brief One JSON object on one line.
+std::string format_json(const StepMetrics& m);
+
+/// \brief Measures the gemm rate of this device in GFLOP/s (single precision).
+double measure_gemm_gflops();
+
+/// \brief Trains the deck's model on one process.
+class Trainer {
+public:
+  explicit Trainer(const io::Deck& deck);
+  ~Trainer();
+
+  /// \brief Runs one optimizer step over the global batch of step `step()`.
+  StepMetrics step();
+  /// \brief Steps done so far (the next step's number).
+  int steps_done() const { return step_; }
+  model::GPT<real>& model() { return *model_; }
+  /// \brief The entropy floor of the synthetic corpus (nats/token), or a negative number.
+  double entropy_floor() const { return floor_; }
+  /// \brief Sets the per-rank peak used for MFU.
+  void set_peak_gflops(double peak) { peak_gflops_ = peak; }
+
+private:
+  void optimizer_step(double grad_norm, double lr);
+
+  io::Deck deck_;
+  std::vector<std::int32_t> tokens_;
+  std::unique_ptr<io::Sampler> sampler_;
+  std::unique_ptr<model::GPT<real>> model_;
+  std::vector<kernels::Vec<real>> m_, v_;
+  io::Batch batch_;
+  int step_ = 0;
+  double floor_ = -1;
+  double peak_gflops_ = 0;
+};
+
+/// \brief `cubelm train`: the whole run with printing and metrics; returns the exit code.
+int run_training(const io::Deck& deck, std::ostream& out);
+
+} // namespace cubelm::train

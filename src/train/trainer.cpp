@@ -1,0 +1,215 @@
+#include "cubelm/train/trainer.hpp"
+
+#include "cubelm/core/error.hpp"
+#include "cubelm/kernels/blas.hpp"
+#include "cubelm/kernels/optim.hpp"
+#include "cubelm/model/shape.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace cubelm::train {
+
+double learning_rate(const io::OptimizerConfig& opt, int steps, int step) {
+  if (step < opt.warmup_steps)
+    return opt.lr * (step + 1) / opt.warmup_steps;
+  const int decay_steps = steps - opt.warmup_steps;
+  if (decay_steps <= 1)
+    return opt.lr;
+  const double progress = static_cast<double>(step - opt.warmup_steps) / (decay_steps - 1);
+  const double pi = 3.141592653589793;
+  return opt.min_lr + 0.5 * (opt.lr - opt.min_lr) * (1.0 + std::cos(pi * std::min(1.0, progress)));
+}
+
+namespace {
+
+std::string si(double x, const char* unit) {
+  const char* prefix[] = {"", "k", "M", "G", "T"};
+  int p = 0;
+  while (std::fabs(x) >= 1000.0 && p < 4) {
+    x /= 1000.0;
+    ++p;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.1f%s%s", x, prefix[p], unit);
+  return buf;
+}
+
+} // namespace
+
+std::string format_step(const StepMetrics& m, int steps) {
+  char buf[320];
+  std::snprintf(buf, sizeof(buf),
+                "step %d/%d | loss %.4f | gnorm %.2f | lr %.1e | %.0f ms | %s tok/s | %.1f "
+                "GFLOP/s/rank | MFU %.0f%% | mem %.0f MiB/rank",
+                m.step, steps, m.loss, m.grad_norm, m.lr, m.ms, si(m.tokens_per_s, "").c_str(),
+                m.gflops_per_rank, 100.0 * m.mfu, m.mem_bytes / 1048576.0);
+  return buf;
+}
+
+std::string format_json(const StepMetrics& m) {
+  std::ostringstream out;
+  out.precision(9);
+  out << "{\"step\": " << m.step << ", \"loss\": " << m.loss << ", \"grad_norm\": " << m.grad_norm
+      << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms << ", \"tokens_per_s\": " << m.tokens_per_s
+      << ", \"gflops_per_rank\": " << m.gflops_per_rank << ", \"mfu\": " << m.mfu
+      << ", \"mem_bytes\": " << m.mem_bytes << ", \"comm_bytes\": " << m.comm_bytes << "}";
+  return out.str();
+}
+
+double measure_gemm_gflops() {
+  const int n = 512;
+  kernels::Mat<real> a("a", n, n), b("b", n, n), c("c", n, n);
+  Kokkos::deep_copy(a, real(0.5));
+  Kokkos::deep_copy(b, real(0.25));
+  const ExecSpace exec;
+  kernels::gemm<real>(exec, false, false, 1, a, b, 0, c); // warm-up
+  exec.fence();
+  Kokkos::Timer timer;
+  int reps = 0;
+  do {
+    kernels::gemm<real>(exec, false, false, 1, a, b, 0, c);
+    exec.fence();
+    ++reps;
+  } while (timer.seconds() < 0.2 || reps < 3);
+  return 2.0 * n * n * static_cast<double>(n) * reps / timer.seconds() / 1e9;
+}
+
+Trainer::Trainer(const io::Deck& deck) : deck_(deck) {
+  const comm::Layout layout = deck.parallel.layout();
+  if (layout.world_size() != 1)
+    throw Error(deck.source + ": parallel layout " + layout.describe() +
+                    ": cubelm train runs single-process layouts only in this version "
+                    "(tensor_size = pipeline_size = data_size = 1)",
+                true);
+  const io::DataConfig& d = deck.data;
+  const io::ModelConfig& m = deck.model;
+  if (d.format == "synthetic") {
+    tokens_ = io::make_synthetic_corpus(m.vocab_size, d.synthetic_tokens, d.synthetic_branching,
+                                        static_cast<std::uint64_t>(deck.train.seed));
+    floor_ = io::synthetic_entropy_floor(d.synthetic_branching);
+  } else {
+    tokens_ = io::load_tokens(d.format, d.path, m.vocab_size).tokens;
+  }
+  sampler_ = io::make_sampler(d.sampler, static_cast<std::int64_t>(tokens_.size()),
+                              deck.train.global_batch, m.seq_len,
+                              static_cast<std::uint64_t>(deck.train.seed));
+  model_ = std::make_unique<model::GPT<real>>(m, deck.micro_batch(),
+                                              static_cast<std::uint64_t>(deck.train.seed));
+  for (const auto& p : model_->params()) {
+    m_.emplace_back("cubelm::adam_m::" + p.name, p.size());
+    v_.emplace_back("cubelm::adam_v::" + p.name, p.size());
+  }
+  peak_gflops_ = deck.log.peak_gflops;
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::optimizer_step(double grad_norm, double lr) {
+  const ExecSpace exec;
+  const io::OptimizerConfig& o = deck_.optimizer;
+  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
+  const double clip = o.grad_clip > 0 ? o.grad_clip / (grad_norm + 1e-6) : 1.0;
+  auto& params = model_->params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (clip < 1.0)
+      kernels::scale<real>(exec, params[i].grad, static_cast<real>(clip));
+    kernels::AdamW hp;
+    hp.lr = lr;
+    hp.beta1 = o.beta1;
+    hp.beta2 = o.beta2;
+    hp.eps = o.eps;
+    hp.weight_decay = params[i].decay ? o.weight_decay : 0.0;
+    hp.step = step_ + 1;
+    kernels::adamw_update<real>(exec, hp, params[i].value, params[i].grad, m_[i], v_[i]);
+  }
+  exec.fence();
+}
+
+StepMetrics Trainer::step() {
+  Kokkos::Timer timer;
+  const ExecSpace exec;
+  const int micro = deck_.micro_batch();
+  const int seq = deck_.model.seq_len;
+  const double tokens = static_cast<double>(deck_.train.global_batch) * seq;
+  model_->zero_grad();
+  double loss_sum = 0;
+  for (int mb = 0; mb < deck_.parallel.microbatches; ++mb) {
+    sampler_->fill_rows(tokens_, step_, mb * micro, micro, batch_);
+    loss_sum += model_->forward_backward(batch_.inputs, batch_.targets, 1.0 / tokens);
+  }
+  double sq = 0;
+  for (const auto& p : model_->params())
+    sq += kernels::sum_squares<real>(exec, p.grad);
+  StepMetrics m;
+  m.step = step_;
+  m.loss = loss_sum / tokens;
+  m.grad_norm = std::sqrt(sq);
+  m.lr = learning_rate(deck_.optimizer, deck_.train.steps, step_);
+  optimizer_step(m.grad_norm, m.lr);
+  m.ms = timer.seconds() * 1e3;
+  m.tokens_per_s = tokens / timer.seconds();
+  m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9;
+  m.mfu = peak_gflops_ > 0 ? m.gflops_per_rank / peak_gflops_ : 0.0;
+  std::int64_t optimizer_bytes = 0;
+  for (const auto& p : model_->params())
+    optimizer_bytes += 2 * p.size() * static_cast<std::int64_t>(sizeof(real));
+  m.mem_bytes = model_->memory_bytes() + optimizer_bytes;
+  m.comm_bytes = 0; // one process: nothing is sent
+  ++step_;
+  return m;
+}
+
+int run_training(const io::Deck& deck, std::ostream& out) {
+  Trainer trainer(deck);
+  double peak = deck.log.peak_gflops;
+  if (peak <= 0)
+    peak = measure_gemm_gflops();
+  trainer.set_peak_gflops(peak);
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s)\n",
+                deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
+                deck.log.peak_gflops > 0 ? "from the deck" : "measured sgemm");
+  out << line;
+  if (trainer.entropy_floor() >= 0) {
+    std::snprintf(line, sizeof(line),
+                  "synthetic corpus: %lld tokens, entropy floor %.4f nats/token (ln %d)\n",
+                  static_cast<long long>(deck.data.synthetic_tokens), trainer.entropy_floor(),
+                  deck.data.synthetic_branching);
+    out << line;
+  }
+  std::ofstream metrics;
+  if (!deck.log.metrics.empty()) {
+    metrics.open(deck.log.metrics);
+    if (!metrics)
+      throw Error("log.metrics = \"" + deck.log.metrics + "\": cannot open the file for writing",
+                  true);
+  }
+  StepMetrics last;
+  double total_ms = 0;
+  for (int s = 0; s < deck.train.steps; ++s) {
+    last = trainer.step();
+    total_ms += last.ms;
+    if (metrics.is_open())
+      metrics << format_json(last) << "\n" << std::flush;
+    if (s % deck.log.interval == 0 || s + 1 == deck.train.steps)
+      out << format_step(last, deck.train.steps) << "\n" << std::flush;
+  }
+  if (deck.train.steps > 0) {
+    std::snprintf(line, sizeof(line), "done: %d steps in %.1f s, final loss %.4f", deck.train.steps,
+                  total_ms / 1e3, last.loss);
+    out << line;
+    if (trainer.entropy_floor() >= 0) {
+      std::snprintf(line, sizeof(line), " (floor %.4f, %.4f above it)", trainer.entropy_floor(),
+                    last.loss - trainer.entropy_floor());
+      out << line;
+    }
+    out << "\n";
+  }
+  return 0;
+}
+
+} // namespace cubelm::train

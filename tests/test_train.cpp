@@ -1,0 +1,111 @@
+// The training loop: learning-rate schedule, loss decrease towards the
+// synthetic floor, bitwise determinism, micro-batch accumulation.
+
+#include "cubelm/train/trainer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+using namespace cubelm;
+
+namespace {
+
+io::Deck small_deck(int microbatches = 1, int steps = 60) {
+  std::string text = R"(
+[model]
+vocab_size = 32
+seq_len = 16
+hidden = 32
+heads = 2
+layers = 2
+[parallel]
+microbatches = )" + std::to_string(microbatches) +
+                     R"(
+[train]
+global_batch = 8
+seed = 5
+steps = )" + std::to_string(steps) +
+                     R"(
+[optimizer]
+lr = 1e-2
+min_lr = 1e-3
+warmup_steps = 5
+[data]
+format = "synthetic"
+synthetic_tokens = 20000
+synthetic_branching = 2
+[log]
+peak_gflops = 1.0
+)";
+  return io::parse_deck(text, "test.toml");
+}
+
+} // namespace
+
+TEST(Train, LearningRateScheduleClosedForm) {
+  io::OptimizerConfig o;
+  o.lr = 1.0;
+  o.min_lr = 0.1;
+  o.warmup_steps = 4;
+  EXPECT_DOUBLE_EQ(train::learning_rate(o, 14, 0), 0.25);
+  EXPECT_DOUBLE_EQ(train::learning_rate(o, 14, 3), 1.0);
+  EXPECT_DOUBLE_EQ(train::learning_rate(o, 14, 4), 1.0);    // cosine starts at lr
+  EXPECT_NEAR(train::learning_rate(o, 14, 13), 0.1, 1e-15); // and ends at min_lr
+  EXPECT_NEAR(train::learning_rate(o, 15, 9), 0.1 + 0.45 * (1 + std::cos(M_PI * 5 / 10)), 1e-15);
+  o.warmup_steps = 0;
+  EXPECT_DOUBLE_EQ(train::learning_rate(o, 10, 0), 1.0);
+}
+
+TEST(Train, LossFallsTowardsTheEntropyFloor) {
+  train::Trainer t(small_deck());
+  const double floor = t.entropy_floor();
+  EXPECT_NEAR(floor, std::log(2.0), 1e-12);
+  const double first = t.step().loss;
+  EXPECT_NEAR(first, std::log(32.0), 0.1); // untrained: uniform over the vocabulary
+  double last = first;
+  for (int s = 1; s < 60; ++s)
+    last = t.step().loss;
+  EXPECT_LT(last, first - 1.5);
+  EXPECT_LT(last - floor, 1.0);
+}
+
+TEST(Train, RunsAreBitwiseDeterministic) {
+  train::Trainer a(small_deck(1, 5)), b(small_deck(1, 5));
+  for (int s = 0; s < 5; ++s) {
+    const auto ma = a.step(), mb = b.step();
+    EXPECT_EQ(std::memcmp(&ma.loss, &mb.loss, sizeof(double)), 0) << "step " << s;
+    EXPECT_EQ(std::memcmp(&ma.grad_norm, &mb.grad_norm, sizeof(double)), 0);
+  }
+}
+
+TEST(Train, MicroBatchesAccumulateToTheFullBatchGradient) {
+  train::Trainer full(small_deck(1, 3)), split(small_deck(4, 3));
+  for (int s = 0; s < 3; ++s) {
+    const auto mf = full.step(), ms = split.step();
+    EXPECT_NEAR(ms.loss, mf.loss, 1e-5 * mf.loss);
+    EXPECT_NEAR(ms.grad_norm, mf.grad_norm, 1e-4 * mf.grad_norm);
+  }
+}
+
+TEST(Train, MetricsLineAndJson) {
+  train::StepMetrics m;
+  m.step = 12;
+  m.loss = 2.83111;
+  m.grad_norm = 0.91;
+  m.lr = 3e-4;
+  m.ms = 142;
+  m.tokens_per_s = 57600;
+  m.gflops_per_rank = 31.2;
+  m.mfu = 0.48;
+  m.mem_bytes = 312 * 1048576LL;
+  EXPECT_EQ(train::format_step(m, 200),
+            "step 12/200 | loss 2.8311 | gnorm 0.91 | lr 3.0e-04 | 142 ms | 57.6k tok/s | 31.2 "
+            "GFLOP/s/rank | MFU 48% | mem 312 MiB/rank");
+  const std::string j = train::format_json(m);
+  for (const char* key :
+       {"\"step\": 12", "\"loss\"", "\"grad_norm\"", "\"lr\"", "\"ms\"", "\"tokens_per_s\"",
+        "\"gflops_per_rank\"", "\"mfu\"", "\"mem_bytes\"", "\"comm_bytes\""})
+    EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
+}
