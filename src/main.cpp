@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -54,6 +55,14 @@ int main(int argc, char** argv) {
       "train", "Train the deck's model, printing one line per log interval (rank 0)");
   train->add_option("deck", train_deck, "The TOML input deck")->required();
 
+  std::vector<std::string> data_inputs;
+  std::string data_output;
+  CLI::App* data = app.add_subcommand(
+      "data", "Turn text files into an llm.c .bin token file (byte vocabulary, 256 tokens)");
+  data->add_option("inputs", data_inputs, "Text files, concatenated in the order given")
+      ->required();
+  data->add_option("-o,--output", data_output, "The .bin file to write")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -73,6 +82,8 @@ int main(int argc, char** argv) {
       return cubelm::app::run_check(check_deck, env);
     if (*train)
       return cubelm::app::run_train(train_deck, env);
+    if (*data)
+      return cubelm::app::run_data(data_inputs, data_output, env);
     if (rank == 0)
       std::printf("%s", app.help().c_str());
     return 0;

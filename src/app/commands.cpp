@@ -2,6 +2,7 @@
 
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/version.hpp"
+#include "cubelm/io/data.hpp"
 #include "cubelm/model/shape.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -111,6 +112,17 @@ int run_train(const std::string& deck_path, const Environment& env) {
   const io::Deck deck = io::load_deck(deck_path);
   deck.parallel.layout().validate_for_world(env.world_size());
   return train::run_training(deck, std::cout);
+}
+
+int run_data(const std::vector<std::string>& inputs, const std::string& output,
+             const Environment& env) {
+  // One writer: the file is made on rank 0 alone.
+  if (env.world_rank() == 0) {
+    const std::int64_t count = io::text_to_llmc(inputs, output);
+    std::printf("%s: %lld tokens (bytes of %zu text file%s, vocabulary 256)\n", output.c_str(),
+                static_cast<long long>(count), inputs.size(), inputs.size() == 1 ? "" : "s");
+  }
+  return 0;
 }
 
 } // namespace cubelm::app

@@ -6,6 +6,7 @@
 #include "cubelm/io/deck.hpp"
 
 #include <string>
+#include <vector>
 
 namespace cubelm::app {
 
@@ -21,6 +22,10 @@ int run_check(const std::string& deck_path, const Environment& env);
 
 /// \brief `cubelm train DECK`: validates the deck, then trains (train/trainer.hpp).
 int run_train(const std::string& deck_path, const Environment& env);
+
+/// \brief `cubelm data TEXT... -o OUT.bin`: bytes of the text files as an llm.c token file.
+int run_data(const std::vector<std::string>& inputs, const std::string& output,
+             const Environment& env);
 
 /// \brief The summary `cubelm check` prints for a validated deck.
 std::string describe(const io::Deck& deck);
