@@ -198,21 +198,41 @@ TEST(Kernels, AttentionGradients) {
   Mat<D> q("q", rows, hid), k("k", rows, hid), v("v", rows, hid), out("out", rows, hid),
       w("w", rows, hid), dq("dq", rows, hid), dk("dk", rows, hid), dv("dv", rows, hid);
   Tensor4<D> probs("p", batch, heads, seq, seq), scratch("s", batch, heads, seq, seq);
+  const AttentionWorkspace<D> work(batch, heads, seq, hid / heads);
   randomize(q, 14);
   randomize(k, 15);
   randomize(v, 16);
   randomize(w, 17);
   auto loss = [&] {
-    attention_forward<D>(exec, q, k, v, heads, probs, out);
+    attention_forward<D>(exec, q, k, v, heads, probs, work, out);
     return dot(out, w);
   };
   loss();
-  // Causality: the first token of each sequence attends only to itself, so its output is v.
-  const auto ho = host(out), hv = host(v);
+  // The forward against the definition, written out with loops.
+  const auto ho = host(out), hq = host(q), hk = host(k), hv = host(v);
+  const int d = hid / heads;
   for (int b = 0; b < batch; ++b)
-    for (int j = 0; j < hid; ++j)
-      EXPECT_NEAR(ho[(b * seq) * hid + j], hv[(b * seq) * hid + j], 1e-14);
-  attention_backward<D>(exec, q, k, v, heads, probs, w, scratch, dq, dk, dv);
+    for (int h = 0; h < heads; ++h)
+      for (int t = 0; t < seq; ++t) {
+        std::vector<double> p(t + 1);
+        double mx = -1e300, z = 0;
+        for (int s = 0; s <= t; ++s) {
+          double dotp = 0;
+          for (int j = 0; j < d; ++j)
+            dotp += hq[(b * seq + t) * hid + h * d + j] * hk[(b * seq + s) * hid + h * d + j];
+          p[s] = dotp / std::sqrt(double(d));
+          mx = std::max(mx, p[s]);
+        }
+        for (auto& x : p)
+          z += (x = std::exp(x - mx));
+        for (int j = 0; j < d; ++j) {
+          double o = 0;
+          for (int s = 0; s <= t; ++s)
+            o += p[s] / z * hv[(b * seq + s) * hid + h * d + j];
+          EXPECT_NEAR(ho[(b * seq + t) * hid + h * d + j], o, 1e-14);
+        }
+      }
+  attention_backward<D>(exec, q, k, v, heads, probs, w, scratch, work, dq, dk, dv);
   EXPECT_LT(fd_error(q, loss, dq), kTol);
   EXPECT_LT(fd_error(k, loss, dk), kTol);
   EXPECT_LT(fd_error(v, loss, dv), kTol);

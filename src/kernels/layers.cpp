@@ -200,19 +200,26 @@ void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& ta
         T mx = logits(n, 0);
         for (std::int64_t v = 1; v < vocab; ++v)
           mx = logits(n, v) > mx ? logits(n, v) : mx;
-        T sum = 0;
-        for (std::int64_t v = 0; v < vocab; ++v)
-          sum += kmath::exp(logits(n, v) - mx);
         const std::int32_t target = targets(n);
         // (logit - max) first: adding the max back would cost float precision.
-        losses(n) = kmath::log(sum) - (logits(n, target) - mx);
+        const T target_shifted = logits(n, target) - mx;
+        T sum = 0;
         if (grad_scale != T(0)) {
-          const T inv = T(1) / sum;
+          // One exp per logit: keep exp(l - max) in place, then scale it to the gradient.
           for (std::int64_t v = 0; v < vocab; ++v) {
-            const T p = kmath::exp(logits(n, v) - mx) * inv;
-            logits(n, v) = grad_scale * (p - (v == target ? T(1) : T(0)));
+            const T e = kmath::exp(logits(n, v) - mx);
+            logits(n, v) = e;
+            sum += e;
           }
+          const T factor = grad_scale / sum;
+          for (std::int64_t v = 0; v < vocab; ++v)
+            logits(n, v) *= factor;
+          logits(n, target) -= grad_scale;
+        } else {
+          for (std::int64_t v = 0; v < vocab; ++v)
+            sum += kmath::exp(logits(n, v) - mx);
         }
+        losses(n) = kmath::log(sum) - target_shifted;
       });
 }
 

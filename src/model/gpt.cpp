@@ -129,6 +129,8 @@ GPT<T>::GPT(const io::ModelConfig& config, int batch, std::uint64_t seed)
   dh_ = alloc("cubelm::dh", N, 4 * H);
   dg_ = alloc("cubelm::dg", N, 4 * H);
   dscratch_ = Tensor4<T>("cubelm::dscores", batch, config.heads, S, S);
+  attn_work_ = kernels::AttentionWorkspace<T>(batch, config.heads, config.seq_len,
+                                              config.hidden / config.heads);
 }
 
 template <class T>
@@ -155,7 +157,7 @@ std::int64_t GPT<T>::memory_bytes() const {
   const std::int64_t H = config_.hidden, S = config_.seq_len;
   const std::int64_t per_layer = N * (14 * H + 4) + 2 * batch_ * config_.heads * S * S;
   bytes += (config_.layers * per_layer + (2 * config_.layers + 1) * N * H + N * H +
-            N * config_.vocab_size + 3 * N + 6 * N * H + 4 * N * H) *
+            N * config_.vocab_size + 3 * N + 6 * N * H + 4 * N * H + 4 * N * H) *
            static_cast<std::int64_t>(sizeof(T));
   return bytes;
 }
@@ -202,7 +204,7 @@ void GPT<T>::forward(const ExecSpace& exec) {
     bias_add<T>(exec, y.k, y.bk->value);
     gemm<T>(exec, false, false, T(1), y.ln1, y.wv->mat(), T(0), y.v);
     bias_add<T>(exec, y.v, y.bv->value);
-    attention_forward<T>(exec, y.q, y.k, y.v, config_.heads, y.probs, y.att);
+    attention_forward<T>(exec, y.q, y.k, y.v, config_.heads, y.probs, attn_work_, y.att);
     gemm<T>(exec, false, false, T(1), y.att, y.wo->mat(), T(0), x1);
     bias_add<T>(exec, x1, y.bo->value);
     add_inplace<T>(exec, x1, x);
@@ -246,8 +248,8 @@ void GPT<T>::backward(const ExecSpace& exec) {
     gemm<T>(exec, true, false, T(1), y.att, dx_, T(1), y.wo->grad_mat());
     bias_backward<T>(exec, dx_, y.bo->grad);
     gemm<T>(exec, false, true, T(1), dx_, y.wo->mat(), T(0), da_);
-    attention_backward<T>(exec, y.q, y.k, y.v, config_.heads, y.probs, da_, dscratch_, dq_, dk_,
-                          dv_);
+    attention_backward<T>(exec, y.q, y.k, y.v, config_.heads, y.probs, da_, dscratch_, attn_work_,
+                          dq_, dk_, dv_);
     gemm<T>(exec, true, false, T(1), y.ln1, dq_, T(1), y.wq->grad_mat());
     gemm<T>(exec, true, false, T(1), y.ln1, dk_, T(1), y.wk->grad_mat());
     gemm<T>(exec, true, false, T(1), y.ln1, dv_, T(1), y.wv->grad_mat());

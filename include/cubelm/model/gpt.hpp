@@ -8,6 +8,7 @@
 /// layout or on the order in which tensors are created.
 
 #include "cubelm/io/deck.hpp"
+#include "cubelm/kernels/attention.hpp"
 #include "cubelm/kernels/layers.hpp"
 
 #include <cstdint>
@@ -94,6 +95,7 @@ private:
   // backward scratch
   Mat<T> dx_, dln_, da_, dq_, dk_, dv_, dh_, dg_;
   Tensor4<T> dscratch_;
+  kernels::AttentionWorkspace<T> attn_work_; // shared by all layers
 };
 
 } // namespace cubelm::model

@@ -1,0 +1,621 @@
+#include "cubelm/io/checkpoint.hpp"
+
+#include "cubelm/core/error.hpp"
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <numeric>
+#include <sstream>
+#include <type_traits>
+
+namespace cubelm::io {
+
+// The header stores hid_t as std::int64_t so that it need not include hdf5.h.
+static_assert(std::is_same_v<hid_t, std::int64_t>, "HDF5 1.10+ has 64-bit hid_t");
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Like CUBELM_HDF5_CHECK, for calls that return the identifier we go on with.
+#define CUBELM_HDF5_ID(call) checked_id((call), #call, __LINE__)
+hid_t checked_id(hid_t id, const char* call, int line) {
+  if (id < 0)
+    detail::hdf5_failure(call, __FILE__, line);
+  return id;
+}
+
+/// Owns an HDF5 identifier and closes it with the matching H5?close.
+class Hid {
+public:
+  using Closer = herr_t (*)(hid_t);
+  Hid(hid_t id, Closer close) : id_(id), close_(close) {}
+  ~Hid() {
+    if (id_ >= 0)
+      close_(id_);
+  }
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  operator hid_t() const { return id_; }
+
+private:
+  hid_t id_;
+  Closer close_;
+};
+
+/// Switches off HDF5's printing of its error stack while we probe for things
+/// that may be missing (a missing dataset is our message to give, not a trace).
+class QuietHdf5 {
+public:
+  QuietHdf5() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+  QuietHdf5(const QuietHdf5&) = delete;
+  QuietHdf5& operator=(const QuietHdf5&) = delete;
+
+private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+std::vector<std::string> components(const std::string& path) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(path);
+  while (std::getline(in, part, '/'))
+    if (!part.empty())
+      parts.push_back(part);
+  return parts;
+}
+
+// "/model/wte" for "model/wte", "/model//wte/" or "/model/wte": the name messages use.
+std::string absolute(const std::string& path) {
+  std::string out;
+  for (const auto& part : components(path))
+    out += "/" + part;
+  return out.empty() ? "/" : out;
+}
+
+// The first prefix of `path` that does not exist ("" if all do). H5Lexists
+// fails rather than answering false when a group on the way is missing, hence
+// the walk.
+std::string first_missing(hid_t file, const std::string& path) {
+  QuietHdf5 quiet;
+  std::string prefix;
+  for (const auto& part : components(path)) {
+    prefix += "/" + part;
+    if (H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0 ||
+        H5Oexists_by_name(file, prefix.c_str(), H5P_DEFAULT) <= 0)
+      return prefix;
+  }
+  return "";
+}
+
+bool exists(hid_t file, const std::string& path) {
+  return first_missing(file, path).empty();
+}
+
+// H5I_DATASET, H5I_GROUP, ... of an existing object.
+H5I_type_t object_type(hid_t file, const std::string& path) {
+  Hid obj(CUBELM_HDF5_ID(H5Oopen(file, path.c_str(), H5P_DEFAULT)), H5Oclose);
+  return H5Iget_type(obj);
+}
+
+// A prefix of `path` (itself excluded) that exists but is not a group, so that
+// nothing can be created below it; "" if there is none.
+std::string blocked_by(hid_t file, const std::string& path) {
+  auto parts = components(path);
+  std::string prefix;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    prefix += "/" + parts[i];
+    if (!exists(file, prefix))
+      return "";
+    if (object_type(file, prefix) != H5I_GROUP)
+      return prefix;
+  }
+  return "";
+}
+
+std::vector<hsize_t> to_hsize(const std::vector<std::uint64_t>& v) {
+  return std::vector<hsize_t>(v.begin(), v.end());
+}
+
+std::uint64_t product(const std::vector<std::uint64_t>& v) {
+  return std::accumulate(v.begin(), v.end(), std::uint64_t{1}, std::multiplies<>());
+}
+
+// Why `block` does not fit a tensor of `shape` ("" if it does).
+std::string block_problem(const Block& block, const std::vector<std::uint64_t>& shape) {
+  if (block.empty())
+    return "";
+  const std::string where = "offset " + shape_text(block.offset) + " count " +
+                            shape_text(block.count) + " of a tensor of shape " + shape_text(shape);
+  if (block.offset.size() != shape.size() || block.count.size() != shape.size())
+    return "block " + where + ": the block needs " + std::to_string(shape.size()) +
+           " offsets and counts";
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (block.count[d] > shape[d] || block.offset[d] > shape[d] - block.count[d])
+      return "block " + where + " reaches past the end of dimension " + std::to_string(d);
+  return "";
+}
+
+// Selects `block` in `filespace` and returns the matching memory space; an
+// empty block selects nothing on both sides (the rank still joins the
+// collective transfer).
+hid_t select(const Block& block, hid_t filespace) {
+  if (block.empty()) {
+    const hsize_t one = 1;
+    const hid_t memspace = CUBELM_HDF5_ID(H5Screate_simple(1, &one, nullptr));
+    CUBELM_HDF5_CHECK(H5Sselect_none(memspace));
+    CUBELM_HDF5_CHECK(H5Sselect_none(filespace));
+    return memspace;
+  }
+  const auto start = to_hsize(block.offset);
+  const auto count = to_hsize(block.count);
+  CUBELM_HDF5_CHECK(
+      H5Sselect_hyperslab(filespace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
+  return CUBELM_HDF5_ID(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+}
+
+// Every rank passes its own complaint ("" for none); every rank gets back the
+// complaint of the lowest rank that has one. Each rank can then throw the same
+// exception, so none is left waiting in the next collective call.
+std::string agree(const comm::Communicator& comm, const std::string& local) {
+  const int mine = local.empty() ? comm.size() : comm.rank();
+  int first = comm.size();
+  CUBELM_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm.raw()));
+  if (first == comm.size())
+    return "";
+  int length = static_cast<int>(local.size());
+  CUBELM_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, comm.raw()));
+  std::string text = comm.rank() == first ? local : std::string(length, ' ');
+  CUBELM_MPI_CHECK(MPI_Bcast(text.data(), length, MPI_CHAR, first, comm.raw()));
+  return text;
+}
+
+// File access through MPI-IO on `comm` (HDF5 duplicates the communicator).
+hid_t file_access(const comm::Communicator& comm) {
+  const hid_t fapl = CUBELM_HDF5_ID(H5Pcreate(H5P_FILE_ACCESS));
+  CUBELM_HDF5_CHECK(H5Pset_fapl_mpio(fapl, comm.raw(), MPI_INFO_NULL));
+  return fapl;
+}
+
+hid_t collective_transfer() {
+  const hid_t dxpl = CUBELM_HDF5_ID(H5Pcreate(H5P_DATASET_XFER));
+  CUBELM_HDF5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+  return dxpl;
+}
+
+const char* class_text(H5T_class_t c) {
+  return c == H5T_INTEGER  ? "an integer"
+         : c == H5T_FLOAT  ? "a floating-point number"
+         : c == H5T_STRING ? "a string"
+                           : "of another HDF5 type";
+}
+
+// Reads a scalar string attribute, variable-length (ours, h5py's) or
+// fixed-length (other writers). Returns a complaint, or "" with `out` set.
+std::string read_string(hid_t attr, std::string& out) {
+  Hid type(CUBELM_HDF5_ID(H5Aget_type(attr)), H5Tclose);
+  if (H5Tget_class(type) != H5T_STRING)
+    return std::string("is ") + class_text(H5Tget_class(type)) + ", not a string";
+  Hid space(CUBELM_HDF5_ID(H5Aget_space(attr)), H5Sclose);
+  if (H5Sget_simple_extent_npoints(space) != 1)
+    return "holds " + std::to_string(H5Sget_simple_extent_npoints(space)) + " strings, not one";
+  if (H5Tis_variable_str(type) > 0) {
+    Hid mem(CUBELM_HDF5_ID(H5Tcopy(H5T_C_S1)), H5Tclose);
+    CUBELM_HDF5_CHECK(H5Tset_size(mem, H5T_VARIABLE));
+    CUBELM_HDF5_CHECK(H5Tset_cset(mem, H5Tget_cset(type)));
+    char* text = nullptr;
+    CUBELM_HDF5_CHECK(H5Aread(attr, mem, &text));
+    out = text ? text : "";
+    H5free_memory(text);
+  } else {
+    std::vector<char> text(H5Tget_size(type));
+    CUBELM_HDF5_CHECK(H5Aread(attr, type, text.data()));
+    out.assign(text.data(), strnlen(text.data(), text.size())); // drops NUL padding
+  }
+  return "";
+}
+
+// Reads a scalar number attribute of class `want` (or an integer, if
+// `accept_integer`) converted to `mem`. Returns a complaint, or "".
+std::string read_number(hid_t attr, H5T_class_t want, bool accept_integer, hid_t mem, void* out) {
+  Hid type(CUBELM_HDF5_ID(H5Aget_type(attr)), H5Tclose);
+  const H5T_class_t c = H5Tget_class(type);
+  if (c != want && !(accept_integer && c == H5T_INTEGER))
+    return std::string("is ") + class_text(c) + ", not " + class_text(want);
+  Hid space(CUBELM_HDF5_ID(H5Aget_space(attr)), H5Sclose);
+  if (H5Sget_simple_extent_npoints(space) != 1)
+    return "holds " + std::to_string(H5Sget_simple_extent_npoints(space)) + " values, not one";
+  CUBELM_HDF5_CHECK(H5Aread(attr, mem, out));
+  return "";
+}
+
+// Rank 0's verdict on a file about to be opened as a checkpoint ("" if fine).
+std::string inspect(const std::string& path) {
+  const std::string intro = "checkpoint " + path + ": ";
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (!fs::exists(status))
+    return intro + "no such file";
+  if (fs::is_directory(status))
+    return intro + "is a directory, not a checkpoint file";
+  if (::access(path.c_str(), R_OK) != 0)
+    return intro + "cannot be read: " + std::strerror(errno);
+  QuietHdf5 quiet;
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    return intro + "not an HDF5 file (a cubelm checkpoint is one, with the root attribute " +
+           "format = \"" + checkpoint_format + "\")";
+  const hid_t raw = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (raw < 0)
+    return intro + "cannot be opened by HDF5 (damaged or truncated? on a file system without " +
+           "file locking, set HDF5_USE_FILE_LOCKING=FALSE)";
+  Hid file(raw, H5Fclose);
+  if (H5Aexists(file, "format") <= 0)
+    return intro + "no root attribute format: not a cubelm checkpoint (it needs format = \"" +
+           checkpoint_format + "\")";
+  Hid attr(CUBELM_HDF5_ID(H5Aopen(file, "format", H5P_DEFAULT)), H5Aclose);
+  std::string format;
+  const std::string problem = read_string(attr, format);
+  if (!problem.empty())
+    return intro + "the root attribute format " + problem + " (it must be \"" + checkpoint_format +
+           "\")";
+  if (format != checkpoint_format)
+    return intro + "root attribute format = \"" + format + "\": not a cubelm checkpoint (it " +
+           "must be \"" + checkpoint_format + "\")";
+  return "";
+}
+
+// Opens `object`, creating it as a group (with the groups above it) if missing.
+hid_t open_or_create(hid_t file, const std::string& object) {
+  if (object == "/" || exists(file, object))
+    return CUBELM_HDF5_ID(H5Oopen(file, object.c_str(), H5P_DEFAULT));
+  Hid lcpl(CUBELM_HDF5_ID(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+  CUBELM_HDF5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
+  return CUBELM_HDF5_ID(H5Gcreate2(file, object.c_str(), lcpl, H5P_DEFAULT, H5P_DEFAULT));
+}
+
+// Writes a scalar attribute, replacing one of the same name.
+void put_attribute(hid_t file, const std::string& path, const std::string& object,
+                   const std::string& name, hid_t file_type, hid_t mem_type, const void* value) {
+  const std::string where = absolute(object);
+  if (const std::string in_the_way = blocked_by(file, where); !in_the_way.empty())
+    throw InternalError("checkpoint " + path + ": attribute " + name + " of " + where + ": " +
+                        in_the_way + " is a dataset, not a group");
+  Hid obj(open_or_create(file, where), H5Oclose);
+  if (CUBELM_HDF5_ID(H5Aexists(obj, name.c_str())) > 0)
+    CUBELM_HDF5_CHECK(H5Adelete(obj, name.c_str()));
+  Hid space(CUBELM_HDF5_ID(H5Screate(H5S_SCALAR)), H5Sclose);
+  Hid attr(
+      CUBELM_HDF5_ID(H5Acreate2(obj, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT)),
+      H5Aclose);
+  CUBELM_HDF5_CHECK(H5Awrite(attr, mem_type, value));
+}
+
+// Why `name` is not a readable dataset of `file` ("" if it is).
+std::string dataset_problem(hid_t file, const std::string& name) {
+  const std::string missing = first_missing(file, name);
+  if (missing == name)
+    return "no dataset " + name;
+  if (!missing.empty())
+    return "no dataset " + name + " (there is no " + missing + ")";
+  if (object_type(file, name) != H5I_DATASET)
+    return name + " is a group, not a dataset";
+  return "";
+}
+
+// The reader's Error for `problem` with attribute `name` of `object`, if there is one.
+void throw_if(const std::string& problem, const std::string& path, const std::string& object,
+              const std::string& name) {
+  if (!problem.empty())
+    throw Error("checkpoint " + path + ": attribute " + name + " of " + absolute(object) + " " +
+                    problem,
+                true);
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------
+// Block and shapes
+
+Block Block::whole(const std::vector<std::uint64_t>& shape) {
+  return {std::vector<std::uint64_t>(shape.size(), 0), shape};
+}
+
+Block Block::rows(const std::vector<std::uint64_t>& shape, std::uint64_t begin, std::uint64_t end) {
+  Block b = whole(shape);
+  CUBELM_ASSERT(!shape.empty() && begin <= end, "Block::rows needs a shape and begin <= end");
+  b.offset[0] = begin;
+  b.count[0] = end - begin;
+  return b;
+}
+
+std::uint64_t Block::size() const {
+  return count.empty() ? 0 : product(count);
+}
+
+std::string shape_text(const std::vector<std::uint64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void check_shape(const std::string& file, const std::string& dataset,
+                 const std::vector<std::uint64_t>& stored,
+                 const std::vector<std::uint64_t>& expected) {
+  if (stored != expected)
+    throw Error("checkpoint " + file + ": " + absolute(dataset) + " has shape " +
+                    shape_text(stored) + ", the deck needs " + shape_text(expected),
+                true);
+}
+
+// ---------------------------------------------------------------------------
+// CheckpointWriter
+
+std::string CheckpointWriter::partial_path(const std::string& path) {
+  return path + ".partial";
+}
+
+CheckpointWriter::CheckpointWriter(const std::string& path, const comm::Communicator& comm)
+    : path_(path), comm_(comm) {
+  CUBELM_ASSERT(comm_, "CheckpointWriter needs a communicator");
+  // MPI-IO would fail on some ranks or all in its own way; rank 0 looks first.
+  std::string problem;
+  if (comm_.rank() == 0) {
+    const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : ".";
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+      problem = "checkpoint " + path + ": the directory " + dir.string() + " does not exist";
+    else if (::access(dir.c_str(), W_OK | X_OK) != 0)
+      problem = "checkpoint " + path + ": cannot write into the directory " + dir.string() + ": " +
+                std::strerror(errno);
+    else if (fs::is_directory(path, ec))
+      problem = "checkpoint " + path + ": is a directory, cannot write a checkpoint file there";
+  }
+  problem = agree(comm_, problem);
+  if (!problem.empty())
+    throw Error(problem, true);
+
+  Hid fapl(file_access(comm_), H5Pclose);
+  // Metadata written collectively scales better than rank 0 writing it alone.
+  CUBELM_HDF5_CHECK(H5Pset_coll_metadata_write(fapl, 1));
+  file_ = CUBELM_HDF5_ID(H5Fcreate(partial_path(path_).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+  dxpl_ = collective_transfer();
+  set_attribute("/", "format", std::string(checkpoint_format));
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  release();
+}
+
+void CheckpointWriter::release() noexcept {
+  if (dxpl_ >= 0)
+    H5Pclose(dxpl_);
+  if (file_ >= 0)
+    H5Fclose(file_);
+  dxpl_ = file_ = -1;
+}
+
+void CheckpointWriter::write(const std::string& dataset,
+                             const std::vector<std::uint64_t>& global_shape, const Block& block,
+                             const float* data) {
+  CUBELM_ASSERT(file_ >= 0, "CheckpointWriter::write after close()");
+  const std::string name = absolute(dataset);
+  std::string problem;
+  if (name == "/" || global_shape.empty())
+    problem = "a tensor needs a name and at least one dimension";
+  else if (exists(file_, name))
+    problem = "written twice";
+  else if (const std::string in_the_way = blocked_by(file_, name); !in_the_way.empty())
+    problem = in_the_way + " is a dataset, not a group";
+  else if (!block.empty() && data == nullptr)
+    problem = "rank " + std::to_string(comm_.rank()) + " passed no data for its block";
+  else if (const std::string p = block_problem(block, global_shape); !p.empty())
+    problem = "rank " + std::to_string(comm_.rank()) + ": " + p;
+  problem = agree(comm_, problem);
+  if (!problem.empty())
+    throw InternalError("checkpoint " + path_ + ": " + name + ": " + problem);
+
+  // Blocks that overlap (a replica writing too) or leave a gap (nobody
+  // writing a part) would go unnoticed on disk; their total size tells.
+  const std::uint64_t mine = block.size();
+  std::uint64_t total = 0;
+  CUBELM_MPI_CHECK(MPI_Allreduce(&mine, &total, 1, MPI_UINT64_T, MPI_SUM, comm_.raw()));
+  if (total != product(global_shape))
+    throw InternalError("checkpoint " + path_ + ": " + name + ": the blocks of all ranks hold " +
+                        std::to_string(total) + " elements, the tensor " +
+                        shape_text(global_shape) + " has " + std::to_string(product(global_shape)) +
+                        ": every element must be written by exactly one rank (replicas pass an "
+                        "empty Block)");
+
+  const auto dims = to_hsize(global_shape);
+  Hid filespace(
+      CUBELM_HDF5_ID(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)),
+      H5Sclose);
+  Hid lcpl(CUBELM_HDF5_ID(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+  CUBELM_HDF5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
+  Hid dcpl(CUBELM_HDF5_ID(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  // Every element is written below; filling first would write the file twice.
+  CUBELM_HDF5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
+  Hid dset(CUBELM_HDF5_ID(
+               H5Dcreate2(file_, name.c_str(), H5T_IEEE_F32LE, filespace, lcpl, dcpl, H5P_DEFAULT)),
+           H5Dclose);
+
+  Hid memspace(select(block, filespace), H5Sclose);
+  const float dummy = 0.0f; // HDF5 wants a buffer even when nothing is selected
+  CUBELM_HDF5_CHECK(
+      H5Dwrite(dset, H5T_NATIVE_FLOAT, memspace, filespace, dxpl_, block.empty() ? &dummy : data));
+}
+
+void CheckpointWriter::set_attribute(const std::string& object, const std::string& name,
+                                     const std::string& value) {
+  CUBELM_ASSERT(file_ >= 0, "CheckpointWriter::set_attribute after close()");
+  // A variable-length string ends at its first NUL; the rest would be lost silently.
+  CUBELM_ASSERT(value.find('\0') == std::string::npos,
+                "string attribute " + name + " holds a NUL character");
+  Hid type(CUBELM_HDF5_ID(H5Tcopy(H5T_C_S1)), H5Tclose);
+  CUBELM_HDF5_CHECK(H5Tset_size(type, H5T_VARIABLE));
+  CUBELM_HDF5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8));
+  const char* text = value.c_str();
+  put_attribute(file_, path_, object, name, type, type, &text);
+}
+
+void CheckpointWriter::set_attribute(const std::string& object, const std::string& name,
+                                     std::int64_t value) {
+  CUBELM_ASSERT(file_ >= 0, "CheckpointWriter::set_attribute after close()");
+  put_attribute(file_, path_, object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+
+void CheckpointWriter::set_attribute(const std::string& object, const std::string& name,
+                                     double value) {
+  CUBELM_ASSERT(file_ >= 0, "CheckpointWriter::set_attribute after close()");
+  put_attribute(file_, path_, object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+}
+
+void CheckpointWriter::close() {
+  CUBELM_ASSERT(file_ >= 0, "CheckpointWriter::close called twice");
+  // Flushing syncs the MPI-IO file, so the data is on storage before the
+  // rename makes it the checkpoint.
+  CUBELM_HDF5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  release();
+  // Every rank has closed the file before rank 0 gives it its final name.
+  CUBELM_MPI_CHECK(MPI_Barrier(comm_.raw()));
+  std::string problem;
+  if (comm_.rank() == 0 && std::rename(partial_path(path_).c_str(), path_.c_str()) != 0)
+    problem = "checkpoint " + path_ + ": cannot rename " + partial_path(path_) +
+              " to it: " + std::strerror(errno);
+  problem = agree(comm_, problem);
+  if (!problem.empty())
+    throw Error(problem, true);
+}
+
+// ---------------------------------------------------------------------------
+// CheckpointReader
+
+CheckpointReader::CheckpointReader(const std::string& path, const comm::Communicator& comm)
+    : path_(path), comm_(comm) {
+  CUBELM_ASSERT(comm_, "CheckpointReader needs a communicator");
+  // A parallel open of a file that is not HDF5 may fail differently on
+  // different ranks; rank 0 decides for everyone before anyone tries.
+  const std::string problem = agree(comm_, comm_.rank() == 0 ? inspect(path_) : "");
+  if (!problem.empty())
+    throw Error(problem, true);
+  Hid fapl(file_access(comm_), H5Pclose);
+  file_ = CUBELM_HDF5_ID(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, fapl));
+  dxpl_ = collective_transfer();
+}
+
+CheckpointReader::~CheckpointReader() {
+  if (dxpl_ >= 0)
+    H5Pclose(dxpl_);
+  if (file_ >= 0)
+    H5Fclose(file_);
+}
+
+bool CheckpointReader::has(const std::string& dataset) const {
+  const std::string name = absolute(dataset);
+  return name != "/" && dataset_problem(file_, name).empty();
+}
+
+std::vector<std::uint64_t> CheckpointReader::shape(const std::string& dataset) const {
+  const std::string name = absolute(dataset);
+  if (const std::string problem = dataset_problem(file_, name); !problem.empty())
+    throw Error("checkpoint " + path_ + ": " + problem, true);
+  Hid dset(CUBELM_HDF5_ID(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)), H5Dclose);
+  Hid space(CUBELM_HDF5_ID(H5Dget_space(dset)), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  CUBELM_HDF5_CHECK(rank);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  CUBELM_HDF5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+  return std::vector<std::uint64_t>(dims.begin(), dims.end());
+}
+
+void CheckpointReader::expect_shape(const std::string& dataset,
+                                    const std::vector<std::uint64_t>& expected) const {
+  check_shape(path_, dataset, shape(dataset), expected);
+}
+
+void CheckpointReader::read(const std::string& dataset, const Block& block, float* out) const {
+  const std::string name = absolute(dataset);
+  std::string problem = dataset_problem(file_, name);
+  if (problem.empty()) {
+    Hid dset(CUBELM_HDF5_ID(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)), H5Dclose);
+    Hid type(CUBELM_HDF5_ID(H5Dget_type(dset)), H5Tclose);
+    if (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 4)
+      problem = name + " is " + class_text(H5Tget_class(type)) + " of " +
+                std::to_string(H5Tget_size(type)) + " bytes, not float32";
+    else if (!block.empty() && out == nullptr)
+      problem = "rank " + std::to_string(comm_.rank()) + " passed no buffer for its block";
+    else if (const std::string p = block_problem(block, shape(name)); !p.empty())
+      problem = name + ": rank " + std::to_string(comm_.rank()) + " asked for " + p;
+  }
+  problem = agree(comm_, problem);
+  if (!problem.empty())
+    throw Error("checkpoint " + path_ + ": " + problem, true);
+
+  Hid dset(CUBELM_HDF5_ID(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)), H5Dclose);
+  Hid filespace(CUBELM_HDF5_ID(H5Dget_space(dset)), H5Sclose);
+  Hid memspace(select(block, filespace), H5Sclose);
+  float dummy = 0.0f; // HDF5 wants a buffer even when nothing is selected
+  CUBELM_HDF5_CHECK(
+      H5Dread(dset, H5T_NATIVE_FLOAT, memspace, filespace, dxpl_, block.empty() ? &dummy : out));
+}
+
+bool CheckpointReader::has_attribute(const std::string& object, const std::string& name) const {
+  const std::string where = absolute(object);
+  if (where != "/" && !exists(file_, where))
+    return false;
+  QuietHdf5 quiet;
+  return H5Aexists_by_name(file_, where.c_str(), name.c_str(), H5P_DEFAULT) > 0;
+}
+
+std::int64_t CheckpointReader::open_attribute(const std::string& object,
+                                              const std::string& name) const {
+  const std::string where = absolute(object);
+  if (where != "/" && !exists(file_, where))
+    throw Error("checkpoint " + path_ + ": no " + where + " (looking for its attribute " + name +
+                    ")",
+                true);
+  if (!has_attribute(where, name))
+    throw Error("checkpoint " + path_ + ": " + where + " has no attribute " + name, true);
+  return CUBELM_HDF5_ID(
+      H5Aopen_by_name(file_, where.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
+}
+
+std::string CheckpointReader::string_attribute(const std::string& object,
+                                               const std::string& name) const {
+  Hid attr(open_attribute(object, name), H5Aclose);
+  std::string value;
+  throw_if(read_string(attr, value), path_, object, name);
+  return value;
+}
+
+std::int64_t CheckpointReader::int_attribute(const std::string& object,
+                                             const std::string& name) const {
+  Hid attr(open_attribute(object, name), H5Aclose);
+  std::int64_t value = 0;
+  throw_if(read_number(attr, H5T_INTEGER, false, H5T_NATIVE_INT64, &value), path_, object, name);
+  return value;
+}
+
+double CheckpointReader::double_attribute(const std::string& object,
+                                          const std::string& name) const {
+  Hid attr(open_attribute(object, name), H5Aclose);
+  double value = 0;
+  // An integer is a number too (an h5py user may well write lr = 1).
+  throw_if(read_number(attr, H5T_FLOAT, true, H5T_NATIVE_DOUBLE, &value), path_, object, name);
+  return value;
+}
+
+} // namespace cubelm::io

@@ -1,0 +1,554 @@
+// Parallel HDF5 checkpoints: tensors written in one decomposition come back
+// element for element in another, attributes round trip, the file appears
+// under its final name only when complete, and every user error is a
+// cubelm::Error on every rank (no hang) that names the file.
+//
+// Expected values are closed forms of the indices (100 i + j, ...), never
+// what another part of the checkpoint code computed.
+
+#include "cubelm/comm/communicator.hpp"
+#include "cubelm/core/error.hpp"
+#include "cubelm/io/checkpoint.hpp"
+
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace cubelm;
+using namespace cubelm::io;
+namespace fs = std::filesystem;
+using Shape = std::vector<std::uint64_t>;
+
+namespace {
+
+#define EXPECT_HAS(haystack, needle)                                                               \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
+      << "message: " << (haystack) << "\nmissing: " << (needle)
+
+// A file name in the temporary directory all ranks of this node share, unique
+// per test, rank count and run (ctest runs the 1-, 2- and 4-rank jobs side by
+// side). Rank 0 removes the file and its .partial after the test.
+class TempPath {
+public:
+  explicit TempPath(const comm::Communicator& comm, const std::string& suffix = "") : comm_(comm) {
+    int pid = static_cast<int>(::getpid());
+    MPI_Bcast(&pid, 1, MPI_INT, 0, comm.raw());
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    path_ = (fs::temp_directory_path() /
+             ("cubelm_test_ckpt_" + test + suffix + "_" + std::to_string(comm.size()) + "_" +
+              std::to_string(pid) + ".h5"))
+                .string();
+  }
+  ~TempPath() {
+    MPI_Barrier(comm_.raw());
+    if (comm_.rank() == 0) {
+      std::error_code ec;
+      fs::remove(path_, ec);
+      fs::remove(CheckpointWriter::partial_path(path_), ec);
+    }
+  }
+  const std::string& str() const { return path_; }
+
+private:
+  comm::Communicator comm_;
+  std::string path_;
+};
+
+// The message of the collective cubelm::Error that `f` throws.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.collective()) << "checkpoint errors are raised on every rank: " << e.what();
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected cubelm::Error, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no cubelm::Error";
+  return "";
+}
+
+// The message of the cubelm::InternalError (API misuse) that `f` throws.
+std::string internal_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InternalError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected cubelm::InternalError, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no cubelm::InternalError";
+  return "";
+}
+
+// Rows [begin, end) of `rows` that rank r of p owns: a deliberately uneven
+// split (quadratic boundaries) in which low ranks may own nothing.
+std::pair<std::uint64_t, std::uint64_t> uneven(std::uint64_t rows, int r, int p) {
+  const auto edge = [&](int k) { return rows * k * k / (static_cast<std::uint64_t>(p) * p); };
+  return {edge(r), edge(r + 1)};
+}
+
+// Part [begin, end) of `n` for rank r of p, split as evenly as possible.
+std::pair<std::uint64_t, std::uint64_t> even(std::uint64_t n, int r, int p) {
+  return {n * r / p, n * (r + 1) / p};
+}
+
+// The closed forms the tensors hold.
+float matrix_value(std::uint64_t i, std::uint64_t j) {
+  return static_cast<float>(100 * i + j);
+}
+float vector_value(std::uint64_t k) {
+  return 0.5f * static_cast<float>(k) - 3.0f;
+}
+float replica_value(std::uint64_t i, std::uint64_t j) {
+  return static_cast<float>(4 * i + j) + 0.25f;
+}
+float cube_value(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  return -static_cast<float>(1000 * a + 100 * b + c);
+}
+
+// The elements of `block` of a 2-D tensor holding f(i, j), row-major.
+std::vector<float> fill2(const Block& block, float (*f)(std::uint64_t, std::uint64_t)) {
+  std::vector<float> v;
+  for (std::uint64_t i = 0; i < block.count[0]; ++i)
+    for (std::uint64_t j = 0; j < block.count[1]; ++j)
+      v.push_back(f(block.offset[0] + i, block.offset[1] + j));
+  return v;
+}
+
+const Shape matrix_shape{7, 5}, vector_shape{13}, replica_shape{3, 4}, cube_shape{2, 3, 4};
+
+// Writes the test tensors with `comm`: the matrix by uneven rows, the vector
+// by the last rank alone, the replicated tensor by rank 0 only, the 3-D
+// tensor split along its middle dimension.
+void write_tensors(CheckpointWriter& w, const comm::Communicator& comm) {
+  const int r = comm.rank(), p = comm.size();
+  const auto [r0, r1] = uneven(matrix_shape[0], r, p);
+  const Block rows = Block::rows(matrix_shape, r0, r1);
+  const std::vector<float> mine = fill2(rows, matrix_value);
+  w.write("/model/wte", matrix_shape, rows, mine.data());
+
+  std::vector<float> vec;
+  for (std::uint64_t k = 0; k < vector_shape[0]; ++k)
+    vec.push_back(vector_value(k));
+  w.write("/model/ln_f/gamma", vector_shape,
+          r == p - 1 ? Block::whole(vector_shape) : Block::none(), vec.data());
+
+  // Every rank holds the replica; only rank 0 writes it.
+  const std::vector<float> replica = fill2(Block::whole(replica_shape), replica_value);
+  w.write("/model/layers/0/attn/wq", replica_shape,
+          r == 0 ? Block::whole(replica_shape) : Block::none(), replica.data());
+
+  const auto [b0, b1] = even(cube_shape[1], r, p);
+  const Block slab{{0, b0, 0}, {cube_shape[0], b1 - b0, cube_shape[2]}};
+  std::vector<float> cube;
+  for (std::uint64_t a = 0; a < slab.count[0]; ++a)
+    for (std::uint64_t b = b0; b < b1; ++b)
+      for (std::uint64_t c = 0; c < cube_shape[2]; ++c)
+        cube.push_back(cube_value(a, b, c));
+  w.write("/optimizer/m/cube", cube_shape, slab, cube.data());
+}
+
+// Reads the test tensors back with `comm` in decompositions unlike the
+// writer's, and compares every element with its closed form.
+void check_tensors(const CheckpointReader& rd, const comm::Communicator& comm) {
+  const int r = comm.rank(), p = comm.size();
+  EXPECT_EQ(rd.shape("/model/wte"), matrix_shape);
+  EXPECT_EQ(rd.shape("model/ln_f/gamma"), vector_shape); // a relative path names the same
+  EXPECT_EQ(rd.shape("/model/layers/0/attn/wq"), replica_shape);
+  EXPECT_EQ(rd.shape("/optimizer/m/cube"), cube_shape);
+
+  // The matrix by columns, then whole on every rank.
+  const auto [c0, c1] = even(matrix_shape[1], r, p);
+  const Block cols{{0, c0}, {matrix_shape[0], c1 - c0}};
+  std::vector<float> got(cols.size(), -1.0f);
+  rd.read("/model/wte", cols, got.data());
+  EXPECT_EQ(got, fill2(cols, matrix_value)) << "columns [" << c0 << ", " << c1 << ")";
+  const Block all = Block::whole(matrix_shape);
+  got.assign(all.size(), -1.0f);
+  rd.read("/model/wte", all, got.data());
+  for (std::uint64_t i = 0; i < 7; ++i)
+    for (std::uint64_t j = 0; j < 5; ++j)
+      EXPECT_EQ(got[i * 5 + j], 100.0f * i + j) << "(" << i << ", " << j << ")";
+
+  // The vector: one element per rank, then whole.
+  float one = -1.0f;
+  const std::uint64_t k = static_cast<std::uint64_t>(r) % 13;
+  rd.read("/model/ln_f/gamma", Block{{k}, {1}}, &one);
+  EXPECT_EQ(one, 0.5f * k - 3.0f);
+  got.assign(13, -1.0f);
+  rd.read("/model/ln_f/gamma", Block::whole(vector_shape), got.data());
+  for (std::uint64_t i = 0; i < 13; ++i)
+    EXPECT_EQ(got[i], 0.5f * i - 3.0f) << i;
+
+  // The replicated tensor: ranks other than 0 read it, rank 0 reads nothing.
+  got.assign(12, -1.0f);
+  rd.read("/model/layers/0/attn/wq", r == 0 ? Block::none() : Block::whole(replica_shape),
+          got.data());
+  if (r != 0)
+    for (std::uint64_t i = 0; i < 12; ++i)
+      EXPECT_EQ(got[i], static_cast<float>(i) + 0.25f) << i;
+
+  // The 3-D tensor: a [1, 2, 2] block that moves with the rank.
+  const std::uint64_t c = static_cast<std::uint64_t>(r) % 3;
+  got.assign(4, -1.0f);
+  rd.read("/optimizer/m/cube", Block{{1, 1, c}, {1, 2, 2}}, got.data());
+  EXPECT_EQ(got,
+            (std::vector<float>{-(1100.0f + c), -(1101.0f + c), -(1200.0f + c), -(1201.0f + c)}));
+}
+
+// Writes `text` to `path` on rank 0; the others wait until it is there.
+void put_file(const comm::Communicator& comm, const std::string& path, const std::string& text) {
+  if (comm.rank() == 0)
+    std::ofstream(path, std::ios::binary) << text;
+  MPI_Barrier(comm.raw());
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+} // namespace
+
+TEST(Checkpoint, TensorsComeBackInAnotherDecomposition) {
+  const auto world = comm::Communicator::world();
+  TempPath file(world);
+  {
+    CheckpointWriter w(file.str(), world);
+    write_tensors(w, world);
+    w.close();
+  }
+  CheckpointReader rd(file.str(), world);
+  EXPECT_TRUE(rd.has("/model/wte"));
+  EXPECT_TRUE(rd.has("/model/layers/0/attn/wq"));
+  EXPECT_FALSE(rd.has("/model/layers/0/attn")) << "a group is not a dataset";
+  EXPECT_FALSE(rd.has("/model/wpe"));
+  EXPECT_FALSE(rd.has("/model/layers/1/attn/wq"));
+  check_tensors(rd, world);
+}
+
+TEST(Checkpoint, ReshardsAcrossRankCounts) {
+  const auto world = comm::Communicator::world();
+  const int p = world.size();
+  // Written by rank 0 alone, read by all ranks.
+  {
+    TempPath file(world, "_from_one");
+    const auto alone = world.split(world.rank() == 0 ? 0 : 1, 0);
+    if (world.rank() == 0) {
+      CheckpointWriter w(file.str(), alone);
+      write_tensors(w, alone);
+      w.close();
+    }
+    MPI_Barrier(world.raw());
+    CheckpointReader rd(file.str(), world);
+    check_tensors(rd, world);
+  }
+  // Written by all ranks, read by the last rank alone and by the lower half.
+  {
+    TempPath file(world, "_to_fewer");
+    {
+      CheckpointWriter w(file.str(), world);
+      write_tensors(w, world);
+      w.close();
+    }
+    const auto last = world.split(world.rank() == p - 1 ? 0 : 1, 0);
+    if (world.rank() == p - 1) {
+      CheckpointReader rd(file.str(), last);
+      check_tensors(rd, last);
+    }
+    const auto half = world.split(world.rank() < (p + 1) / 2 ? 0 : 1, 0);
+    if (world.rank() < (p + 1) / 2) {
+      CheckpointReader rd(file.str(), half);
+      check_tensors(rd, half);
+    }
+    MPI_Barrier(world.raw());
+  }
+}
+
+TEST(Checkpoint, AttributesRoundTrip) {
+  const auto world = comm::Communicator::world();
+  TempPath file(world);
+  // A deck with newlines, quotes and non-ASCII text, longer than the 64 KiB an
+  // object header can hold, so "any length" is tested.
+  std::string deck = "# cubelm deck, \"quoted\", caf\xc3\xa9\n[model]\nhidden = 64\n";
+  while (deck.size() < 70000)
+    deck += "# padding line " + std::to_string(deck.size()) + "\n";
+  const std::int64_t tokens = std::int64_t{1} << 40;
+  {
+    CheckpointWriter w(file.str(), world);
+    w.write("/model/wte", {2}, world.rank() == 0 ? Block::whole({2}) : Block::none(),
+            std::vector<float>{1, 2}.data());
+    w.set_attribute("/", "version", std::int64_t{1});
+    w.set_attribute("/", "step", 999);  // replaced below
+    w.set_attribute("/", "step", 1234); // an int, through the integer overload
+    w.set_attribute("/", "tokens_seen", tokens);
+    w.set_attribute("/", "deck", deck);
+    w.set_attribute("/", "layout", "tp=3d:8 pp=1 dp=1");
+    w.set_attribute("/", "seed", std::int64_t{-42});
+    w.set_attribute("/", "data_cursor", std::int64_t{9876543210});
+    w.set_attribute("/", "empty", std::string());
+    w.set_attribute("/", "lr", 6e-4);
+    w.set_attribute("/optimizer", "step", std::int64_t{1234}); // creates the group
+    w.set_attribute("/optimizer", "beta2", 0.95);
+    w.set_attribute("/model", "note", "on a group made by write()");
+    w.set_attribute("/model/wte", "tiny", 1e-300); // on a dataset
+    w.close();
+  }
+  CheckpointReader rd(file.str(), world);
+  EXPECT_EQ(rd.string_attribute("/", "format"), "cubelm-checkpoint");
+  EXPECT_EQ(rd.int_attribute("/", "version"), 1);
+  EXPECT_EQ(rd.int_attribute("/", "step"), 1234);
+  EXPECT_EQ(rd.int_attribute("/", "tokens_seen"), 1099511627776);
+  EXPECT_EQ(rd.string_attribute("/", "deck"), deck);
+  EXPECT_EQ(rd.string_attribute("/", "layout"), "tp=3d:8 pp=1 dp=1");
+  EXPECT_EQ(rd.int_attribute("/", "seed"), -42);
+  EXPECT_EQ(rd.int_attribute("/", "data_cursor"), 9876543210);
+  EXPECT_EQ(rd.string_attribute("/", "empty"), "");
+  EXPECT_EQ(rd.double_attribute("/", "lr"), 6e-4);
+  EXPECT_EQ(rd.int_attribute("/optimizer", "step"), 1234);
+  EXPECT_EQ(rd.double_attribute("optimizer/", "beta2"), 0.95);
+  EXPECT_EQ(rd.double_attribute("/", "version"), 1.0) << "an integer reads as a double";
+  EXPECT_EQ(rd.string_attribute("/model", "note"), "on a group made by write()");
+  EXPECT_EQ(rd.double_attribute("/model/wte", "tiny"), 1e-300);
+  EXPECT_TRUE(rd.has_attribute("/", "deck"));
+  EXPECT_FALSE(rd.has_attribute("/", "missing"));
+  EXPECT_FALSE(rd.has_attribute("/nowhere", "step"));
+  EXPECT_FALSE(rd.has("/optimizer")) << "a group made by set_attribute is not a dataset";
+}
+
+TEST(Checkpoint, FinalNameAppearsOnlyAtClose) {
+  const auto world = comm::Communicator::world();
+  TempPath file(world);
+  const std::string partial = CheckpointWriter::partial_path(file.str());
+  EXPECT_EQ(partial, file.str() + ".partial");
+  put_file(world, file.str(), "the previous checkpoint");
+  {
+    CheckpointWriter w(file.str(), world);
+    MPI_Barrier(world.raw());
+    EXPECT_TRUE(fs::exists(partial));
+    EXPECT_EQ(file_text(file.str()), "the previous checkpoint") << "replaced before close()";
+    w.write("/x", {4}, world.rank() == 0 ? Block::whole({4}) : Block::none(),
+            std::vector<float>{1, 2, 3, 4}.data());
+    MPI_Barrier(world.raw());
+    EXPECT_EQ(file_text(file.str()), "the previous checkpoint") << "replaced before close()";
+    w.close();
+    EXPECT_FALSE(fs::exists(partial)) << "close() renames the partial file";
+    EXPECT_TRUE(fs::exists(file.str()));
+  }
+  CheckpointReader rd(file.str(), world);
+  std::vector<float> got(4);
+  rd.read("/x", Block::whole({4}), got.data());
+  EXPECT_EQ(got, (std::vector<float>{1, 2, 3, 4}));
+
+  // A writer abandoned without close() (an exception on every rank) leaves
+  // the final name alone.
+  TempPath other(world, "_abandoned");
+  {
+    CheckpointWriter w(other.str(), world);
+    w.write("/x", {4}, world.rank() == 0 ? Block::whole({4}) : Block::none(),
+            std::vector<float>{1, 2, 3, 4}.data());
+  }
+  MPI_Barrier(world.raw());
+  EXPECT_FALSE(fs::exists(other.str()));
+  EXPECT_TRUE(fs::exists(CheckpointWriter::partial_path(other.str())));
+}
+
+TEST(Checkpoint, UnusableFilesAreErrorsOnEveryRank) {
+  const auto world = comm::Communicator::world();
+  TempPath file(world);
+  const std::string& path = file.str();
+
+  std::string msg = error_of([&] { CheckpointReader(path, world); });
+  EXPECT_HAS(msg, "checkpoint " + path + ": no such file");
+
+  put_file(world, path, "these bytes are not HDF5\n");
+  msg = error_of([&] { CheckpointReader(path, world); });
+  EXPECT_HAS(msg, "checkpoint " + path + ": not an HDF5 file");
+
+  // HDF5 written by someone else: no format attribute, then a wrong one.
+  if (world.rank() == 0) {
+    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(f, 0);
+    H5Fclose(f);
+  }
+  MPI_Barrier(world.raw());
+  msg = error_of([&] { CheckpointReader(path, world); });
+  EXPECT_HAS(msg, "checkpoint " + path + ": no root attribute format");
+  EXPECT_HAS(msg, "cubelm-checkpoint");
+
+  if (world.rank() == 0) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, 9); // fixed length, as other tools write it
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t attr = H5Acreate2(f, "format", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, type, "other-fmt");
+    H5Aclose(attr);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(f);
+  }
+  MPI_Barrier(world.raw());
+  msg = error_of([&] { CheckpointReader(path, world); });
+  EXPECT_HAS(msg, "checkpoint " + path + ": root attribute format = \"other-fmt\"");
+
+  const std::string dir = fs::temp_directory_path().string();
+  msg = error_of([&] { CheckpointReader(dir, world); });
+  EXPECT_HAS(msg, "checkpoint " + dir + ": is a directory");
+
+  const std::string nowhere = path + ".missing-dir/ckpt.h5";
+  msg = error_of([&] { CheckpointWriter(nowhere, world); });
+  EXPECT_HAS(msg, "checkpoint " + nowhere + ": the directory " + path + ".missing-dir");
+}
+
+TEST(Checkpoint, MissingDatasetsAndAttributesAreErrors) {
+  const auto world = comm::Communicator::world();
+  TempPath file(world);
+  const std::string& path = file.str();
+  {
+    CheckpointWriter w(path, world);
+    w.write("/model/wte", {2, 3}, world.rank() == 0 ? Block::whole({2, 3}) : Block::none(),
+            std::vector<float>(6, 1.0f).data());
+    w.set_attribute("/", "step", std::int64_t{7});
+    w.set_attribute("/", "layout", "tp=1d:2");
+    w.close();
+  }
+  CheckpointReader rd(path, world);
+  std::string msg = error_of([&] { rd.shape("/model/wpe"); });
+  EXPECT_HAS(msg, "checkpoint " + path + ": no dataset /model/wpe");
+  msg = error_of([&] { rd.shape("/model/layers/3/attn/wq"); });
+  EXPECT_HAS(msg, "no dataset /model/layers/3/attn/wq (there is no /model/layers)");
+  msg = error_of([&] { rd.shape("/model"); });
+  EXPECT_HAS(msg, "/model is a group, not a dataset");
+  float out[6];
+  msg = error_of([&] { rd.read("/model/wpe", Block::whole({2, 3}), out); });
+  EXPECT_HAS(msg, "checkpoint " + path + ": no dataset /model/wpe");
+
+  msg = error_of([&] { rd.string_attribute("/", "deck"); });
+  EXPECT_HAS(msg, "checkpoint " + path + ": / has no attribute deck");
+  msg = error_of([&] { rd.int_attribute("/optimizer", "step"); });
+  EXPECT_HAS(msg, "checkpoint " + path + ": no /optimizer (looking for its attribute step)");
+  msg = error_of([&] { rd.int_attribute("/", "layout"); });
+  EXPECT_HAS(msg, "checkpoint " + path + ": attribute layout of / is a string, not an integer");
+  msg = error_of([&] { rd.string_attribute("/", "step"); });
+  EXPECT_HAS(msg, "attribute step of / is an integer, not a string");
+  msg = error_of([&] { rd.double_attribute("/", "layout"); });
+  EXPECT_HAS(msg, "attribute layout of / is a string, not a floating-point number");
+
+  msg = error_of([] { check_shape("x.h5", "/model/wte", {256, 64}, {512, 64}); });
+  EXPECT_EQ(msg, "checkpoint x.h5: /model/wte has shape [256, 64], the deck needs [512, 64]");
+  msg = error_of([&] { rd.expect_shape("/model/wte", {2, 3, 1}); });
+  EXPECT_EQ(msg, "checkpoint " + path + ": /model/wte has shape [2, 3], the deck needs [2, 3, 1]");
+  EXPECT_NO_THROW(rd.expect_shape("/model/wte", {2, 3}));
+  EXPECT_NO_THROW(check_shape("x.h5", "/b", {4}, {4}));
+}
+
+TEST(Checkpoint, BadBlocksAreErrorsOnEveryRank) {
+  const auto world = comm::Communicator::world();
+  const int r = world.rank(), p = world.size();
+  TempPath file(world);
+  const Shape shape{3, 4};
+  const std::vector<float> data = fill2(Block::whole(shape), replica_value);
+  const Block mine = r == 0 ? Block::whole(shape) : Block::none();
+  {
+    CheckpointWriter w(file.str(), world);
+    // Nobody writes: a gap. Everyone writes (p > 1): overlapping replicas.
+    std::string msg = internal_error_of([&] { w.write("/t", shape, Block::none(), nullptr); });
+    EXPECT_HAS(msg, "/t: the blocks of all ranks hold 0 elements, the tensor [3, 4] has 12");
+    if (p > 1) {
+      msg = internal_error_of([&] { w.write("/t", shape, Block::whole(shape), data.data()); });
+      EXPECT_HAS(msg, "hold " + std::to_string(12 * p) + " elements");
+    }
+    // Only the last rank is wrong; every rank hears of it.
+    const Block past = r == p - 1 ? Block{{2, 0}, {2, 4}} : Block::none();
+    msg = internal_error_of([&] { w.write("/t", shape, past, data.data()); });
+    EXPECT_HAS(msg, "rank " + std::to_string(p - 1) + ": block offset [2, 0] count [2, 4]");
+    EXPECT_HAS(msg, "reaches past the end of dimension 0");
+    // The writer is still usable after refusing.
+    w.write("/t", shape, mine, data.data());
+    msg = internal_error_of([&] { w.write("/t", shape, mine, data.data()); });
+    EXPECT_HAS(msg, "/t: written twice");
+    msg = internal_error_of([&] { w.write("/t/under", {1}, Block::none(), nullptr); });
+    EXPECT_HAS(msg, "/t is a dataset, not a group");
+    w.close();
+  }
+  CheckpointReader rd(file.str(), world);
+  std::vector<float> got(12, -1.0f);
+  const Block bad = r == p - 1 ? Block{{0, 3}, {3, 2}} : Block::whole(shape);
+  std::string msg = error_of([&] { rd.read("/t", bad, got.data()); });
+  EXPECT_HAS(msg, "checkpoint " + file.str() + ": /t: rank " + std::to_string(p - 1) +
+                      " asked for block offset [0, 3] count [3, 2]");
+  msg = error_of([&] { rd.read("/t", Block{{0}, {3}}, got.data()); });
+  EXPECT_HAS(msg, "the block needs 2 offsets and counts");
+  // No rank is left behind: a good read right after works everywhere.
+  rd.read("/t", Block::whole(shape), got.data());
+  EXPECT_EQ(got, data);
+}
+
+TEST(Checkpoint, H5dumpReadsTheFile) {
+  const auto world = comm::Communicator::world();
+  // CUBELM_H5DUMP names another program (or a missing one, to see this skip).
+  const char* env = std::getenv("CUBELM_H5DUMP");
+  const std::string h5dump = env && *env ? env : "h5dump";
+  int have = 0;
+  if (world.rank() == 0)
+    have = std::system(("command -v '" + h5dump + "' > /dev/null 2>&1").c_str()) == 0;
+  MPI_Bcast(&have, 1, MPI_INT, 0, world.raw());
+  if (!have) {
+    if (world.rank() == 0)
+      std::printf("note: %s not found (package hdf5-tools); skipping the h5dump check\n",
+                  h5dump.c_str());
+    GTEST_SKIP() << h5dump << " not installed";
+  }
+  TempPath file(world);
+  {
+    CheckpointWriter w(file.str(), world);
+    write_tensors(w, world);
+    w.set_attribute("/", "layout", "tp=3d:8 pp=1 dp=1");
+    w.set_attribute("/", "step", std::int64_t{1234});
+    w.close();
+  }
+  if (world.rank() != 0)
+    return;
+  const auto run = [](const std::string& command) {
+    std::string out;
+    if (FILE* pipe = popen(command.c_str(), "r")) {
+      char buf[4096];
+      for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;)
+        out.append(buf, n);
+      EXPECT_EQ(pclose(pipe), 0) << command << "\n" << out;
+    }
+    return out;
+  };
+  const std::string header = run(h5dump + " -H '" + file.str() + "' 2>&1");
+  EXPECT_HAS(header, "DATASET \"wte\"");
+  EXPECT_HAS(header, "DATASPACE  SIMPLE { ( 7, 5 ) / ( 7, 5 ) }");
+  EXPECT_HAS(header, "DATASPACE  SIMPLE { ( 13 ) / ( 13 ) }");
+  EXPECT_HAS(header, "DATASPACE  SIMPLE { ( 3, 4 ) / ( 3, 4 ) }");
+  EXPECT_HAS(header, "DATASPACE  SIMPLE { ( 2, 3, 4 ) / ( 2, 3, 4 ) }");
+  EXPECT_HAS(header, "H5T_IEEE_F32LE");
+  EXPECT_HAS(header, "CSET H5T_CSET_UTF8");
+  // The stored order is row-major over the global shape, whatever wrote it.
+  const std::string data = run(h5dump + " -d /model/wte '" + file.str() + "' 2>&1");
+  EXPECT_HAS(data, "(0,0): 0, 1, 2, 3, 4,");
+  EXPECT_HAS(data, "(6,0): 600, 601, 602, 603, 604");
+  const std::string attrs = run(h5dump + " -a /layout -a /format '" + file.str() + "' 2>&1");
+  EXPECT_HAS(attrs, "\"tp=3d:8 pp=1 dp=1\"");
+  EXPECT_HAS(attrs, "\"cubelm-checkpoint\"");
+}
