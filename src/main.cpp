@@ -55,6 +55,12 @@ int main(int argc, char** argv) {
       "train", "Train the deck's model, printing one line per log interval (rank 0)");
   train->add_option("deck", train_deck, "The TOML input deck")->required();
 
+  std::string init_deck, init_output;
+  CLI::App* init = app.add_subcommand(
+      "init", "Write the deck's initialised model as a step-0 checkpoint (HDF5)");
+  init->add_option("deck", init_deck, "The TOML input deck")->required();
+  init->add_option("-o,--output", init_output, "The checkpoint file to write (.h5)")->required();
+
   std::vector<std::string> data_inputs;
   std::string data_output;
   CLI::App* data = app.add_subcommand(
@@ -82,6 +88,8 @@ int main(int argc, char** argv) {
       return cubelm::app::run_check(check_deck, env);
     if (*train)
       return cubelm::app::run_train(train_deck, env);
+    if (*init)
+      return cubelm::app::run_init(init_deck, init_output, env);
     if (*data)
       return cubelm::app::run_data(data_inputs, data_output, env);
     if (rank == 0)

@@ -1,12 +1,17 @@
 // The training loop: learning-rate schedule, loss decrease towards the
 // synthetic floor, bitwise determinism, micro-batch accumulation.
 
+#include "cubelm/core/error.hpp"
+#include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 using namespace cubelm;
 
@@ -108,4 +113,71 @@ TEST(Train, MetricsLineAndJson) {
        {"\"step\": 12", "\"loss\"", "\"grad_norm\"", "\"lr\"", "\"ms\"", "\"tokens_per_s\"",
         "\"gflops_per_rank\"", "\"mfu\"", "\"mem_bytes\"", "\"comm_bytes\""})
     EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
+}
+
+namespace {
+std::string temp_file(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("cubelm_test_train_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+} // namespace
+
+TEST(Train, ResumeContinuesBitwiseIdentically) {
+  const std::string path = temp_file("resume.h5");
+  train::Trainer straight(small_deck(1, 6)), first(small_deck(1, 6));
+  std::vector<double> expected;
+  for (int s = 0; s < 6; ++s)
+    expected.push_back(straight.step().loss);
+  for (int s = 0; s < 3; ++s)
+    EXPECT_EQ(first.step().loss, expected[s]);
+  first.save(path);
+  train::Trainer second(small_deck(1, 6));
+  second.resume(path);
+  EXPECT_EQ(second.steps_done(), 3);
+  for (int s = 3; s < 6; ++s) {
+    const double loss = second.step().loss;
+    EXPECT_EQ(std::memcmp(&loss, &expected[s], sizeof(double)), 0)
+        << "step " << s << ": " << loss << " vs " << expected[s];
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(Train, CheckpointOfAnotherShapeIsRefused) {
+  const std::string path = temp_file("shape.h5");
+  train::Trainer t(small_deck(1, 2));
+  t.save(path);
+  io::Deck other = small_deck(1, 2);
+  other.model.hidden = 64;
+  train::Trainer u(other);
+  try {
+    u.resume(path);
+    FAIL() << "a checkpoint with hidden 32 was loaded into hidden 64";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find("/model/wte has shape [32, 32], the deck needs [32, 64]"), std::string::npos)
+        << m;
+  }
+  io::Deck fewer = small_deck(1, 2);
+  fewer.model.layers = 1;
+  train::Trainer w(fewer);
+  EXPECT_THROW(w.resume(path), Error);
+  std::filesystem::remove(path);
+}
+
+TEST(Train, CheckpointFilesAreFoundAndPruned) {
+  const std::string dir = temp_file("dir");
+  std::filesystem::create_directories(dir);
+  for (int s : {2, 10, 4})
+    std::ofstream(train::checkpoint_path(dir, s)) << "x";
+  std::ofstream(dir + "/step_00000012.h5.partial") << "x"; // unfinished: ignored
+  EXPECT_EQ(train::checkpoint_path(dir, 12), dir + "/step_00000012.h5");
+  EXPECT_EQ(train::latest_checkpoint(dir), train::checkpoint_path(dir, 10));
+  train::prune_checkpoints(dir, 2);
+  EXPECT_FALSE(std::filesystem::exists(train::checkpoint_path(dir, 2)));
+  EXPECT_TRUE(std::filesystem::exists(train::checkpoint_path(dir, 4)));
+  EXPECT_TRUE(std::filesystem::exists(train::checkpoint_path(dir, 10)));
+  EXPECT_EQ(train::latest_checkpoint(dir + "/none"), "");
+  std::filesystem::remove_all(dir);
 }

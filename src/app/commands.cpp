@@ -4,6 +4,7 @@
 #include "cubelm/core/version.hpp"
 #include "cubelm/io/data.hpp"
 #include "cubelm/model/shape.hpp"
+#include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -122,6 +123,19 @@ int run_data(const std::vector<std::string>& inputs, const std::string& output,
     std::printf("%s: %lld tokens (bytes of %zu text file%s, vocabulary 256)\n", output.c_str(),
                 static_cast<long long>(count), inputs.size(), inputs.size() == 1 ? "" : "s");
   }
+  return 0;
+}
+
+int run_init(const std::string& deck_path, const std::string& output, const Environment& env) {
+  const io::Deck deck = io::load_deck(deck_path);
+  deck.parallel.layout().validate_for_world(env.world_size());
+  // Parameters depend only on (seed, name, index); one sequence of activations suffices.
+  const model::GPT<real> gpt(deck.model, 1, static_cast<std::uint64_t>(deck.train.seed));
+  train::save_checkpoint(output, deck, gpt, nullptr, nullptr, 0, comm::Communicator::world());
+  if (env.world_rank() == 0)
+    std::printf("%s: step-0 checkpoint of %s (%.3g M parameters, seed %lld)\n", output.c_str(),
+                deck_path.c_str(), model::parameter_count(deck.model) / 1e6,
+                static_cast<long long>(deck.train.seed));
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/optim.hpp"
 #include "cubelm/model/shape.hpp"
+#include "cubelm/train/checkpointing.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -107,6 +108,14 @@ Trainer::Trainer(const io::Deck& deck) : deck_(deck) {
 
 Trainer::~Trainer() = default;
 
+void Trainer::save(const std::string& path) const {
+  save_checkpoint(path, deck_, *model_, &m_, &v_, step_, comm::Communicator::world());
+}
+
+void Trainer::resume(const std::string& path) {
+  step_ = load_checkpoint(path, *model_, m_, v_, comm::Communicator::world());
+}
+
 void Trainer::optimizer_step(double grad_norm, double lr) {
   const ExecSpace exec;
   const io::OptimizerConfig& o = deck_.optimizer;
@@ -162,13 +171,27 @@ StepMetrics Trainer::step() {
   return m;
 }
 
+namespace {
+
+// The checkpoint named by checkpoint.resume, or "" to start from step 0.
+std::string resume_file(const io::Deck& deck) {
+  const std::string& resume = deck.checkpoint.resume;
+  if (resume == "none")
+    return "";
+  if (resume == "auto")
+    return latest_checkpoint(deck.checkpoint.dir);
+  return resume;
+}
+
+} // namespace
+
 int run_training(const io::Deck& deck, std::ostream& out) {
   Trainer trainer(deck);
   double peak = deck.log.peak_gflops;
   if (peak <= 0)
     peak = measure_gemm_gflops();
   trainer.set_peak_gflops(peak);
-  char line[256];
+  char line[320];
   std::snprintf(line, sizeof(line),
                 "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s)\n",
                 deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
@@ -181,25 +204,45 @@ int run_training(const io::Deck& deck, std::ostream& out) {
                   deck.data.synthetic_branching);
     out << line;
   }
+  const std::string from = resume_file(deck);
+  if (!from.empty()) {
+    trainer.resume(from);
+    out << "resumed from " << from << " after step " << trainer.steps_done() << "\n";
+  } else if (deck.checkpoint.resume == "auto") {
+    out << "no checkpoint in " << deck.checkpoint.dir << ": starting from step 0\n";
+  }
   std::ofstream metrics;
   if (!deck.log.metrics.empty()) {
-    metrics.open(deck.log.metrics);
+    // A resumed run appends to the metrics of the run it continues.
+    metrics.open(deck.log.metrics, from.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics)
       throw Error("log.metrics = \"" + deck.log.metrics + "\": cannot open the file for writing",
                   true);
   }
+  const int steps = deck.train.steps;
+  const int interval = deck.checkpoint.interval;
+  auto save = [&](int done) {
+    const std::string path = checkpoint_path(deck.checkpoint.dir, done);
+    trainer.save(path);
+    prune_checkpoints(deck.checkpoint.dir, deck.checkpoint.keep);
+    out << "checkpoint " << path << "\n" << std::flush;
+  };
   StepMetrics last;
   double total_ms = 0;
-  for (int s = 0; s < deck.train.steps; ++s) {
+  const int first = trainer.steps_done();
+  for (int s = first; s < steps; ++s) {
     last = trainer.step();
     total_ms += last.ms;
     if (metrics.is_open())
       metrics << format_json(last) << "\n" << std::flush;
-    if (s % deck.log.interval == 0 || s + 1 == deck.train.steps)
-      out << format_step(last, deck.train.steps) << "\n" << std::flush;
+    if (s % deck.log.interval == 0 || s + 1 == steps)
+      out << format_step(last, steps) << "\n" << std::flush;
+    if (interval > 0 && (s + 1) % interval == 0 && s + 1 < steps)
+      save(s + 1);
   }
-  if (deck.train.steps > 0) {
-    std::snprintf(line, sizeof(line), "done: %d steps in %.1f s, final loss %.4f", deck.train.steps,
+  if (steps > first) {
+    save(steps);
+    std::snprintf(line, sizeof(line), "done: %d steps in %.1f s, final loss %.4f", steps - first,
                   total_ms / 1e3, last.loss);
     out << line;
     if (trainer.entropy_floor() >= 0) {

@@ -23,6 +23,9 @@ int run_check(const std::string& deck_path, const Environment& env);
 /// \brief `cubelm train DECK`: validates the deck, then trains (train/trainer.hpp).
 int run_train(const std::string& deck_path, const Environment& env);
 
+/// \brief `cubelm init DECK -o FILE`: the step-0 checkpoint (model, zero moments, attributes).
+int run_init(const std::string& deck_path, const std::string& output, const Environment& env);
+
 /// \brief `cubelm data TEXT... -o OUT.bin`: bytes of the text files as an llm.c token file.
 int run_data(const std::vector<std::string>& inputs, const std::string& output,
              const Environment& env);

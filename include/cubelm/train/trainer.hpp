@@ -54,6 +54,10 @@ public:
   model::GPT<real>& model() { return *model_; }
   /// \brief The entropy floor of the synthetic corpus (nats/token), or a negative number.
   double entropy_floor() const { return floor_; }
+  /// \brief Writes model, moments and attributes after steps_done() steps.
+  void save(const std::string& path) const;
+  /// \brief Continues from a checkpoint: parameters, moments and the step counter.
+  void resume(const std::string& path);
   /// \brief Sets the per-rank peak used for MFU.
   void set_peak_gflops(double peak) { peak_gflops_ = peak; }
 

@@ -1,0 +1,42 @@
+#pragma once
+/// \file
+/// \brief The model and AdamW state to and from the checkpoint schema of DESIGN §5.
+///
+/// /model/<name> holds each parameter with its global shape, /optimizer/m/<name>
+/// and /optimizer/v/<name> the AdamW moments; root attributes: format, version,
+/// step (optimizer steps completed), tokens_seen, deck (full text), layout,
+/// seed and data_cursor (the next step whose batch the sampler gives).
+
+#include "cubelm/comm/communicator.hpp"
+#include "cubelm/io/deck.hpp"
+#include "cubelm/model/gpt.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cubelm::train {
+
+/// \brief Version of the schema written into every checkpoint.
+constexpr std::int64_t kCheckpointVersion = 1;
+
+/// \brief "<dir>/step_00000012.h5" for the checkpoint taken after 12 steps.
+std::string checkpoint_path(const std::string& dir, int step);
+/// \brief The checkpoint of `dir` with the most steps, or "" when there is none.
+std::string latest_checkpoint(const std::string& dir);
+/// \brief Removes all but the newest `keep` checkpoints of `dir` (keep = 0: keep all).
+void prune_checkpoints(const std::string& dir, int keep);
+
+/// \brief Collectively writes model, moments (zeros when `m`/`v` are null) and attributes.
+void save_checkpoint(const std::string& path, const io::Deck& deck, const model::GPT<real>& model,
+                     const std::vector<kernels::Vec<real>>* m,
+                     const std::vector<kernels::Vec<real>>* v, int step,
+                     const comm::Communicator& comm);
+
+/// \brief Reads a checkpoint into the model and moments; every shape must match the
+/// deck (a message names the file, the tensor and both shapes). Returns the step.
+int load_checkpoint(const std::string& path, model::GPT<real>& model,
+                    std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
+                    const comm::Communicator& comm);
+
+} // namespace cubelm::train

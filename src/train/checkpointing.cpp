@@ -1,0 +1,141 @@
+#include "cubelm/train/checkpointing.hpp"
+
+#include "cubelm/core/error.hpp"
+#include "cubelm/io/checkpoint.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+namespace cubelm::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::uint64_t> shape_of(const model::Param<real>& p) {
+  return std::vector<std::uint64_t>(p.shape.begin(), p.shape.end());
+}
+
+// Step number of "step_XXXXXXXX.h5", or -1 for any other name.
+int step_of(const fs::path& file) {
+  const std::string name = file.filename().string();
+  int step = -1;
+  char tail[4] = {0};
+  if (std::sscanf(name.c_str(), "step_%d.%3s", &step, tail) == 2 && std::string(tail) == "h5" &&
+      name.size() == std::string("step_00000000.h5").size())
+    return step;
+  return -1;
+}
+
+std::vector<std::pair<int, std::string>> checkpoints_in(const std::string& dir) {
+  std::vector<std::pair<int, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return found;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_regular_file() && step_of(entry.path()) >= 0)
+      found.emplace_back(step_of(entry.path()), entry.path().string());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+void write_tensor(io::CheckpointWriter& w, const std::string& path, const model::Param<real>& p,
+                  const kernels::Vec<real>* data) {
+  const std::vector<std::uint64_t> shape = shape_of(p);
+  if (data) {
+    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), *data);
+    w.write(path, shape, io::Block::whole(shape), host.data());
+  } else {
+    const std::vector<float> zeros(static_cast<std::size_t>(p.size()), 0.0f);
+    w.write(path, shape, io::Block::whole(shape), zeros.data());
+  }
+}
+
+void read_tensor(const io::CheckpointReader& r, const std::string& path,
+                 const model::Param<real>& p, const kernels::Vec<real>& dst) {
+  const std::vector<std::uint64_t> shape = shape_of(p);
+  r.expect_shape(path, shape);
+  auto host = Kokkos::create_mirror_view(dst);
+  r.read(path, io::Block::whole(shape), host.data());
+  Kokkos::deep_copy(dst, host);
+}
+
+} // namespace
+
+std::string checkpoint_path(const std::string& dir, int step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08d.h5", step);
+  return (fs::path(dir) / name).string();
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  const auto found = checkpoints_in(dir);
+  return found.empty() ? std::string() : found.back().second;
+}
+
+void prune_checkpoints(const std::string& dir, int keep) {
+  if (keep <= 0)
+    return;
+  auto found = checkpoints_in(dir);
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < found.size(); ++i) {
+    std::error_code ec;
+    fs::remove(found[i].second, ec);
+  }
+}
+
+void save_checkpoint(const std::string& path, const io::Deck& deck, const model::GPT<real>& model,
+                     const std::vector<kernels::Vec<real>>* m,
+                     const std::vector<kernels::Vec<real>>* v, int step,
+                     const comm::Communicator& comm) {
+  const fs::path parent = fs::path(path).parent_path();
+  if (comm.rank() == 0 && !parent.empty()) {
+    std::error_code ec;
+    fs::create_directories(parent, ec); // a failure surfaces as the writer's clear error
+  }
+  io::CheckpointWriter w(path, comm);
+  const auto& params = model.params();
+  for (std::size_t i = 0; i < params.size(); ++i)
+    write_tensor(w, "/model/" + params[i].name, params[i], &params[i].value);
+  for (std::size_t i = 0; i < params.size(); ++i)
+    write_tensor(w, "/optimizer/m/" + params[i].name, params[i], m ? &(*m)[i] : nullptr);
+  for (std::size_t i = 0; i < params.size(); ++i)
+    write_tensor(w, "/optimizer/v/" + params[i].name, params[i], v ? &(*v)[i] : nullptr);
+  const std::int64_t tokens =
+      static_cast<std::int64_t>(step) * deck.train.global_batch * deck.model.seq_len;
+  w.set_attribute("/", "version", kCheckpointVersion);
+  w.set_attribute("/", "step", static_cast<std::int64_t>(step));
+  w.set_attribute("/", "tokens_seen", tokens);
+  w.set_attribute("/", "deck", deck.text);
+  w.set_attribute("/", "layout", deck.parallel.layout().describe());
+  w.set_attribute("/", "seed", static_cast<std::int64_t>(deck.train.seed));
+  w.set_attribute("/", "data_cursor", static_cast<std::int64_t>(step));
+  w.set_attribute("/optimizer", "step", static_cast<std::int64_t>(step));
+  w.close();
+}
+
+int load_checkpoint(const std::string& path, model::GPT<real>& model,
+                    std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
+                    const comm::Communicator& comm) {
+  const io::CheckpointReader r(path, comm);
+  const std::int64_t version = r.int_attribute("/", "version");
+  if (version != kCheckpointVersion)
+    throw Error("checkpoint " + path + ": schema version " + std::to_string(version) +
+                    " is not supported (this cubelm reads version " +
+                    std::to_string(kCheckpointVersion) + ")",
+                true);
+  const std::string extra = "/model/layers/" + std::to_string(model.config().layers) + "/ln1/gamma";
+  if (r.has(extra))
+    throw Error("checkpoint " + path + ": holds more than the deck's model.layers = " +
+                    std::to_string(model.config().layers) + " layers (" + extra + " exists)",
+                true);
+  auto& params = model.params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    read_tensor(r, "/model/" + params[i].name, params[i], params[i].value);
+    read_tensor(r, "/optimizer/m/" + params[i].name, params[i], m[i]);
+    read_tensor(r, "/optimizer/v/" + params[i].name, params[i], v[i]);
+  }
+  return static_cast<int>(r.int_attribute("/", "step"));
+}
+
+} // namespace cubelm::train
