@@ -56,9 +56,11 @@ TEST(Train, LearningRateScheduleClosedForm) {
   o.warmup_steps = 4;
   EXPECT_DOUBLE_EQ(train::learning_rate(o, 14, 0), 0.25);
   EXPECT_DOUBLE_EQ(train::learning_rate(o, 14, 3), 1.0);
-  EXPECT_DOUBLE_EQ(train::learning_rate(o, 14, 4), 1.0);    // cosine starts at lr
-  EXPECT_NEAR(train::learning_rate(o, 14, 13), 0.1, 1e-15); // and ends at min_lr
-  EXPECT_NEAR(train::learning_rate(o, 15, 9), 0.1 + 0.45 * (1 + std::cos(M_PI * 5 / 10)), 1e-15);
+  EXPECT_DOUBLE_EQ(train::learning_rate(o, 14, 4), 1.0); // cosine starts at lr
+  // r = (step - warmup) / (steps - warmup): 9/10 at the last of 14 steps.
+  EXPECT_NEAR(train::learning_rate(o, 14, 13), 0.1 + 0.45 * (1 + std::cos(M_PI * 0.9)), 1e-15);
+  EXPECT_NEAR(train::learning_rate(o, 14, 9), 0.1 + 0.45 * (1 + std::cos(M_PI * 0.5)), 1e-15);
+  EXPECT_NEAR(train::learning_rate(o, 14, 14), 0.1, 1e-15);
   o.warmup_steps = 0;
   EXPECT_DOUBLE_EQ(train::learning_rate(o, 10, 0), 1.0);
 }

@@ -16,7 +16,8 @@
 namespace cubelm::train {
 
 /// \brief lr of step `step` (0-based): linear warmup lr (step+1)/warmup for
-/// step < warmup, then cosine from lr to min_lr over the remaining steps.
+/// step < warmup, then cosine from lr to min_lr over the remaining steps:
+/// min_lr + (lr - min_lr) (1 + cos(pi r)) / 2 with r = (step - warmup) / (steps - warmup).
 double learning_rate(const io::OptimizerConfig& opt, int steps, int step);
 
 /// \brief What one optimizer step did (the keys of the JSON-lines metrics).
