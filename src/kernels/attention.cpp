@@ -31,7 +31,8 @@ template <class T>
 void to_heads(const ExecSpace& exec, const Mat<T>& src, const Cube<T>& dst, int heads) {
   const std::int64_t seq = dst.extent(1), d = dst.extent(2);
   Kokkos::parallel_for(
-      "cubelm::attention_to_heads", Range3(exec, {0, 0, 0}, {dst.extent(0), seq, d}),
+      "cubelm::attention_to_heads",
+      Range3(exec, {0, 0, 0}, {static_cast<std::int64_t>(dst.extent(0)), seq, d}),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t t, const std::int64_t j) {
         const std::int64_t b = i / heads, h = i % heads;
         dst(i, t, j) = src(b * seq + t, h * d + j);
@@ -42,7 +43,8 @@ template <class T>
 void from_heads(const ExecSpace& exec, const Cube<T>& src, const Mat<T>& dst, int heads) {
   const std::int64_t seq = src.extent(1), d = src.extent(2);
   Kokkos::parallel_for(
-      "cubelm::attention_from_heads", Range3(exec, {0, 0, 0}, {src.extent(0), seq, d}),
+      "cubelm::attention_from_heads",
+      Range3(exec, {0, 0, 0}, {static_cast<std::int64_t>(src.extent(0)), seq, d}),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t t, const std::int64_t j) {
         const std::int64_t b = i / heads, h = i % heads;
         dst(b * seq + t, h * d + j) = src(i, t, j);

@@ -25,8 +25,9 @@ void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<
     const Mat<T> cc = c;
     Kokkos::parallel_for(
         "cubelm::gemm_scale",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(exec, {0, 0}, {m, n}),
-        KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) { cc(i, j) *= beta; });
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>(
+            exec, {0, 0}, {static_cast<std::int64_t>(m), static_cast<std::int64_t>(n)}),
+        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { cc(i, j) *= beta; });
     return;
   }
   // Version shim: the execution-space overload of KokkosBlas::gemm only exists
