@@ -9,57 +9,11 @@
 
 namespace cubelm::model {
 
-namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// FNV-1a: a stable hash of the parameter name (std::hash differs between libraries).
-std::uint64_t name_hash(const std::string& name) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const unsigned char c : name) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
-// A uniform double in (0, 1] from the top 53 bits.
-double unit(std::uint64_t bits) {
-  return (static_cast<double>(bits >> 11) + 1.0) * 0x1.0p-53;
-}
-
-} // namespace
-
-double init_normal(std::uint64_t seed, const std::string& name, std::int64_t index) {
-  const std::uint64_t key = splitmix64(seed ^ splitmix64(name_hash(name)));
-  const std::uint64_t a = splitmix64(key + 2 * static_cast<std::uint64_t>(index));
-  const std::uint64_t b = splitmix64(key + 2 * static_cast<std::uint64_t>(index) + 1);
-  const double two_pi = 6.283185307179586;
-  return std::sqrt(-2.0 * std::log(unit(a))) * std::cos(two_pi * unit(b));
-}
-
 template <class T>
 Param<T>& GPT<T>::add(const std::string& name, std::vector<std::int64_t> shape, double std_dev,
                       double fill) {
-  std::int64_t n = 1;
-  for (const auto s : shape)
-    n *= s;
-  Param<T> p;
-  p.name = name;
-  p.shape = std::move(shape);
-  p.decay = p.shape.size() >= 2;
-  p.value = Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::" + name), n);
-  p.grad = Vec<T>("cubelm::grad::" + name, n);
-  auto h = Kokkos::create_mirror_view(p.value);
-  for (std::int64_t i = 0; i < n; ++i)
-    h(i) = static_cast<T>(std_dev > 0 ? std_dev * init_normal(seed_, name, i) : fill);
-  Kokkos::deep_copy(p.value, h);
-  params_.push_back(std::move(p));
+  const std::vector<std::int64_t> zeros(shape.size(), 0);
+  params_.push_back(make_param<T>(name, shape, zeros, shape, std_dev, fill, seed_));
   return params_.back();
 }
 

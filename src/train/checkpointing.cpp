@@ -17,6 +17,12 @@ std::vector<std::uint64_t> shape_of(const model::Param<real>& p) {
   return std::vector<std::uint64_t>(p.shape.begin(), p.shape.end());
 }
 
+// This rank's block of the parameter's global tensor.
+io::Block block_of(const model::Param<real>& p) {
+  return io::Block{std::vector<std::uint64_t>(p.offset.begin(), p.offset.end()),
+                   std::vector<std::uint64_t>(p.local.begin(), p.local.end())};
+}
+
 // Step number of "step_XXXXXXXX.h5", or -1 for any other name.
 int step_of(const fs::path& file) {
   const std::string name = file.filename().string();
@@ -40,24 +46,25 @@ std::vector<std::pair<int, std::string>> checkpoints_in(const std::string& dir) 
   return found;
 }
 
+// Replicas write nothing: each element of the global tensor is written once.
 void write_tensor(io::CheckpointWriter& w, const std::string& path, const model::Param<real>& p,
                   const kernels::Vec<real>* data) {
-  const std::vector<std::uint64_t> shape = shape_of(p);
+  const io::Block block = p.writer ? block_of(p) : io::Block::none();
   if (data) {
     auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), *data);
-    w.write(path, shape, io::Block::whole(shape), host.data());
+    w.write(path, shape_of(p), block, host.data());
   } else {
     const std::vector<float> zeros(static_cast<std::size_t>(p.size()), 0.0f);
-    w.write(path, shape, io::Block::whole(shape), zeros.data());
+    w.write(path, shape_of(p), block, zeros.data());
   }
 }
 
+// Every rank reads its own block, whatever layout wrote the file.
 void read_tensor(const io::CheckpointReader& r, const std::string& path,
                  const model::Param<real>& p, const kernels::Vec<real>& dst) {
-  const std::vector<std::uint64_t> shape = shape_of(p);
-  r.expect_shape(path, shape);
+  r.expect_shape(path, shape_of(p));
   auto host = Kokkos::create_mirror_view(dst);
-  r.read(path, io::Block::whole(shape), host.data());
+  r.read(path, block_of(p), host.data());
   Kokkos::deep_copy(dst, host);
 }
 

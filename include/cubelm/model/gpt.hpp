@@ -10,6 +10,7 @@
 #include "cubelm/io/deck.hpp"
 #include "cubelm/kernels/attention.hpp"
 #include "cubelm/kernels/layers.hpp"
+#include "cubelm/model/param.hpp"
 
 #include <cstdint>
 #include <string>
@@ -17,28 +18,7 @@
 
 namespace cubelm::model {
 
-using kernels::Mat;
 using kernels::Tensor4;
-using kernels::Vec;
-
-/// \brief One parameter tensor with its gradient, in flat row-major storage.
-template <class T>
-struct Param {
-  std::string name;                ///< global name = checkpoint path below /model
-  std::vector<std::int64_t> shape; ///< global logical shape: [rows, cols] or [n]
-  Vec<T> value;                    ///< the weights
-  Vec<T> grad;                     ///< accumulated gradient
-  bool decay = false;              ///< weight decay applies (tensors of rank >= 2)
-
-  std::int64_t size() const { return value.extent(0); }
-  /// \brief The weights as a [rows, cols] matrix (rank-2 parameters only).
-  Mat<T> mat() const { return Mat<T>(value.data(), shape[0], shape[1]); }
-  Mat<T> grad_mat() const { return Mat<T>(grad.data(), shape[0], shape[1]); }
-};
-
-/// \brief N(0, std) value number `index` of parameter `name`: a counter-based
-/// generator (splitmix64 of seed, name hash and index, then Box-Muller).
-double init_normal(std::uint64_t seed, const std::string& name, std::int64_t index);
 
 /// \brief GPT-2: token + position embedding, L pre-LayerNorm blocks, final
 /// LayerNorm, LM head tied to the token embedding, mean cross-entropy.
