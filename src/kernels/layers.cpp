@@ -17,59 +17,98 @@ Range2 over(const ExecSpace& exec, std::int64_t rows, std::int64_t cols) {
 } // namespace
 
 TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int vocab) {
-  TokenIndex index;
-  index.offsets = Kokkos::View<int*, MemSpace>("cubelm::token_offsets", vocab + 1);
-  index.positions = Kokkos::View<int*, MemSpace>(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::token_positions"), tokens.size());
-  auto offsets = Kokkos::create_mirror_view(index.offsets);
-  auto positions = Kokkos::create_mirror_view(index.positions);
-  Kokkos::deep_copy(offsets, 0);
-  for (const std::int32_t t : tokens) {
+  for (const std::int32_t t : tokens)
     CUBELM_ASSERT(t >= 0 && t < vocab, "token " + std::to_string(t) + " outside the vocabulary");
-    offsets(t + 1) += 1;
-  }
-  for (int v = 0; v < vocab; ++v)
+  return make_token_index(tokens, 0, vocab);
+}
+
+TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int first, int count) {
+  TokenIndex index;
+  index.offsets = Kokkos::View<int*, MemSpace>("cubelm::token_offsets", count + 1);
+  auto offsets = Kokkos::create_mirror_view(index.offsets);
+  Kokkos::deep_copy(offsets, 0);
+  std::size_t kept = 0;
+  for (const std::int32_t t : tokens)
+    if (t >= first && t < first + count) {
+      offsets(t - first + 1) += 1;
+      ++kept;
+    }
+  for (int v = 0; v < count; ++v)
     offsets(v + 1) += offsets(v);
-  std::vector<int> next(offsets.data(), offsets.data() + vocab);
+  index.positions = Kokkos::View<int*, MemSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("cubelm::token_positions")),
+      kept);
+  auto positions = Kokkos::create_mirror_view(index.positions);
+  std::vector<int> next(offsets.data(), offsets.data() + count);
   for (std::size_t n = 0; n < tokens.size(); ++n)
-    positions(next[tokens[n]]++) = static_cast<int>(n);
+    if (tokens[n] >= first && tokens[n] < first + count)
+      positions(next[tokens[n] - first]++) = static_cast<int>(n);
   Kokkos::deep_copy(index.offsets, offsets);
   Kokkos::deep_copy(index.positions, positions);
   return index;
 }
 
 template <class T>
-void embedding_forward(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte,
-                       const Mat<T>& wpe, int seq_len, const Mat<T>& y) {
+void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte, int first,
+                      const Mat<T>& y) {
+  const std::int64_t rows = wte.extent(0);
   Kokkos::parallel_for(
-      "cubelm::embedding_forward", over(exec, y.extent(0), y.extent(1)),
+      "cubelm::embedding_lookup", over(exec, y.extent(0), y.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
-        y(n, h) = wte(tok(n), h) + wpe(n % seq_len, h);
+        const std::int64_t r = tok(n) - first;
+        y(n, h) = (r >= 0 && r < rows) ? wte(r, h) : T(0);
       });
 }
 
 template <class T>
-void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
-                        int seq_len, const Mat<T>& dwte, const Mat<T>& dwpe) {
+void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y) {
+  Kokkos::parallel_for(
+      "cubelm::position_add", over(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
+        y(n, h) += wpe(n % seq_len, h);
+      });
+}
+
+template <class T>
+void embedding_forward(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte,
+                       const Mat<T>& wpe, int seq_len, const Mat<T>& y) {
+  embedding_lookup<T>(exec, tok, wte, 0, y);
+  position_add<T>(exec, wpe, seq_len, y);
+}
+
+template <class T>
+void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
+                    const Mat<T>& dwte) {
   const auto offsets = index.offsets;
   const auto positions = index.positions;
   Kokkos::parallel_for(
-      "cubelm::embedding_backward_wte", over(exec, dwte.extent(0), dwte.extent(1)),
+      "cubelm::token_backward", over(exec, dwte.extent(0), dwte.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t v, const std::int64_t h) {
         T acc = 0;
         for (int i = offsets(v); i < offsets(v + 1); ++i)
           acc += dy(positions(i), h);
         dwte(v, h) += acc;
       });
+}
+
+template <class T>
+void position_backward(const ExecSpace& exec, const Mat<T>& dy, int seq_len, const Mat<T>& dwpe) {
   const std::int64_t sequences = static_cast<std::int64_t>(dy.extent(0)) / seq_len;
   Kokkos::parallel_for(
-      "cubelm::embedding_backward_wpe", over(exec, seq_len, dwpe.extent(1)),
+      "cubelm::position_backward", over(exec, seq_len, dwpe.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
         T acc = 0;
         for (std::int64_t b = 0; b < sequences; ++b)
           acc += dy(b * seq_len + t, h);
         dwpe(t, h) += acc;
       });
+}
+
+template <class T>
+void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
+                        int seq_len, const Mat<T>& dwte, const Mat<T>& dwpe) {
+  token_backward<T>(exec, index, dy, dwte);
+  position_backward<T>(exec, dy, seq_len, dwpe);
 }
 
 template <class T>
@@ -223,7 +262,66 @@ void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& ta
       });
 }
 
+template <class T>
+void row_max(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx) {
+  const std::int64_t cols = logits.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::row_max", Range(exec, 0, logits.extent(0)), KOKKOS_LAMBDA(const std::int64_t n) {
+        T m = logits(n, 0);
+        for (std::int64_t v = 1; v < cols; ++v)
+          m = logits(n, v) > m ? logits(n, v) : m;
+        mx(n) = m;
+      });
+}
+
+template <class T>
+void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
+                       const Tokens& targets, int first, const Mat<T>& stats) {
+  const std::int64_t cols = logits.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::row_sumexp_target", Range(exec, 0, logits.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t n) {
+        T sum = 0;
+        for (std::int64_t v = 0; v < cols; ++v)
+          sum += kmath::exp(logits(n, v) - mx(n));
+        const std::int64_t t = targets(n) - first;
+        stats(n, 0) = sum;
+        stats(n, 1) = (t >= 0 && t < cols) ? logits(n, t) - mx(n) : T(0);
+      });
+}
+
+template <class T>
+void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
+                         const Mat<T>& stats, const Tokens& targets, int first,
+                         const Vec<T>& losses, T grad_scale) {
+  const std::int64_t cols = logits.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::vocab_cross_entropy", Range(exec, 0, logits.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t n) {
+        losses(n) = kmath::log(stats(n, 0)) - stats(n, 1);
+        if (grad_scale != T(0)) {
+          const T factor = grad_scale / stats(n, 0);
+          for (std::int64_t v = 0; v < cols; ++v)
+            logits(n, v) = factor * kmath::exp(logits(n, v) - mx(n));
+          const std::int64_t t = targets(n) - first;
+          if (t >= 0 && t < cols)
+            logits(n, t) -= grad_scale;
+        }
+      });
+}
+
 #define CUBELM_INSTANTIATE_LAYERS(T)                                                               \
+  template void embedding_lookup<T>(const ExecSpace&, const Tokens&, const Mat<T>&, int,           \
+                                    const Mat<T>&);                                                \
+  template void position_add<T>(const ExecSpace&, const Mat<T>&, int, const Mat<T>&);              \
+  template void token_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&,              \
+                                  const Mat<T>&);                                                  \
+  template void position_backward<T>(const ExecSpace&, const Mat<T>&, int, const Mat<T>&);         \
+  template void row_max<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                        \
+  template void row_sumexp_target<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&,               \
+                                     const Tokens&, int, const Mat<T>&);                           \
+  template void vocab_cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&,             \
+                                       const Mat<T>&, const Tokens&, int, const Vec<T>&, T);       \
   template void embedding_forward<T>(const ExecSpace&, const Tokens&, const Mat<T>&,               \
                                      const Mat<T>&, int, const Mat<T>&);                           \
   template void embedding_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&, int,     \

@@ -26,6 +26,24 @@ struct TokenIndex {
 
 /// \brief Builds the TokenIndex of `tokens` (host ids < vocab) with a stable counting sort.
 TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int vocab);
+/// \brief The same for the vocabulary slice [first, first + count): other tokens are left
+/// out and token t is entry t - first.
+TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int first, int count);
+
+/// \brief y[n,:] = wte[tok[n] - first,:] for tokens of this vocabulary slice, else 0.
+template <class T>
+void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte, int first,
+                      const Mat<T>& y);
+/// \brief y[n,:] += wpe[n mod seq_len,:].
+template <class T>
+void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y);
+/// \brief dwte[v,:] += sum of dy over the rows that hold token v (index of make_token_index).
+template <class T>
+void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
+                    const Mat<T>& dwte);
+/// \brief dwpe[t,:] += sum over sequences of dy at position t.
+template <class T>
+void position_backward(const ExecSpace& exec, const Mat<T>& dy, int seq_len, const Mat<T>& dwpe);
 
 /// \brief y[n,:] = wte[tok[n],:] + wpe[n mod seq_len,:].
 template <class T>
@@ -77,5 +95,20 @@ void add_inplace(const ExecSpace& exec, const Mat<T>& y, const Mat<T>& x);
 template <class T>
 void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
                    const Vec<T>& losses, T grad_scale);
+
+/// \brief Vocabulary-parallel cross-entropy, step 1: mx[n] = max of this slice's logits.
+template <class T>
+void row_max(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx);
+/// \brief Step 2 (mx now the maximum over all slices): stats(n,0) = sum of exp(l - mx) over
+/// the slice, stats(n,1) = target logit - mx when the target is in [first, first + cols), else 0.
+template <class T>
+void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
+                       const Tokens& targets, int first, const Mat<T>& stats);
+/// \brief Step 3 (stats summed over all slices): losses[n] = log(stats(n,0)) - stats(n,1); with
+/// grad_scale != 0 the logits become grad_scale (softmax - onehot) of this slice.
+template <class T>
+void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
+                         const Mat<T>& stats, const Tokens& targets, int first,
+                         const Vec<T>& losses, T grad_scale);
 
 } // namespace cubelm::kernels

@@ -1,0 +1,57 @@
+#pragma once
+/// \file
+/// \brief GPT-2 written once against the tensor-parallel interface (tp/mode.hpp):
+/// the same code runs single-process and under every mode.
+
+#include "cubelm/io/deck.hpp"
+#include "cubelm/kernels/attention.hpp"
+#include "cubelm/tp/mode.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace cubelm::model {
+
+/// \brief The model's shards on one rank of a tensor-parallel group.
+template <class T>
+class ShardedGPT {
+public:
+  /// \brief Registers this rank's parameter blocks and allocates activations for
+  /// micro-batches of `batch` sequences (of which this rank holds mode.rows(batch)).
+  ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_t seed, tp::Mode<T>& mode);
+  ~ShardedGPT();
+
+  const io::ModelConfig& config() const { return config_; }
+  tp::Params<T>& params() { return params_; }
+  const tp::Params<T>& params() const { return params_; }
+  /// \brief The sequences of the micro-batch whose tokens this rank must be given.
+  tp::Rows rows() const { return rows_; }
+
+  /// \brief Forward over this rank's rows (`inputs`, `targets`: rows().count x seq_len ids);
+  /// returns the sum of the token losses of the whole micro-batch (equal on the group).
+  /// With grad_scale != 0 also runs backward, adding grad_scale x d(loss sum) to the gradients.
+  double forward_backward(const std::vector<std::int32_t>& inputs,
+                          const std::vector<std::int32_t>& targets, double grad_scale);
+  void zero_grad();
+
+private:
+  struct Layer;
+  void backward(const ExecSpace& exec);
+
+  io::ModelConfig config_;
+  tp::Mode<T>& mode_;
+  tp::Rows rows_;
+  tp::Params<T> params_;
+  std::unique_ptr<tp::Embedding<T>> embedding_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<tp::LayerNorm<T>> lnf_;
+  std::vector<Mat<T>> stream_; // residual stream, 2L + 1 states
+  Mat<T> lnf_out_, d_outer_, dx_;
+  Mat<T> dq_, dk_, dv_, da_, dh_, dg_;
+  kernels::Tensor4<T> dscratch_;
+  kernels::AttentionWorkspace<T> work_;
+  int heads_;
+};
+
+} // namespace cubelm::model

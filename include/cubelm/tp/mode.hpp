@@ -1,0 +1,115 @@
+#pragma once
+/// \file
+/// \brief One tensor-parallel interface, several modes (DESIGN §3).
+///
+/// A Mode owns the layouts and the collectives of its tensor-parallel group;
+/// the model is written once against it and never asks which mode it has.
+/// Activations come in two layouts: the residual stream ("outer": what a
+/// LayerNorm and the first linear of a pair read, what the second linear of a
+/// pair writes) and the inside of a pair ("inner": q, k, v, the attention
+/// output, the MLP hidden layer). Both hold whole sequences and whole heads,
+/// so attention and elementwise layers run locally.
+
+#include "cubelm/comm/grid.hpp"
+#include "cubelm/model/param.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cubelm::tp {
+
+using kernels::Mat;
+using kernels::Vec;
+
+/// \brief All parameters of a model; a deque, so references to elements stay valid.
+template <class T>
+using Params = std::deque<model::Param<T>>;
+
+/// \brief The first or the second linear of a pair (QKV then output projection,
+/// W1 then W2): in 1D column- then row-parallel, in 3D one direction then the swapped one.
+enum class Role { first, second };
+
+/// \brief One or more linear maps that share their input: y_i = x W_i + b_i.
+template <class T>
+class Linear {
+public:
+  virtual ~Linear() = default;
+  virtual void forward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& y) = 0;
+  /// \brief Adds the weight and bias gradients; assigns dx, complete in this rank's layout.
+  virtual void backward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& dy,
+                        const Mat<T>& dx) = 0;
+};
+
+/// \brief LayerNorm over the features of the residual stream (eps 1e-5).
+template <class T>
+class LayerNorm {
+public:
+  virtual ~LayerNorm() = default;
+  virtual void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y) = 0;
+  /// \brief Adds the gamma/beta gradients; adds the input gradient to dx.
+  virtual void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy,
+                        const Mat<T>& dx) = 0;
+};
+
+/// \brief Token and position embedding, the tied LM head and the cross-entropy,
+/// vocabulary-parallel: full logits are never gathered.
+template <class T>
+class Embedding {
+public:
+  virtual ~Embedding() = default;
+  /// \brief x = wte[tokens] + wpe for this rank's rows (`tokens`: rows x seq ids).
+  virtual void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
+                       const Mat<T>& x) = 0;
+  /// \brief Adds the wte and wpe gradients from dx (the tokens of the last forward).
+  virtual void backward(const ExecSpace& exec, const Mat<T>& dx) = 0;
+  /// \brief Sum over the whole micro-batch of the token losses of logits = h wte^T,
+  /// the same on every rank of the group. With grad_scale != 0, assigns dh and adds
+  /// grad_scale x the wte gradient of the loss sum.
+  virtual double loss(const ExecSpace& exec, const Mat<T>& h,
+                      const std::vector<std::int32_t>& targets, T grad_scale, const Mat<T>& dh) = 0;
+};
+
+/// \brief Which sequences of a micro-batch of `batch` sequences this rank's rows hold.
+struct Rows {
+  int first = 0;
+  int count = 0;
+};
+
+/// \brief A tensor-parallel mode on one rank.
+template <class T>
+class Mode {
+public:
+  virtual ~Mode() = default;
+  virtual const char* name() const = 0;
+  /// \brief The sequences of the residual stream (and of the loss) on this rank.
+  virtual Rows rows(int batch) const = 0;
+  /// \brief Local columns of a residual-stream activation with `features` features.
+  virtual std::int64_t outer_cols(std::int64_t features) const = 0;
+  /// \brief Local columns of an activation inside a pair with `features` features.
+  virtual std::int64_t inner_cols(std::int64_t features) const = 0;
+  /// \brief Attention heads held by this rank.
+  virtual int local_heads(int heads) const = 0;
+
+  /// \brief Registers W_i [in, out] and b_i [out] for each name prefix ("layers/0/attn/q"
+  /// gives "layers/0/attn/wq" and ".../bq") and returns the layer computing them.
+  virtual std::unique_ptr<Linear<T>> linear(Params<T>& params,
+                                            const std::vector<std::string>& weights,
+                                            const std::vector<std::string>& biases, std::int64_t in,
+                                            std::int64_t out, Role role, double std_dev,
+                                            std::uint64_t seed) = 0;
+  virtual std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
+                                                  std::int64_t features, std::int64_t rows) = 0;
+  virtual std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
+                                                  std::int64_t hidden, int batch,
+                                                  std::uint64_t seed) = 0;
+};
+
+/// \brief The mode of the grid's layout: "none" and "1d" are Megatron-style 1D
+/// parallelism (none is its one-rank case).
+template <class T>
+std::unique_ptr<Mode<T>> make_mode(const comm::ProcessGrid& grid);
+
+} // namespace cubelm::tp

@@ -1,0 +1,133 @@
+// Tensor-parallel equivalence: the model written against tp::Mode, on every
+// rank of a 1D group, gives the single-process model's loss, and each rank's
+// block of every parameter and gradient equals the same block of the
+// single-process model's (double precision, and float within 1e-5).
+
+#include "cubelm/model/gpt.hpp"
+#include "cubelm/model/sharded_gpt.hpp"
+
+#include <gtest/gtest.h>
+
+#include <mpi.h>
+
+#include <cmath>
+#include <random>
+
+using namespace cubelm;
+
+namespace {
+
+io::ModelConfig tiny() {
+  io::ModelConfig c;
+  c.vocab_size = 32;
+  c.seq_len = 4;
+  c.hidden = 16;
+  c.heads = 8;
+  c.layers = 2;
+  return c;
+}
+
+std::vector<std::int32_t> tokens(int n, int vocab, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t)
+    x = static_cast<std::int32_t>(gen() % vocab);
+  return t;
+}
+
+template <class T>
+std::vector<double> host(const kernels::Vec<T>& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::vector<double>(h.data(), h.data() + h.extent(0));
+}
+
+// The block [offset, offset + local) of a full row-major tensor.
+template <class T>
+std::vector<double>
+block_of(const std::vector<double>& full, const std::vector<std::int64_t>& shape,
+         const std::vector<std::int64_t>& offset, const std::vector<std::int64_t>& local) {
+  const std::int64_t cols = shape.size() == 2 ? shape[1] : 1;
+  const std::int64_t lcols = shape.size() == 2 ? local[1] : 1;
+  const std::int64_t c0 = shape.size() == 2 ? offset[1] : 0;
+  std::vector<double> out;
+  for (std::int64_t r = 0; r < local[0]; ++r)
+    for (std::int64_t c = 0; c < lcols; ++c)
+      out.push_back(full[(offset[0] + r) * cols + c0 + c]);
+  return out;
+}
+
+template <class T>
+void check_equivalence(double loss_tol, double grad_tol) {
+  const int world = comm::Communicator::world().size();
+  const comm::ProcessGrid grid(comm::Layout{1, 1, world, comm::TensorMode::d1},
+                               comm::Communicator::world());
+  const io::ModelConfig c = tiny();
+  const int batch = 2, n = batch * c.seq_len;
+  const std::uint64_t seed = 77;
+  model::GPT<T> reference(c, batch, seed);
+  auto mode = tp::make_mode<T>(grid);
+  model::ShardedGPT<T> sharded(c, batch, seed, *mode);
+  ASSERT_EQ(sharded.rows().first, 0);
+  ASSERT_EQ(sharded.rows().count, batch);
+
+  const auto in = tokens(n, c.vocab_size, 1), tgt = tokens(n, c.vocab_size, 2);
+  const double ref_loss = reference.forward_backward(in, tgt, 1.0 / n);
+  const double loss = sharded.forward_backward(in, tgt, 1.0 / n);
+  EXPECT_NEAR(loss, ref_loss, loss_tol * std::fabs(ref_loss));
+
+  double gmax = 0;
+  for (const auto& p : reference.params())
+    for (double g : host(p.grad))
+      gmax = std::max(gmax, std::fabs(g));
+  std::size_t checked = 0;
+  for (const auto& p : sharded.params()) {
+    SCOPED_TRACE(p.name);
+    const auto& r = reference.param(p.name);
+    ASSERT_EQ(p.shape, r.shape);
+    const auto value = host(p.value), grad = host(p.grad);
+    const auto rvalue = block_of<T>(host(r.value), p.shape, p.offset, p.local);
+    const auto rgrad = block_of<T>(host(r.grad), p.shape, p.offset, p.local);
+    ASSERT_EQ(value.size(), rvalue.size());
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      ASSERT_EQ(value[i], rvalue[i]) << "initial value " << i; // layout-independent init
+      ASSERT_NEAR(grad[i], rgrad[i], grad_tol * gmax) << "gradient " << i;
+    }
+    checked += value.size();
+  }
+  EXPECT_EQ(sharded.params().size(), reference.params().size());
+  // Across the group every element is held at least once.
+  std::int64_t total = checked, all = 0;
+  MPI_Allreduce(&total, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  std::int64_t full = 0;
+  for (const auto& p : reference.params())
+    full += p.size();
+  EXPECT_GE(all, full);
+}
+
+} // namespace
+
+TEST(TensorParallel1D, MatchesTheSingleProcessModelInDouble) {
+  check_equivalence<double>(1e-12, 1e-10);
+}
+
+TEST(TensorParallel1D, MatchesTheSingleProcessModelInFloat) {
+  check_equivalence<float>(1e-5, 1e-5);
+}
+
+TEST(TensorParallel1D, ReplicasNeitherWriteNorCountTwice) {
+  const int world = comm::Communicator::world().size();
+  const comm::ProcessGrid grid(comm::Layout{1, 1, world, comm::TensorMode::d1},
+                               comm::Communicator::world());
+  auto mode = tp::make_mode<float>(grid);
+  model::ShardedGPT<float> m(tiny(), 2, 1, *mode);
+  for (const auto& p : m.params()) {
+    const bool sharded = p.local != p.shape;
+    if (sharded || grid.tp().rank() == 0) {
+      EXPECT_TRUE(p.writer) << p.name;
+      EXPECT_TRUE(p.counted) << p.name;
+    } else {
+      EXPECT_FALSE(p.writer) << p.name;
+      EXPECT_FALSE(p.counted) << p.name;
+    }
+  }
+}
