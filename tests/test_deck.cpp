@@ -171,6 +171,24 @@ TEST(Deck, RulesNameTheValueAndTheRule) {
   EXPECT_HAS(error_of("[log]\ninterval = 0\n"), "log.interval = 0: must be at least 1");
 }
 
+TEST(Deck, TensorLayoutRulesSuggestSizesThatFit) {
+  EXPECT_HAS(error_of("[model]\nheads = 6\nhidden = 48\nvocab_size = 96\n[parallel]\n"
+                      "tensor_mode = \"1d\"\ntensor_size = 4\n"),
+             "deck.toml:7: parallel.tensor_size = 4: tensor_mode = \"1d\" needs model.heads = 6 "
+             "divisible by 4 (whole heads per rank); tensor sizes that fit this model: 2, 3, 6");
+  EXPECT_HAS(error_of("[model]\nvocab_size = 250\n[parallel]\ntensor_mode = \"1d\"\n"
+                      "tensor_size = 4\n"),
+             "model.vocab_size = 250 divisible by 4");
+  EXPECT_HAS(error_of("[parallel]\ntensor_mode = \"2d\"\ntensor_size = 4\n[train]\n"
+                      "global_batch = 3\n"),
+             "the micro-batch (3 sequences) divisible by 2");
+  EXPECT_HAS(error_of("[model]\nhidden = 30\nheads = 6\n[parallel]\ntensor_mode = \"3d\"\n"
+                      "tensor_size = 8\n[train]\nglobal_batch = 8\n"),
+             "model.hidden = 30 divisible by q^2 = 4");
+  EXPECT_NO_THROW(parse_deck("[parallel]\ntensor_mode = \"3d\"\ntensor_size = 8\n[train]\n"
+                             "global_batch = 8\n"));
+}
+
 TEST(Deck, SyntaxErrorsGiveLineAndColumn) {
   const std::string m = error_of("[model]\nhidden = = 3\n");
   EXPECT_HAS(m, "deck.toml:2:");

@@ -1,7 +1,7 @@
 // The whole GPT in double precision: every parameter gradient against central
 // finite differences of the mean loss; initialisation rules of DESIGN §4.
 
-#include "cubelm/model/gpt.hpp"
+#include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/model/shape.hpp"
 
 #include <gtest/gtest.h>
@@ -35,7 +35,8 @@ std::vector<std::int32_t> tokens(int n, int vocab, unsigned seed) {
 } // namespace
 
 TEST(Model, ParameterNamesShapesAndCount) {
-  GPT<float> gpt(tiny(), 2, 1);
+  auto net = GridModel<float>::single(tiny(), 2, 1);
+  auto& gpt = *net.model;
   std::int64_t total = 0;
   for (const auto& p : gpt.params())
     total += p.size();
@@ -51,7 +52,9 @@ TEST(Model, InitialisationFollowsTheRules) {
   io::ModelConfig c = tiny();
   c.hidden = 64;
   c.layers = 4;
-  GPT<double> a(c, 1, 42), b(c, 1, 42), other(c, 1, 43);
+  auto na = GridModel<double>::single(c, 1, 42), nb = GridModel<double>::single(c, 1, 42),
+       nother = GridModel<double>::single(c, 1, 43);
+  auto &a = *na.model, &b = *nb.model, &other = *nother.model;
   auto stats = [](const Param<double>& p) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.value);
     double s = 0, s2 = 0;
@@ -81,7 +84,8 @@ TEST(Model, InitialisationFollowsTheRules) {
 TEST(Model, EveryGradientMatchesFiniteDifferences) {
   const io::ModelConfig c = tiny();
   const int batch = 2;
-  GPT<double> gpt(c, batch, 7);
+  auto net = GridModel<double>::single(c, batch, 7);
+  auto& gpt = *net.model;
   // Larger random weights than the initialisation, so that every path carries signal.
   std::mt19937 gen(3);
   std::uniform_real_distribution<double> dist(-0.5, 0.5);
@@ -126,7 +130,8 @@ TEST(Model, EveryGradientMatchesFiniteDifferences) {
 TEST(Model, LossOfTheUntrainedModelIsNearLogVocab) {
   io::ModelConfig c = tiny();
   c.vocab_size = 64;
-  GPT<float> gpt(c, 4, 11);
+  auto net = GridModel<float>::single(c, 4, 11);
+  auto& gpt = *net.model;
   const int n = 4 * c.seq_len;
   const double loss = gpt.forward_backward(tokens(n, 64, 5), tokens(n, 64, 6), 0.0) / n;
   EXPECT_NEAR(loss, std::log(64.0), 0.05);

@@ -1,16 +1,19 @@
 // Tensor-parallel equivalence: the model written against tp::Mode, on every
 // rank of a 1D group, gives the single-process model's loss, and each rank's
 // block of every parameter and gradient equals the same block of the
-// single-process model's (double precision, and float within 1e-5).
+// single-process model's (the same code on MPI_COMM_SELF, itself checked against
+// finite differences in test_model; double precision, and float within 1e-5).
 
-#include "cubelm/model/gpt.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
+#include "cubelm/train/trainer.hpp"
 
 #include <gtest/gtest.h>
 
 #include <mpi.h>
 
 #include <cmath>
+#include <filesystem>
+#include <unistd.h>
 #include <random>
 
 using namespace cubelm;
@@ -64,7 +67,8 @@ void check_equivalence(double loss_tol, double grad_tol) {
   const io::ModelConfig c = tiny();
   const int batch = 2, n = batch * c.seq_len;
   const std::uint64_t seed = 77;
-  model::GPT<T> reference(c, batch, seed);
+  auto single = model::GridModel<T>::single(c, batch, seed);
+  auto& reference = *single.model;
   auto mode = tp::make_mode<T>(grid);
   model::ShardedGPT<T> sharded(c, batch, seed, *mode);
   ASSERT_EQ(sharded.rows().first, 0);
@@ -130,4 +134,73 @@ TEST(TensorParallel1D, ReplicasNeitherWriteNorCountTwice) {
       EXPECT_FALSE(p.counted) << p.name;
     }
   }
+}
+
+namespace {
+
+io::Deck train_deck(int tp) {
+  const std::string mode = tp == 1 ? "none" : "1d";
+  const std::string text = R"([model]
+vocab_size = 32
+seq_len = 8
+hidden = 16
+heads = 8
+layers = 2
+[parallel]
+tensor_mode = ")" + mode + R"("
+tensor_size = )" + std::to_string(tp) + R"(
+[train]
+steps = 10
+global_batch = 4
+seed = 3
+[optimizer]
+lr = 1e-2
+warmup_steps = 2
+[data]
+synthetic_tokens = 5000
+[log]
+peak_gflops = 1.0
+)";
+  return io::parse_deck(text, "tp.toml");
+}
+
+comm::Communicator self() { return comm::Communicator::duplicate(MPI_COMM_SELF); }
+
+} // namespace
+
+TEST(TensorParallel1D, TenAdamWStepsMatchTheSingleProcessRun) {
+  const int n = comm::Communicator::world().size();
+  train::Trainer group(train_deck(n)), single(train_deck(1), self());
+  for (int s = 0; s < 10; ++s) {
+    const auto a = group.step(), b = single.step();
+    EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
+    EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-3 * b.grad_norm) << "step " << s;
+    if (n > 1)
+      EXPECT_GT(a.comm_bytes, 0.0);
+    else
+      EXPECT_EQ(a.comm_bytes, 0.0);
+  }
+}
+
+TEST(TensorParallel1D, CheckpointOfTheGroupResumesOnOneProcess) {
+  const comm::Communicator world = comm::Communicator::world();
+  long long id = static_cast<long long>(::getpid());
+  MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, world.raw());
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("cubelm_test_tp_" + std::to_string(id) + ".h5"))
+                               .string();
+  train::Trainer group(train_deck(world.size()));
+  for (int s = 0; s < 3; ++s)
+    group.step();
+  group.save(path); // every rank writes its blocks; replicas write nothing
+  train::Trainer single(train_deck(1), self());
+  single.resume(path); // every rank reads the whole model alone
+  EXPECT_EQ(single.steps_done(), 3);
+  for (int s = 3; s < 6; ++s) {
+    const auto a = group.step(), b = single.step();
+    EXPECT_NEAR(b.loss, a.loss, 1e-4 * a.loss) << "step " << s;
+  }
+  MPI_Barrier(world.raw());
+  if (world.rank() == 0)
+    std::filesystem::remove(path);
 }

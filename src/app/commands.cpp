@@ -129,9 +129,12 @@ int run_data(const std::vector<std::string>& inputs, const std::string& output,
 int run_init(const std::string& deck_path, const std::string& output, const Environment& env) {
   const io::Deck deck = io::load_deck(deck_path);
   deck.parallel.layout().validate_for_world(env.world_size());
-  // Parameters depend only on (seed, name, index); one sequence of activations suffices.
-  const model::GPT<real> gpt(deck.model, 1, static_cast<std::uint64_t>(deck.train.seed));
-  train::save_checkpoint(output, deck, gpt, nullptr, nullptr, 0, comm::Communicator::world());
+  // Parameters depend only on (seed, name, index): one micro-batch row of activations suffices.
+  const model::GridModel<real> net(deck.model, deck.micro_batch(),
+                                   static_cast<std::uint64_t>(deck.train.seed),
+                                   deck.parallel.layout(), comm::Communicator::world());
+  train::save_checkpoint(output, deck, *net.model, nullptr, nullptr, 0,
+                         comm::Communicator::world());
   if (env.world_rank() == 0)
     std::printf("%s: step-0 checkpoint of %s (%.3g M parameters, seed %lld)\n", output.c_str(),
                 deck_path.c_str(), model::parameter_count(deck.model) / 1e6,

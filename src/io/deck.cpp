@@ -187,6 +187,44 @@ toml::table parse_toml(const std::string& text, const std::string& source) {
   }
 }
 
+// The divisibility rules of the tensor-parallel modes (DESIGN §3): every rank
+// must hold whole heads and whole sequences and equal blocks of each weight.
+// Returns the first rule `tp` breaks for this model, or "" when it fits.
+std::string tensor_rule(comm::TensorMode mode, int tp, const ModelConfig& m, int micro) {
+  const auto divides = [](std::int64_t n, std::int64_t d) { return d > 0 && n % d == 0; };
+  const std::int64_t h = m.hidden, f = 4LL * m.hidden, v = m.vocab_size;
+  if (mode == comm::TensorMode::d1) {
+    if (!divides(m.heads, tp))
+      return "model.heads = " + std::to_string(m.heads) + " divisible by " + std::to_string(tp) +
+             " (whole heads per rank)";
+    if (!divides(f, tp))
+      return "4 x model.hidden = " + std::to_string(f) + " divisible by " + std::to_string(tp);
+    if (!divides(v, tp))
+      return "model.vocab_size = " + std::to_string(v) + " divisible by " + std::to_string(tp) +
+             " (vocabulary-parallel embedding)";
+    return "";
+  }
+  if (mode == comm::TensorMode::d2 || mode == comm::TensorMode::d3) {
+    const int exp = mode == comm::TensorMode::d2 ? 2 : 3;
+    int q = 1;
+    while (q * q * (exp == 3 ? q : 1) < tp)
+      ++q;
+    const int rows = exp == 2 ? q : q * q;
+    if (!divides(micro, rows))
+      return "the micro-batch (" + std::to_string(micro) + " sequences) divisible by " +
+             std::to_string(rows) + " (whole sequences per rank)";
+    if (!divides(m.heads, q))
+      return "model.heads = " + std::to_string(m.heads) + " divisible by q = " + std::to_string(q);
+    for (const auto& [name, n] : {std::pair<const char*, std::int64_t>{"model.hidden", h},
+                                  {"4 x model.hidden", f},
+                                  {"model.vocab_size", v}})
+      if (!divides(n, static_cast<std::int64_t>(q) * q))
+        return std::string(name) + " = " + std::to_string(n) + " divisible by q^2 = " +
+               std::to_string(q * q);
+  }
+  return "";
+}
+
 } // namespace
 
 comm::Layout ParallelConfig::layout() const {
@@ -285,6 +323,26 @@ Deck parse_deck(const std::string& text, const std::string& source) {
                     std::to_string(per_step) +
                     " (global_batch = data_size x microbatches x micro-batch size)");
   train.finish();
+
+  const std::string broken = tensor_rule(p.tensor_mode, p.tensor_size, m, deck.micro_batch());
+  if (!broken.empty()) {
+    std::string fits;
+    for (int t = 2; t <= 512; ++t) {
+      comm::Layout l = p.layout();
+      l.tp = t;
+      try {
+        l.validate();
+      } catch (const Error&) {
+        continue;
+      }
+      if (tensor_rule(p.tensor_mode, t, m, deck.micro_batch()).empty())
+        fits += (fits.empty() ? "" : ", ") + std::to_string(t);
+    }
+    par.fail("tensor_size", std::string("tensor_mode = \"") + comm::mode_name(p.tensor_mode) +
+                                "\" needs " + broken +
+                                (fits.empty() ? "; no tensor_size fits this model"
+                                              : "; tensor sizes that fit this model: " + fits));
+  }
 
   Section opt = section("optimizer");
   OptimizerConfig& o = deck.optimizer;

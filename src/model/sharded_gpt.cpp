@@ -80,6 +80,38 @@ template <class T>
 ShardedGPT<T>::~ShardedGPT() = default;
 
 template <class T>
+Param<T>& ShardedGPT<T>::param(const std::string& name) {
+  for (auto& p : params_)
+    if (p.name == name)
+      return p;
+  CUBELM_ASSERT(false, "no parameter called '" + name + "'");
+  return params_.front();
+}
+
+template <class T>
+std::int64_t ShardedGPT<T>::memory_bytes() const {
+  std::int64_t elements = 0;
+  for (const auto& p : params_)
+    elements += 2 * p.size();
+  auto add = [&](const auto& view) { elements += static_cast<std::int64_t>(view.span()); };
+  for (const auto& y : layers_) {
+    for (const Mat<T>* m : {&y->ln1_out, &y->q, &y->k, &y->v, &y->att, &y->ln2_out, &y->h, &y->g})
+      add(*m);
+    add(y->probs);
+  }
+  for (const auto& m : stream_)
+    add(m);
+  for (const Mat<T>* m : {&lnf_out_, &d_outer_, &dx_, &dq_, &dk_, &dv_, &da_, &dh_, &dg_})
+    add(*m);
+  add(dscratch_);
+  add(work_.q);
+  add(work_.k);
+  add(work_.v);
+  add(work_.o);
+  return elements * static_cast<std::int64_t>(sizeof(T));
+}
+
+template <class T>
 void ShardedGPT<T>::zero_grad() {
   for (auto& p : params_)
     Kokkos::deep_copy(p.grad, T(0));
@@ -140,7 +172,21 @@ void ShardedGPT<T>::backward(const ExecSpace& exec) {
   embedding_->backward(exec, dx_);
 }
 
+template <class T>
+GridModel<T>::GridModel(const io::ModelConfig& config, int batch, std::uint64_t seed,
+                        const comm::Layout& layout, const comm::Communicator& comm)
+    : grid(std::make_unique<comm::ProcessGrid>(layout, comm)), mode(tp::make_mode<T>(*grid)),
+      model(std::make_unique<ShardedGPT<T>>(config, batch, seed, *mode)) {}
+
+template <class T>
+GridModel<T> GridModel<T>::single(const io::ModelConfig& config, int batch, std::uint64_t seed) {
+  return GridModel(config, batch, seed, comm::Layout{},
+                   comm::Communicator::duplicate(MPI_COMM_SELF));
+}
+
 template class ShardedGPT<float>;
 template class ShardedGPT<double>;
+template struct GridModel<float>;
+template struct GridModel<double>;
 
 } // namespace cubelm::model

@@ -91,7 +91,7 @@ void prune_checkpoints(const std::string& dir, int keep) {
   }
 }
 
-void save_checkpoint(const std::string& path, const io::Deck& deck, const model::GPT<real>& model,
+void save_checkpoint(const std::string& path, const io::Deck& deck, const model::ShardedGPT<real>& model,
                      const std::vector<kernels::Vec<real>>* m,
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm) {
@@ -121,7 +121,7 @@ void save_checkpoint(const std::string& path, const io::Deck& deck, const model:
   w.close();
 }
 
-int load_checkpoint(const std::string& path, model::GPT<real>& model,
+int load_checkpoint(const std::string& path, model::ShardedGPT<real>& model,
                     std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
                     const comm::Communicator& comm) {
   const io::CheckpointReader r(path, comm);

@@ -79,13 +79,24 @@ double measure_gemm_gflops() {
   return 2.0 * n * n * static_cast<double>(n) * reps / timer.seconds() / 1e9;
 }
 
-Trainer::Trainer(const io::Deck& deck) : deck_(deck) {
+namespace {
+// The layouts this version trains: tensor parallelism alone (pipeline and data
+// parallel training are not part of it yet).
+comm::Layout trainable(const io::Deck& deck) {
   const comm::Layout layout = deck.parallel.layout();
-  if (layout.world_size() != 1)
+  if (layout.dp != 1 || layout.pp != 1)
     throw Error(deck.source + ": parallel layout " + layout.describe() +
-                    ": cubelm train runs single-process layouts only in this version "
-                    "(tensor_size = pipeline_size = data_size = 1)",
+                    ": cubelm train runs tensor-parallel layouts only in this version "
+                    "(pipeline_size = data_size = 1)",
                 true);
+  return layout;
+}
+} // namespace
+
+Trainer::Trainer(const io::Deck& deck, const comm::Communicator& comm)
+    : deck_(deck), comm_(comm),
+      net_(deck.model, deck.micro_batch(), static_cast<std::uint64_t>(deck.train.seed),
+           trainable(deck), comm) {
   const io::DataConfig& d = deck.data;
   const io::ModelConfig& m = deck.model;
   if (d.format == "synthetic") {
@@ -98,9 +109,7 @@ Trainer::Trainer(const io::Deck& deck) : deck_(deck) {
   sampler_ = io::make_sampler(d.sampler, static_cast<std::int64_t>(tokens_.size()),
                               deck.train.global_batch, m.seq_len,
                               static_cast<std::uint64_t>(deck.train.seed));
-  model_ = std::make_unique<model::GPT<real>>(m, deck.micro_batch(),
-                                              static_cast<std::uint64_t>(deck.train.seed));
-  for (const auto& p : model_->params()) {
+  for (const auto& p : net_.model->params()) {
     m_.emplace_back("cubelm::adam_m::" + p.name, p.size());
     v_.emplace_back("cubelm::adam_v::" + p.name, p.size());
   }
@@ -110,11 +119,11 @@ Trainer::Trainer(const io::Deck& deck) : deck_(deck) {
 Trainer::~Trainer() = default;
 
 void Trainer::save(const std::string& path) const {
-  save_checkpoint(path, deck_, *model_, &m_, &v_, step_, comm::Communicator::world());
+  save_checkpoint(path, deck_, *net_.model, &m_, &v_, step_, comm_);
 }
 
 void Trainer::resume(const std::string& path) {
-  step_ = load_checkpoint(path, *model_, m_, v_, comm::Communicator::world());
+  step_ = load_checkpoint(path, *net_.model, m_, v_, comm_);
 }
 
 void Trainer::optimizer_step(double grad_norm, double lr) {
@@ -122,7 +131,7 @@ void Trainer::optimizer_step(double grad_norm, double lr) {
   const io::OptimizerConfig& o = deck_.optimizer;
   // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
   const double clip = o.grad_clip > 0 ? o.grad_clip / (grad_norm + 1e-6) : 1.0;
-  auto& params = model_->params();
+  auto& params = net_.model->params();
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (clip < 1.0)
       kernels::scale<real>(exec, params[i].grad, static_cast<real>(clip));
@@ -144,30 +153,37 @@ StepMetrics Trainer::step() {
   const int micro = deck_.micro_batch();
   const int seq = deck_.model.seq_len;
   const double tokens = static_cast<double>(deck_.train.global_batch) * seq;
-  model_->zero_grad();
+  model::ShardedGPT<real>& model = *net_.model;
+  const comm::TrafficCounters& traffic = net_.grid->traffic();
+  const double sent_before = traffic.total_bytes();
+  model.zero_grad();
   double loss_sum = 0;
+  const tp::Rows rows = model.rows();
   for (int mb = 0; mb < deck_.parallel.microbatches; ++mb) {
-    sampler_->fill_rows(tokens_, step_, mb * micro, micro, batch_);
-    loss_sum += model_->forward_backward(batch_.inputs, batch_.targets, 1.0 / tokens);
+    sampler_->fill_rows(tokens_, step_, mb * micro + rows.first, rows.count, batch_);
+    loss_sum += model.forward_backward(batch_.inputs, batch_.targets, 1.0 / tokens);
   }
-  double sq = 0;
-  for (const auto& p : model_->params())
-    sq += kernels::sum_squares<real>(exec, p.grad);
+  // Global norm: each element once (replicas are not counted), summed over the group.
+  Kokkos::View<double*, Kokkos::HostSpace> sq("cubelm::grad_sq", 1);
+  for (const auto& p : model.params())
+    if (p.counted)
+      sq(0) += kernels::sum_squares<real>(exec, p.grad);
+  net_.grid->tp().all_reduce(HostExecSpace(), sq);
   StepMetrics m;
   m.step = step_;
   m.loss = loss_sum / tokens;
-  m.grad_norm = std::sqrt(sq);
+  m.grad_norm = std::sqrt(sq(0));
   m.lr = learning_rate(deck_.optimizer, deck_.train.steps, step_);
   optimizer_step(m.grad_norm, m.lr);
+  m.comm_bytes = traffic.total_bytes() - sent_before;
   m.ms = timer.seconds() * 1e3;
   m.tokens_per_s = tokens / timer.seconds();
   m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9;
   m.mfu = peak_gflops_ > 0 ? m.gflops_per_rank / peak_gflops_ : 0.0;
   std::int64_t optimizer_bytes = 0;
-  for (const auto& p : model_->params())
+  for (const auto& p : model.params())
     optimizer_bytes += 2 * p.size() * static_cast<std::int64_t>(sizeof(real));
-  m.mem_bytes = model_->memory_bytes() + optimizer_bytes;
-  m.comm_bytes = 0; // one process: nothing is sent
+  m.mem_bytes = model.memory_bytes() + optimizer_bytes;
   ++step_;
   return m;
 }
@@ -188,6 +204,8 @@ std::string resume_file(const io::Deck& deck) {
 
 int run_training(const io::Deck& deck, std::ostream& out) {
   Trainer trainer(deck);
+  std::ostringstream discard; // only world rank 0 prints
+  std::ostream& say = trainer.is_root() ? out : discard;
   double peak = deck.log.peak_gflops;
   if (peak <= 0)
     peak = measure_gemm_gflops();
@@ -197,23 +215,23 @@ int run_training(const io::Deck& deck, std::ostream& out) {
                 "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s)\n",
                 deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
                 deck.log.peak_gflops > 0 ? "from the deck" : "measured sgemm");
-  out << line;
+  say << line;
   if (trainer.entropy_floor() >= 0) {
     std::snprintf(line, sizeof(line),
                   "synthetic corpus: %lld tokens, entropy floor %.4f nats/token (ln %d)\n",
                   static_cast<long long>(deck.data.synthetic_tokens), trainer.entropy_floor(),
                   deck.data.synthetic_branching);
-    out << line;
+    say << line;
   }
   const std::string from = resume_file(deck);
   if (!from.empty()) {
     trainer.resume(from);
-    out << "resumed from " << from << " after step " << trainer.steps_done() << "\n";
+    say << "resumed from " << from << " after step " << trainer.steps_done() << "\n";
   } else if (deck.checkpoint.resume == "auto") {
-    out << "no checkpoint in " << deck.checkpoint.dir << ": starting from step 0\n";
+    say << "no checkpoint in " << deck.checkpoint.dir << ": starting from step 0\n";
   }
   std::ofstream metrics;
-  if (!deck.log.metrics.empty()) {
+  if (!deck.log.metrics.empty() && trainer.is_root()) {
     // A resumed run appends to the metrics of the run it continues.
     metrics.open(deck.log.metrics, from.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics)
@@ -226,7 +244,7 @@ int run_training(const io::Deck& deck, std::ostream& out) {
     const std::string path = checkpoint_path(deck.checkpoint.dir, done);
     trainer.save(path);
     prune_checkpoints(deck.checkpoint.dir, deck.checkpoint.keep);
-    out << "checkpoint " << path << "\n" << std::flush;
+    say << "checkpoint " << path << "\n" << std::flush;
   };
   StepMetrics last;
   double total_ms = 0;
@@ -237,7 +255,7 @@ int run_training(const io::Deck& deck, std::ostream& out) {
     if (metrics.is_open())
       metrics << format_json(last) << "\n" << std::flush;
     if (s % deck.log.interval == 0 || s + 1 == steps)
-      out << format_step(last, steps) << "\n" << std::flush;
+      say << format_step(last, steps) << "\n" << std::flush;
     if (interval > 0 && (s + 1) % interval == 0 && s + 1 < steps)
       save(s + 1);
   }
@@ -245,13 +263,13 @@ int run_training(const io::Deck& deck, std::ostream& out) {
     save(steps);
     std::snprintf(line, sizeof(line), "done: %d steps in %.1f s, final loss %.4f", steps - first,
                   total_ms / 1e3, last.loss);
-    out << line;
+    say << line;
     if (trainer.entropy_floor() >= 0) {
       std::snprintf(line, sizeof(line), " (floor %.4f, %.4f above it)", trainer.entropy_floor(),
                     last.loss - trainer.entropy_floor());
-      out << line;
+      say << line;
     }
-    out << "\n";
+    say << "\n";
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace cubelm::model {
@@ -25,6 +26,10 @@ public:
   const io::ModelConfig& config() const { return config_; }
   tp::Params<T>& params() { return params_; }
   const tp::Params<T>& params() const { return params_; }
+  /// \brief This rank's block of the parameter called `name` (InternalError if none).
+  Param<T>& param(const std::string& name);
+  /// \brief Bytes of this rank's parameters, gradients and activations.
+  std::int64_t memory_bytes() const;
   /// \brief The sequences of the micro-batch whose tokens this rank must be given.
   tp::Rows rows() const { return rows_; }
 
@@ -52,6 +57,20 @@ private:
   kernels::Tensor4<T> dscratch_;
   kernels::AttentionWorkspace<T> work_;
   int heads_;
+};
+
+/// \brief A model together with the process grid and mode it runs on.
+template <class T>
+struct GridModel {
+  /// \brief `layout` over the ranks of `comm`.
+  GridModel(const io::ModelConfig& config, int batch, std::uint64_t seed,
+            const comm::Layout& layout, const comm::Communicator& comm);
+  /// \brief The whole model on this rank alone (MPI_COMM_SELF): references and tools.
+  static GridModel single(const io::ModelConfig& config, int batch, std::uint64_t seed);
+
+  std::unique_ptr<comm::ProcessGrid> grid;
+  std::unique_ptr<tp::Mode<T>> mode;
+  std::unique_ptr<ShardedGPT<T>> model;
 };
 
 } // namespace cubelm::model

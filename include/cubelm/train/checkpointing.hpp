@@ -9,7 +9,7 @@
 
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/io/deck.hpp"
-#include "cubelm/model/gpt.hpp"
+#include "cubelm/model/sharded_gpt.hpp"
 
 #include <cstdint>
 #include <string>
@@ -28,14 +28,14 @@ std::string latest_checkpoint(const std::string& dir);
 void prune_checkpoints(const std::string& dir, int keep);
 
 /// \brief Collectively writes model, moments (zeros when `m`/`v` are null) and attributes.
-void save_checkpoint(const std::string& path, const io::Deck& deck, const model::GPT<real>& model,
+void save_checkpoint(const std::string& path, const io::Deck& deck, const model::ShardedGPT<real>& model,
                      const std::vector<kernels::Vec<real>>* m,
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm);
 
 /// \brief Reads a checkpoint into the model and moments; every shape must match the
 /// deck (a message names the file, the tensor and both shapes). Returns the step.
-int load_checkpoint(const std::string& path, model::GPT<real>& model,
+int load_checkpoint(const std::string& path, model::ShardedGPT<real>& model,
                     std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
                     const comm::Communicator& comm);
 

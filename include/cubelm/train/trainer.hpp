@@ -5,7 +5,7 @@
 
 #include "cubelm/io/data.hpp"
 #include "cubelm/io/deck.hpp"
-#include "cubelm/model/gpt.hpp"
+#include "cubelm/model/sharded_gpt.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -42,23 +42,27 @@ std::string format_json(const StepMetrics& m);
 /// \brief Measures the gemm rate of this device in GFLOP/s (single precision).
 double measure_gemm_gflops();
 
-/// \brief Trains the deck's model on one process.
+/// \brief Trains the deck's model on this rank's part of its layout.
 class Trainer {
 public:
-  explicit Trainer(const io::Deck& deck);
+  /// \brief The deck's layout over the ranks of `comm` (its size must fit the layout).
+  explicit Trainer(const io::Deck& deck,
+                   const comm::Communicator& comm = comm::Communicator::world());
   ~Trainer();
 
   /// \brief Runs one optimizer step over the global batch of step `step()`.
   StepMetrics step();
   /// \brief Steps done so far (the next step's number).
   int steps_done() const { return step_; }
-  model::GPT<real>& model() { return *model_; }
+  model::ShardedGPT<real>& model() { return *net_.model; }
   /// \brief The entropy floor of the synthetic corpus (nats/token), or a negative number.
   double entropy_floor() const { return floor_; }
   /// \brief Writes model, moments and attributes after steps_done() steps.
   void save(const std::string& path) const;
   /// \brief Continues from a checkpoint: parameters, moments and the step counter.
   void resume(const std::string& path);
+  /// \brief True on the rank that prints (world rank 0).
+  bool is_root() const { return net_.grid->coords().world == 0; }
   /// \brief Sets the per-rank peak used for MFU.
   void set_peak_gflops(double peak) { peak_gflops_ = peak; }
 
@@ -66,9 +70,10 @@ private:
   void optimizer_step(double grad_norm, double lr);
 
   io::Deck deck_;
+  comm::Communicator comm_;
   std::vector<std::int32_t> tokens_;
   std::unique_ptr<io::Sampler> sampler_;
-  std::unique_ptr<model::GPT<real>> model_;
+  model::GridModel<real> net_;
   std::vector<kernels::Vec<real>> m_, v_;
   io::Batch batch_;
   int step_ = 0;
