@@ -178,7 +178,9 @@ StepMetrics Trainer::step() {
   m.comm_bytes = traffic.total_bytes() - sent_before;
   m.ms = timer.seconds() * 1e3;
   m.tokens_per_s = tokens / timer.seconds();
-  m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9;
+  // The model's FLOPs are shared by all ranks of the layout.
+  m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9 /
+                      deck_.parallel.layout().world_size();
   m.mfu = peak_gflops_ > 0 ? m.gflops_per_rank / peak_gflops_ : 0.0;
   std::int64_t optimizer_bytes = 0;
   for (const auto& p : model.params())
