@@ -13,8 +13,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <unistd.h>
 #include <random>
+#include <unistd.h>
 
 using namespace cubelm;
 
@@ -148,7 +148,8 @@ heads = 8
 layers = 2
 [parallel]
 tensor_mode = ")" + mode + R"("
-tensor_size = )" + std::to_string(tp) + R"(
+tensor_size = )" + std::to_string(tp) +
+                           R"(
 [train]
 steps = 10
 global_batch = 4
@@ -164,7 +165,9 @@ peak_gflops = 1.0
   return io::parse_deck(text, "tp.toml");
 }
 
-comm::Communicator self() { return comm::Communicator::duplicate(MPI_COMM_SELF); }
+comm::Communicator self() {
+  return comm::Communicator::duplicate(MPI_COMM_SELF);
+}
 
 } // namespace
 
@@ -186,9 +189,9 @@ TEST(TensorParallel1D, CheckpointOfTheGroupResumesOnOneProcess) {
   const comm::Communicator world = comm::Communicator::world();
   long long id = static_cast<long long>(::getpid());
   MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, world.raw());
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("cubelm_test_tp_" + std::to_string(id) + ".h5"))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cubelm_test_tp_" + std::to_string(id) + ".h5"))
+          .string();
   train::Trainer group(train_deck(world.size()));
   for (int s = 0; s < 3; ++s)
     group.step();
@@ -203,4 +206,34 @@ TEST(TensorParallel1D, CheckpointOfTheGroupResumesOnOneProcess) {
   MPI_Barrier(world.raw());
   if (world.rank() == 0)
     std::filesystem::remove(path);
+}
+
+// docs/communication.md, "1D per step": with N tokens per micro-batch, m micro-batches,
+// every rank sends 2 (p-1)/p x [4 m ((2 + 4 L) N H + 3 N) + 8] bytes in (4 + 4L) m + 1
+// all-reduces over "tp", and nothing over any other group.
+TEST(TensorParallel1D, BytesSentPerStepFollowTheClosedForm) {
+  const int p = comm::Communicator::world().size();
+  for (int microbatches : {1, 2}) {
+    io::Deck deck = train_deck(p);
+    deck.parallel.microbatches = microbatches;
+    train::Trainer t(deck);
+    const auto m = t.step();
+    const double N = static_cast<double>(deck.micro_batch()) * deck.model.seq_len;
+    const double H = deck.model.hidden, L = deck.model.layers;
+    const double expected =
+        2.0 * (p - 1) / p * (4.0 * microbatches * ((2 + 4 * L) * N * H + 3 * N) + 8.0);
+    const std::uint64_t calls = static_cast<std::uint64_t>((4 + 4 * L) * microbatches + 1);
+    bool found = false;
+    for (const auto& e : m.traffic) {
+      if (e.group == "tp" && e.kind == comm::Kind::all_reduce) {
+        found = true;
+        EXPECT_EQ(e.calls, calls);
+        EXPECT_NEAR(e.bytes, expected, 1e-9 * expected + 1e-9);
+      } else {
+        EXPECT_EQ(e.bytes, 0.0) << e.group << " " << comm::kind_name(e.kind);
+      }
+    }
+    EXPECT_TRUE(found);
+    EXPECT_NEAR(m.comm_bytes, expected, 1e-9 * expected + 1e-9);
+  }
 }

@@ -219,8 +219,8 @@ std::string tensor_rule(comm::TensorMode mode, int tp, const ModelConfig& m, int
                                   {"4 x model.hidden", f},
                                   {"model.vocab_size", v}})
       if (!divides(n, static_cast<std::int64_t>(q) * q))
-        return std::string(name) + " = " + std::to_string(n) + " divisible by q^2 = " +
-               std::to_string(q * q);
+        return std::string(name) + " = " + std::to_string(n) +
+               " divisible by q^2 = " + std::to_string(q * q);
   }
   return "";
 }

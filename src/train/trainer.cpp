@@ -57,7 +57,17 @@ std::string format_json(const StepMetrics& m) {
   out << "{\"step\": " << m.step << ", \"loss\": " << m.loss << ", \"grad_norm\": " << m.grad_norm
       << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms << ", \"tokens_per_s\": " << m.tokens_per_s
       << ", \"gflops_per_rank\": " << m.gflops_per_rank << ", \"mfu\": " << m.mfu
-      << ", \"mem_bytes\": " << m.mem_bytes << ", \"comm_bytes\": " << m.comm_bytes << "}";
+      << ", \"mem_bytes\": " << m.mem_bytes << ", \"comm_bytes\": " << m.comm_bytes
+      << ", \"comm\": {";
+  bool first = true;
+  for (const auto& e : m.traffic) {
+    if (e.calls == 0)
+      continue;
+    out << (first ? "" : ", ") << "\"" << e.group << "." << comm::kind_name(e.kind)
+        << "\": {\"calls\": " << e.calls << ", \"bytes\": " << e.bytes << "}";
+    first = false;
+  }
+  out << "}}";
   return out.str();
 }
 
@@ -155,7 +165,7 @@ StepMetrics Trainer::step() {
   const double tokens = static_cast<double>(deck_.train.global_batch) * seq;
   model::ShardedGPT<real>& model = *net_.model;
   const comm::TrafficCounters& traffic = net_.grid->traffic();
-  const double sent_before = traffic.total_bytes();
+  const std::vector<comm::TrafficEntry> before = traffic.entries();
   model.zero_grad();
   double loss_sum = 0;
   const tp::Rows rows = model.rows();
@@ -175,7 +185,15 @@ StepMetrics Trainer::step() {
   m.grad_norm = std::sqrt(sq(0));
   m.lr = learning_rate(deck_.optimizer, deck_.train.steps, step_);
   optimizer_step(m.grad_norm, m.lr);
-  m.comm_bytes = traffic.total_bytes() - sent_before;
+  m.traffic = traffic.entries();
+  for (auto& e : m.traffic) // this step's share: subtract what was counted before it
+    for (const auto& b : before)
+      if (b.group == e.group && b.kind == e.kind) {
+        e.calls -= b.calls;
+        e.bytes -= b.bytes;
+      }
+  for (const auto& e : m.traffic)
+    m.comm_bytes += e.bytes;
   m.ms = timer.seconds() * 1e3;
   m.tokens_per_s = tokens / timer.seconds();
   // The model's FLOPs are shared by all ranks of the layout.
@@ -263,6 +281,15 @@ int run_training(const io::Deck& deck, std::ostream& out) {
   }
   if (steps > first) {
     save(steps);
+    say << "communication of rank 0 over " << steps - first
+        << " steps (modelled bytes sent, docs/communication.md):\n";
+    for (const auto& e : trainer.traffic().entries())
+      if (e.calls > 0) {
+        std::snprintf(line, sizeof(line), "  %-8s %-15s %8llu calls %14.0f bytes\n",
+                      e.group.c_str(), comm::kind_name(e.kind),
+                      static_cast<unsigned long long>(e.calls), e.bytes);
+        say << line;
+      }
     std::snprintf(line, sizeof(line), "done: %d steps in %.1f s, final loss %.4f", steps - first,
                   total_ms / 1e3, last.loss);
     say << line;

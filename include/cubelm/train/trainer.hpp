@@ -3,6 +3,7 @@
 /// \brief The training loop: data, micro-batches, global-norm clipping, the
 /// learning-rate schedule and AdamW (DESIGN §4), per-step metrics (§8).
 
+#include "cubelm/comm/traffic.hpp"
 #include "cubelm/io/data.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
@@ -31,7 +32,8 @@ struct StepMetrics {
   double gflops_per_rank = 0;
   double mfu = 0;
   std::int64_t mem_bytes = 0;
-  double comm_bytes = 0;
+  double comm_bytes = 0;                   ///< modelled bytes this rank sent in the step
+  std::vector<comm::TrafficEntry> traffic; ///< the same per group and collective kind
 };
 
 /// \brief "step 12/200 | loss 2.8311 | ..." as printed by rank 0.
@@ -61,6 +63,8 @@ public:
   void save(const std::string& path) const;
   /// \brief Continues from a checkpoint: parameters, moments and the step counter.
   void resume(const std::string& path);
+  /// \brief Everything this rank sent so far, per group and collective kind.
+  const comm::TrafficCounters& traffic() const { return net_.grid->traffic(); }
   /// \brief True on the rank that prints (world rank 0).
   bool is_root() const { return net_.grid->coords().world == 0; }
   /// \brief Sets the per-rank peak used for MFU.
