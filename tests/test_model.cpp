@@ -1,8 +1,10 @@
 // The whole GPT in double precision: every parameter gradient against central
 // finite differences of the mean loss; initialisation rules of DESIGN §4.
 
-#include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/model/shape.hpp"
+#include "cubelm/model/sharded_gpt.hpp"
+
+#include "test_helpers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,22 +17,10 @@ using namespace cubelm::model;
 namespace {
 
 io::ModelConfig tiny() {
-  io::ModelConfig c;
-  c.vocab_size = 11;
-  c.seq_len = 4;
-  c.hidden = 8;
-  c.heads = 2;
-  c.layers = 2;
-  return c;
+  return cubelm::testing::tiny_model(11, 8, 2);
 }
 
-std::vector<std::int32_t> tokens(int n, int vocab, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t)
-    x = static_cast<std::int32_t>(gen() % vocab);
-  return t;
-}
+using cubelm::testing::random_tokens;
 
 } // namespace
 
@@ -96,7 +86,7 @@ TEST(Model, EveryGradientMatchesFiniteDifferences) {
     Kokkos::deep_copy(p.value, h);
   }
   const int n = batch * c.seq_len;
-  const auto in = tokens(n, c.vocab_size, 1), tgt = tokens(n, c.vocab_size, 2);
+  const auto in = random_tokens(n, c.vocab_size, 1), tgt = random_tokens(n, c.vocab_size, 2);
   const double scale = 1.0 / n;
   gpt.zero_grad();
   gpt.forward_backward(in, tgt, scale);
@@ -133,6 +123,7 @@ TEST(Model, LossOfTheUntrainedModelIsNearLogVocab) {
   auto net = GridModel<float>::single(c, 4, 11);
   auto& gpt = *net.model;
   const int n = 4 * c.seq_len;
-  const double loss = gpt.forward_backward(tokens(n, 64, 5), tokens(n, 64, 6), 0.0) / n;
+  const double loss =
+      gpt.forward_backward(random_tokens(n, 64, 5), random_tokens(n, 64, 6), 0.0) / n;
   EXPECT_NEAR(loss, std::log(64.0), 0.05);
 }

@@ -7,6 +7,8 @@
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "test_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -21,22 +23,10 @@ using namespace cubelm;
 namespace {
 
 io::ModelConfig tiny() {
-  io::ModelConfig c;
-  c.vocab_size = 32;
-  c.seq_len = 4;
-  c.hidden = 16;
-  c.heads = 8;
-  c.layers = 2;
-  return c;
+  return cubelm::testing::tiny_model(32, 16, 8);
 }
 
-std::vector<std::int32_t> tokens(int n, int vocab, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t)
-    x = static_cast<std::int32_t>(gen() % vocab);
-  return t;
-}
+using cubelm::testing::random_tokens;
 
 template <class T>
 std::vector<double> host(const kernels::Vec<T>& v) {
@@ -74,7 +64,7 @@ void check_equivalence(double loss_tol, double grad_tol) {
   ASSERT_EQ(sharded.rows().first, 0);
   ASSERT_EQ(sharded.rows().count, batch);
 
-  const auto in = tokens(n, c.vocab_size, 1), tgt = tokens(n, c.vocab_size, 2);
+  const auto in = random_tokens(n, c.vocab_size, 1), tgt = random_tokens(n, c.vocab_size, 2);
   const double ref_loss = reference.forward_backward(in, tgt, 1.0 / n);
   const double loss = sharded.forward_backward(in, tgt, 1.0 / n);
   EXPECT_NEAR(loss, ref_loss, loss_tol * std::fabs(ref_loss));
