@@ -157,11 +157,12 @@ TEST(Kernels, LayerNormGradients) {
 
 TEST(Kernels, GeluBiasAndResidual) {
   const int rows = 3, hid = 5;
-  Mat<D> x("x", rows, hid), y("y", rows, hid), w("w", rows, hid), dx("dx", rows, hid);
+  Mat<D> x("x", rows, hid), y("y", rows, hid), w("w", rows, hid), dx("dx", rows, hid),
+      th("th", rows, hid);
   randomize(x, 11, -3, 3);
   randomize(w, 12);
   auto loss = [&] {
-    gelu_forward<D>(exec, x, y);
+    gelu_forward<D>(exec, x, y, th);
     return dot(y, w);
   };
   loss();
@@ -171,7 +172,7 @@ TEST(Kernels, GeluBiasAndResidual) {
     EXPECT_NEAR(hy[i], 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))),
                 1e-14);
   }
-  gelu_backward<D>(exec, x, w, dx);
+  gelu_backward<D>(exec, x, th, w, dx);
   EXPECT_LT(fd_error(x, loss, dx), kTol);
 
   Vec<D> b("b", hid), db("db", hid);

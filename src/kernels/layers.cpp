@@ -14,6 +14,10 @@ using Range2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexTy
 Range2 over(const ExecSpace& exec, std::int64_t rows, std::int64_t cols) {
   return Range2(exec, {0, 0}, {rows, cols});
 }
+
+// Columns summed together by one work item of a column reduction: enough for
+// whole cache lines per row, few enough to keep the partial sums in registers.
+constexpr std::int64_t kColumnChunk = 32;
 } // namespace
 
 TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int vocab) {
@@ -160,15 +164,23 @@ void layernorm_backward(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x
           dx(n, j) += rstd(n) * (dy(n, j) * gamma(j) - sum_d - xhat * sum_dx);
         }
       });
+  // Column sums in chunks of kColumnChunk columns: rows are read contiguously.
   Kokkos::parallel_for(
-      "cubelm::layernorm_backward_params", Range(exec, 0, h), KOKKOS_LAMBDA(const std::int64_t j) {
-        T g = 0, b = 0;
-        for (std::int64_t n = 0; n < rows; ++n) {
-          g += dy(n, j) * (x(n, j) - mean(n)) * rstd(n);
-          b += dy(n, j);
+      "cubelm::layernorm_backward_params", Range(exec, 0, (h + kColumnChunk - 1) / kColumnChunk),
+      KOKKOS_LAMBDA(const std::int64_t c) {
+        const std::int64_t j0 = c * kColumnChunk;
+        const std::int64_t width = h - j0 < kColumnChunk ? h - j0 : kColumnChunk;
+        T g[kColumnChunk] = {}, b[kColumnChunk] = {};
+        for (std::int64_t n = 0; n < rows; ++n)
+          for (std::int64_t jj = 0; jj < width; ++jj) {
+            const T d = dy(n, j0 + jj);
+            g[jj] += d * (x(n, j0 + jj) - mean(n)) * rstd(n);
+            b[jj] += d;
+          }
+        for (std::int64_t jj = 0; jj < width; ++jj) {
+          dgamma(j0 + jj) += g[jj];
+          dbeta(j0 + jj) += b[jj];
         }
-        dgamma(j) += g;
-        dbeta(j) += b;
       });
 }
 
@@ -181,13 +193,18 @@ void bias_add(const ExecSpace& exec, const Mat<T>& y, const Vec<T>& b) {
 
 template <class T>
 void bias_backward(const ExecSpace& exec, const Mat<T>& dy, const Vec<T>& db) {
-  const std::int64_t rows = dy.extent(0);
+  const std::int64_t rows = dy.extent(0), cols = dy.extent(1);
   Kokkos::parallel_for(
-      "cubelm::bias_backward", Range(exec, 0, dy.extent(1)), KOKKOS_LAMBDA(const std::int64_t j) {
-        T acc = 0;
+      "cubelm::bias_backward", Range(exec, 0, (cols + kColumnChunk - 1) / kColumnChunk),
+      KOKKOS_LAMBDA(const std::int64_t c) {
+        const std::int64_t j0 = c * kColumnChunk;
+        const std::int64_t width = cols - j0 < kColumnChunk ? cols - j0 : kColumnChunk;
+        T acc[kColumnChunk] = {};
         for (std::int64_t n = 0; n < rows; ++n)
-          acc += dy(n, j);
-        db(j) += acc;
+          for (std::int64_t jj = 0; jj < width; ++jj)
+            acc[jj] += dy(n, j0 + jj);
+        for (std::int64_t jj = 0; jj < width; ++jj)
+          db(j0 + jj) += acc[jj];
       });
 }
 
@@ -198,26 +215,27 @@ constexpr double kGeluCubic = 0.044715;
 } // namespace
 
 template <class T>
-void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y) {
+void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, const Mat<T>& th) {
   Kokkos::parallel_for(
       "cubelm::gelu_forward", over(exec, x.extent(0), x.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
         const T v = x(n, j);
-        const T u = T(kGeluScale) * (v + T(kGeluCubic) * v * v * v);
-        y(n, j) = T(0.5) * v * (T(1) + kmath::tanh(u));
+        const T t = kmath::tanh(T(kGeluScale) * (v + T(kGeluCubic) * v * v * v));
+        th(n, j) = t;
+        y(n, j) = T(0.5) * v * (T(1) + t);
       });
 }
 
 template <class T>
-void gelu_backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx) {
+void gelu_backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& th, const Mat<T>& dy,
+                   const Mat<T>& dx) {
   Kokkos::parallel_for(
       "cubelm::gelu_backward", over(exec, x.extent(0), x.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
         const T v = x(n, j);
-        const T u = T(kGeluScale) * (v + T(kGeluCubic) * v * v * v);
-        const T th = kmath::tanh(u);
+        const T t = th(n, j);
         const T du = T(kGeluScale) * (T(1) + T(3 * kGeluCubic) * v * v);
-        const T grad = T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * du;
+        const T grad = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du;
         dx(n, j) = dy(n, j) * grad;
       });
 }
@@ -333,8 +351,9 @@ void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<
                                       const Vec<T>&, const Vec<T>&);                               \
   template void bias_add<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                       \
   template void bias_backward<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                  \
-  template void gelu_forward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&);                   \
-  template void gelu_backward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&, const Mat<T>&);   \
+  template void gelu_forward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&, const Mat<T>&);    \
+  template void gelu_backward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&, const Mat<T>&,    \
+                                 const Mat<T>&);                                                   \
   template void add_inplace<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&);                    \
   template void cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&, const Vec<T>&, T);
 

@@ -13,7 +13,7 @@ template <class T>
 struct ShardedGPT<T>::Layer {
   std::unique_ptr<tp::LayerNorm<T>> ln1, ln2;
   std::unique_ptr<tp::Linear<T>> qkv, proj, fc1, fc2;
-  Mat<T> ln1_out, q, k, v, att, ln2_out, h, g; // saved activations
+  Mat<T> ln1_out, q, k, v, att, ln2_out, h, g, th; // saved activations (th: GELU's tanh)
   kernels::Tensor4<T> probs;
 };
 
@@ -56,6 +56,7 @@ ShardedGPT<T>::ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_
     y->att = matrix<T>("cubelm::att", N, Hi);
     y->h = matrix<T>("cubelm::h", N, Fi);
     y->g = matrix<T>("cubelm::g", N, Fi);
+    y->th = matrix<T>("cubelm::gelu_tanh", N, Fi);
     y->probs = kernels::Tensor4<T>("cubelm::probs", rows_.count, heads_, S, S);
     layers_.push_back(std::move(y));
   }
@@ -95,7 +96,8 @@ std::int64_t ShardedGPT<T>::memory_bytes() const {
     elements += 2 * p.size();
   auto add = [&](const auto& view) { elements += static_cast<std::int64_t>(view.span()); };
   for (const auto& y : layers_) {
-    for (const Mat<T>* m : {&y->ln1_out, &y->q, &y->k, &y->v, &y->att, &y->ln2_out, &y->h, &y->g})
+    for (const Mat<T>* m :
+         {&y->ln1_out, &y->q, &y->k, &y->v, &y->att, &y->ln2_out, &y->h, &y->g, &y->th})
       add(*m);
     add(y->probs);
   }
@@ -136,7 +138,7 @@ double ShardedGPT<T>::forward_backward(const std::vector<std::int32_t>& inputs,
     add_inplace<T>(exec, x1, x);
     y.ln2->forward(exec, x1, y.ln2_out);
     y.fc1->forward(exec, y.ln2_out, {y.h});
-    gelu_forward<T>(exec, y.h, y.g);
+    gelu_forward<T>(exec, y.h, y.g, y.th);
     y.fc2->forward(exec, y.g, {x2});
     add_inplace<T>(exec, x2, x1);
   }
@@ -159,7 +161,7 @@ void ShardedGPT<T>::backward(const ExecSpace& exec) {
     const Mat<T>& x1 = stream_[2 * li + 1];
     // MLP half; dx_ holds d x2, the gradient of the block's output.
     y.fc2->backward(exec, y.g, {dx_}, dg_);
-    gelu_backward<T>(exec, y.h, dg_, dh_);
+    gelu_backward<T>(exec, y.h, y.th, dg_, dh_);
     y.fc1->backward(exec, y.ln2_out, {dh_}, d_outer_);
     y.ln2->backward(exec, x1, d_outer_, dx_);
     // Attention half; dx_ holds d x1.

@@ -75,13 +75,15 @@ void bias_add(const ExecSpace& exec, const Mat<T>& y, const Vec<T>& b);
 template <class T>
 void bias_backward(const ExecSpace& exec, const Mat<T>& dy, const Vec<T>& db);
 
-/// \brief y = gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+/// \brief y = gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); keeps the
+/// tanh values in `th` for the backward pass (tanh is the costly part of both).
 template <class T>
-void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y);
+void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, const Mat<T>& th);
 
-/// \brief dx = dy * gelu_tanh'(x).
+/// \brief dx = dy * gelu_tanh'(x), with `th` from gelu_forward.
 template <class T>
-void gelu_backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx);
+void gelu_backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& th, const Mat<T>& dy,
+                   const Mat<T>& dx);
 
 /// \brief y += x (the residual connection), elementwise.
 template <class T>
