@@ -4,6 +4,7 @@
 // single-process model's (the same code on MPI_COMM_SELF, itself checked against
 // finite differences in test_model; double precision, and float within 1e-5).
 
+#include "cubelm/model/shape.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -226,4 +227,24 @@ TEST(TensorParallel1D, BytesSentPerStepFollowTheClosedForm) {
     EXPECT_TRUE(found);
     EXPECT_NEAR(m.comm_bytes, expected, 1e-9 * expected + 1e-9);
   }
+}
+
+// The estimate `cubelm check` prints equals what a rank allocates.
+TEST(TensorParallel1D, MemoryPerRankMatchesTheEstimate) {
+  const int p = comm::Communicator::world().size();
+  const io::Deck deck = train_deck(p);
+  train::Trainer t(deck);
+  const model::Memory measured = t.memory();
+  const auto estimate = model::estimate_memory(deck);
+  ASSERT_TRUE(estimate.has_value());
+  EXPECT_EQ(measured.parameters, estimate->parameters);
+  EXPECT_EQ(measured.gradients, estimate->gradients);
+  EXPECT_EQ(measured.optimizer, estimate->optimizer);
+  EXPECT_EQ(measured.activations, estimate->activations);
+  // Parameters per rank shrink with p: only LayerNorms, wpe and a few biases are replicated.
+  const auto single = model::estimate_memory(train_deck(1));
+  const double H = deck.model.hidden, T = deck.model.seq_len, L = deck.model.layers;
+  const double replicated = 4.0 * (T * H + L * 6 * H + 2 * H);
+  EXPECT_NEAR(static_cast<double>(estimate->parameters),
+              (single->parameters - replicated) / p + replicated, 4.0 * 7 * L * H);
 }

@@ -44,6 +44,19 @@ std::string human(double x) {
   return buf;
 }
 
+std::string memory_line(const io::Deck& deck) {
+  const auto mem = model::estimate_memory(deck);
+  if (!mem)
+    return "";
+  char buf[200];
+  std::snprintf(buf, sizeof(buf),
+                "memory     per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB, "
+                "activations %.2f MiB (estimate)\n",
+                mem->parameters / 1048576.0, mem->gradients / 1048576.0, mem->optimizer / 1048576.0,
+                mem->activations / 1048576.0);
+  return buf;
+}
+
 } // namespace
 
 std::string version_text() {
@@ -85,8 +98,8 @@ std::string describe(const io::Deck& deck) {
       << " (micro-batch); " << human(tokens) << " tokens/step, " << deck.train.steps << " steps\n"
       << "work       " << human(model::flops_per_token(m) * tokens)
       << "FLOP per step (6 N + 12 L H T per token)\n"
-      << "optimizer  AdamW lr " << deck.optimizer.lr << " -> " << deck.optimizer.min_lr
-      << ", warmup " << deck.optimizer.warmup_steps << ", weight decay "
+      << memory_line(deck) << "optimizer  AdamW lr " << deck.optimizer.lr << " -> "
+      << deck.optimizer.min_lr << ", warmup " << deck.optimizer.warmup_steps << ", weight decay "
       << deck.optimizer.weight_decay << ", clip " << deck.optimizer.grad_clip << "\n"
       << "data       " << deck.data.format << (deck.data.path.empty() ? "" : " " + deck.data.path)
       << ", sampler " << deck.data.sampler << "\n";

@@ -90,10 +90,13 @@ Param<T>& ShardedGPT<T>::param(const std::string& name) {
 }
 
 template <class T>
-std::int64_t ShardedGPT<T>::memory_bytes() const {
+Memory ShardedGPT<T>::memory() const {
+  Memory mem;
+  for (const auto& p : params_) {
+    mem.parameters += p.size() * static_cast<std::int64_t>(sizeof(T));
+    mem.gradients += p.size() * static_cast<std::int64_t>(sizeof(T));
+  }
   std::int64_t elements = 0;
-  for (const auto& p : params_)
-    elements += 2 * p.size();
   auto add = [&](const auto& view) { elements += static_cast<std::int64_t>(view.span()); };
   for (const auto& y : layers_) {
     for (const Mat<T>* m :
@@ -110,7 +113,8 @@ std::int64_t ShardedGPT<T>::memory_bytes() const {
   add(work_.k);
   add(work_.v);
   add(work_.o);
-  return elements * static_cast<std::int64_t>(sizeof(T));
+  mem.activations = elements * static_cast<std::int64_t>(sizeof(T));
+  return mem;
 }
 
 template <class T>

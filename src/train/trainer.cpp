@@ -128,6 +128,12 @@ Trainer::Trainer(const io::Deck& deck, const comm::Communicator& comm)
 
 Trainer::~Trainer() = default;
 
+model::Memory Trainer::memory() const {
+  model::Memory mem = net_.model->memory();
+  mem.optimizer = 2 * mem.parameters; // AdamW's m and v
+  return mem;
+}
+
 void Trainer::save(const std::string& path) const {
   save_checkpoint(path, deck_, *net_.model, &m_, &v_, step_, comm_);
 }
@@ -200,10 +206,7 @@ StepMetrics Trainer::step() {
   m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9 /
                       deck_.parallel.layout().world_size();
   m.mfu = peak_gflops_ > 0 ? m.gflops_per_rank / peak_gflops_ : 0.0;
-  std::int64_t optimizer_bytes = 0;
-  for (const auto& p : model.params())
-    optimizer_bytes += 2 * p.size() * static_cast<std::int64_t>(sizeof(real));
-  m.mem_bytes = model.memory_bytes() + optimizer_bytes;
+  m.mem_bytes = memory().total();
   ++step_;
   return m;
 }
@@ -243,6 +246,13 @@ int run_training(const io::Deck& deck, std::ostream& out) {
                   deck.data.synthetic_branching);
     say << line;
   }
+  const model::Memory mem = trainer.memory();
+  std::snprintf(line, sizeof(line),
+                "memory per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB, "
+                "activations %.2f MiB\n",
+                mem.parameters / 1048576.0, mem.gradients / 1048576.0, mem.optimizer / 1048576.0,
+                mem.activations / 1048576.0);
+  say << line;
   const std::string from = resume_file(deck);
   if (!from.empty()) {
     trainer.resume(from);

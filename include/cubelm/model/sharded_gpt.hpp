@@ -5,6 +5,7 @@
 
 #include "cubelm/io/deck.hpp"
 #include "cubelm/kernels/attention.hpp"
+#include "cubelm/model/shape.hpp"
 #include "cubelm/tp/mode.hpp"
 
 #include <cstdint>
@@ -28,8 +29,9 @@ public:
   const tp::Params<T>& params() const { return params_; }
   /// \brief This rank's block of the parameter called `name` (InternalError if none).
   Param<T>& param(const std::string& name);
-  /// \brief Bytes of this rank's parameters, gradients and activations.
-  std::int64_t memory_bytes() const;
+  /// \brief Bytes of this rank's parameters, gradients and activation buffers, as allocated
+  /// (the optimizer's moments belong to the trainer).
+  Memory memory() const;
   /// \brief The sequences of the micro-batch whose tokens this rank must be given.
   tp::Rows rows() const { return rows_; }
 

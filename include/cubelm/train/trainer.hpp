@@ -63,6 +63,8 @@ public:
   void save(const std::string& path) const;
   /// \brief Continues from a checkpoint: parameters, moments and the step counter.
   void resume(const std::string& path);
+  /// \brief This rank's memory: parameters, gradients, AdamW moments, activation buffers.
+  model::Memory memory() const;
   /// \brief Everything this rank sent so far, per group and collective kind.
   const comm::TrafficCounters& traffic() const { return net_.grid->traffic(); }
   /// \brief True on the rank that prints (world rank 0).
