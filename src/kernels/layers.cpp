@@ -248,39 +248,6 @@ void add_inplace(const ExecSpace& exec, const Mat<T>& y, const Mat<T>& x) {
 }
 
 template <class T>
-void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
-                   const Vec<T>& losses, T grad_scale) {
-  const std::int64_t vocab = logits.extent(1);
-  Kokkos::parallel_for(
-      "cubelm::cross_entropy", Range(exec, 0, logits.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t n) {
-        T mx = logits(n, 0);
-        for (std::int64_t v = 1; v < vocab; ++v)
-          mx = logits(n, v) > mx ? logits(n, v) : mx;
-        const std::int32_t target = targets(n);
-        // (logit - max) first: adding the max back would cost float precision.
-        const T target_shifted = logits(n, target) - mx;
-        T sum = 0;
-        if (grad_scale != T(0)) {
-          // One exp per logit: keep exp(l - max) in place, then scale it to the gradient.
-          for (std::int64_t v = 0; v < vocab; ++v) {
-            const T e = kmath::exp(logits(n, v) - mx);
-            logits(n, v) = e;
-            sum += e;
-          }
-          const T factor = grad_scale / sum;
-          for (std::int64_t v = 0; v < vocab; ++v)
-            logits(n, v) *= factor;
-          logits(n, target) -= grad_scale;
-        } else {
-          for (std::int64_t v = 0; v < vocab; ++v)
-            sum += kmath::exp(logits(n, v) - mx);
-        }
-        losses(n) = kmath::log(sum) - target_shifted;
-      });
-}
-
-template <class T>
 void row_max(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx) {
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
@@ -326,6 +293,20 @@ void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<
             logits(n, t) -= grad_scale;
         }
       });
+}
+
+template <class T>
+void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
+                   const Vec<T>& losses, T grad_scale) {
+  // The whole vocabulary is one slice of the vocabulary-parallel kernels.
+  const std::int64_t rows = logits.extent(0);
+  const Vec<T> mx(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("cubelm::ce_max")),
+                  rows);
+  const Mat<T> stats(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("cubelm::ce_stats")), rows, 2);
+  row_max<T>(exec, logits, mx);
+  row_sumexp_target<T>(exec, logits, mx, targets, 0, stats);
+  vocab_cross_entropy<T>(exec, logits, mx, stats, targets, 0, losses, grad_scale);
 }
 
 #define CUBELM_INSTANTIATE_LAYERS(T)                                                               \

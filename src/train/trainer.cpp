@@ -180,7 +180,8 @@ StepMetrics Trainer::step() {
     loss_sum += model.forward_backward(batch_.inputs, batch_.targets, 1.0 / tokens);
   }
   // Global norm: each element once (replicas are not counted), summed over the group.
-  Kokkos::View<double*, Kokkos::HostSpace> sq("cubelm::grad_sq", 1);
+  auto& sq = grad_sq_;
+  sq(0) = 0;
   for (const auto& p : model.params())
     if (p.counted)
       sq(0) += kernels::sum_squares<real>(exec, p.grad);

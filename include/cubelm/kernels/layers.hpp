@@ -93,7 +93,9 @@ void add_inplace(const ExecSpace& exec, const Mat<T>& y, const Mat<T>& x);
 ///
 /// When `grad_scale` is non-zero the logits are overwritten by their gradient
 /// grad_scale * (softmax - onehot(target)); pass 1/(tokens in the global batch)
-/// for the mean loss. Numerically stable (the row maximum is subtracted).
+/// for the mean loss. Numerically stable (the row maximum is subtracted). This is
+/// the vocabulary-parallel kernels below with the whole vocabulary as one slice
+/// (it allocates their row buffers on every call).
 template <class T>
 void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
                    const Vec<T>& losses, T grad_scale);

@@ -82,6 +82,7 @@ private:
   model::GridModel<real> net_;
   std::vector<kernels::Vec<real>> m_, v_;
   io::Batch batch_;
+  Kokkos::View<double*, Kokkos::HostSpace> grad_sq_{"cubelm::grad_sq", 1};
   int step_ = 0;
   double floor_ = -1;
   double peak_gflops_ = 0;
