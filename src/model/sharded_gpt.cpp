@@ -27,26 +27,26 @@ Mat<T> matrix(const char* label, std::int64_t rows, std::int64_t cols) {
 template <class T>
 ShardedGPT<T>::ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_t seed,
                           tp::Mode<T>& mode)
-    : config_(config), mode_(mode), rows_(mode.rows(batch)),
+    : config_(config), mode_(mode), batch_(batch), sequences_(mode.sequences(batch)),
       heads_(mode.local_heads(config.heads)) {
   const std::int64_t H = config.hidden, S = config.seq_len, L = config.layers;
-  const std::int64_t N = static_cast<std::int64_t>(rows_.count) * S;
+  const std::int64_t N = static_cast<std::int64_t>(sequences_) * S;
   const std::int64_t Ho = mode.outer_cols(H), Hi = mode.inner_cols(H), Fi = mode.inner_cols(4 * H);
   const double std_dev = 0.02, proj_std = 0.02 / std::sqrt(2.0 * L);
-  embedding_ = mode.embedding(params_, config.vocab_size, config.seq_len, H, rows_.count, seed);
+  embedding_ = mode.embedding(params_, config.vocab_size, config.seq_len, H, batch, seed);
   for (std::int64_t l = 0; l < L; ++l) {
     const std::string p = "layers/" + std::to_string(l) + "/";
     auto y = std::make_unique<Layer>();
     y->ln1 = mode.layernorm(params_, p + "ln1", H, N);
     y->qkv = mode.linear(params_, {p + "attn/wq", p + "attn/wk", p + "attn/wv"},
-                         {p + "attn/bq", p + "attn/bk", p + "attn/bv"}, H, H, tp::Role::first,
+                         {p + "attn/bq", p + "attn/bk", p + "attn/bv"}, H, H, N, tp::Role::first,
                          std_dev, seed);
-    y->proj = mode.linear(params_, {p + "attn/wo"}, {p + "attn/bo"}, H, H, tp::Role::second,
+    y->proj = mode.linear(params_, {p + "attn/wo"}, {p + "attn/bo"}, H, H, N, tp::Role::second,
                           proj_std, seed);
     y->ln2 = mode.layernorm(params_, p + "ln2", H, N);
-    y->fc1 = mode.linear(params_, {p + "mlp/w1"}, {p + "mlp/b1"}, H, 4 * H, tp::Role::first,
+    y->fc1 = mode.linear(params_, {p + "mlp/w1"}, {p + "mlp/b1"}, H, 4 * H, N, tp::Role::first,
                          std_dev, seed);
-    y->fc2 = mode.linear(params_, {p + "mlp/w2"}, {p + "mlp/b2"}, 4 * H, H, tp::Role::second,
+    y->fc2 = mode.linear(params_, {p + "mlp/w2"}, {p + "mlp/b2"}, 4 * H, H, N, tp::Role::second,
                          proj_std, seed);
     y->ln1_out = matrix<T>("cubelm::ln1", N, Ho);
     y->ln2_out = matrix<T>("cubelm::ln2", N, Ho);
@@ -57,7 +57,7 @@ ShardedGPT<T>::ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_
     y->h = matrix<T>("cubelm::h", N, Fi);
     y->g = matrix<T>("cubelm::g", N, Fi);
     y->th = matrix<T>("cubelm::gelu_tanh", N, Fi);
-    y->probs = kernels::Tensor4<T>("cubelm::probs", rows_.count, heads_, S, S);
+    y->probs = kernels::Tensor4<T>("cubelm::probs", sequences_, heads_, S, S);
     layers_.push_back(std::move(y));
   }
   lnf_ = mode.layernorm(params_, "ln_f", H, N);
@@ -72,8 +72,8 @@ ShardedGPT<T>::ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_
   da_ = matrix<T>("cubelm::da", N, Hi);
   dh_ = matrix<T>("cubelm::dh", N, Fi);
   dg_ = matrix<T>("cubelm::dg", N, Fi);
-  dscratch_ = kernels::Tensor4<T>("cubelm::dscores", rows_.count, heads_, S, S);
-  work_ = kernels::AttentionWorkspace<T>(rows_.count, heads_, config.seq_len,
+  dscratch_ = kernels::Tensor4<T>("cubelm::dscores", sequences_, heads_, S, S);
+  work_ = kernels::AttentionWorkspace<T>(sequences_, heads_, config.seq_len,
                                          static_cast<int>(Hi / heads_));
 }
 
@@ -113,7 +113,7 @@ Memory ShardedGPT<T>::memory() const {
   add(work_.k);
   add(work_.v);
   add(work_.o);
-  mem.activations = elements * static_cast<std::int64_t>(sizeof(T));
+  mem.activations = elements * static_cast<std::int64_t>(sizeof(T)) + mode_.workspace_bytes();
   return mem;
 }
 
@@ -129,6 +129,10 @@ double ShardedGPT<T>::forward_backward(const std::vector<std::int32_t>& inputs,
                                        double grad_scale) {
   using namespace kernels;
   const ExecSpace exec;
+  const std::size_t expected = static_cast<std::size_t>(batch_) * config_.seq_len;
+  CUBELM_ASSERT(inputs.size() == expected && targets.size() == expected,
+                "forward_backward needs the whole micro-batch: " + std::to_string(expected) +
+                    " token ids");
   embedding_->forward(exec, inputs, stream_[0]);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     Layer& y = *layers_[l];

@@ -174,9 +174,8 @@ StepMetrics Trainer::step() {
   const std::vector<comm::TrafficEntry> before = traffic.entries();
   model.zero_grad();
   double loss_sum = 0;
-  const tp::Rows rows = model.rows();
   for (int mb = 0; mb < deck_.parallel.microbatches; ++mb) {
-    sampler_->fill_rows(tokens_, step_, mb * micro + rows.first, rows.count, batch_);
+    sampler_->fill_rows(tokens_, step_, mb * micro, micro, batch_);
     loss_sum += model.forward_backward(batch_.inputs, batch_.targets, 1.0 / tokens);
   }
   // Global norm: each element once (replicas are not counted), summed over the group.

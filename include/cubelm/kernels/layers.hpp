@@ -56,12 +56,47 @@ template <class T>
 void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
                         int seq_len, const Mat<T>& dwte, const Mat<T>& dwpe);
 
-/// \brief y = (x - mean) * rstd * gamma + beta per row; keeps mean and rstd for backward.
+/// LayerNorm in pieces, for rows whose features may be split over ranks: each piece
+/// works on this rank's columns, the caller sums its per-row results over the ranks
+/// that share the rows, and `features` is the row's whole width.
+/// \brief s[n] = sum of row n.
+template <class T>
+void row_sum(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& s);
+/// \brief v[n] = sum over row n of (x - s[n] / features)^2 (s: the whole row's sum).
+template <class T>
+void row_centered_squares(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& s,
+                          std::int64_t features, const Vec<T>& v);
+/// \brief Called with mean = whole-row sums and rstd = whole-row centred squares, which it
+/// turns into the mean and 1/sqrt(var + eps); y = (x - mean) * rstd * gamma + beta.
+template <class T>
+void layernorm_normalize(const ExecSpace& exec, const Mat<T>& x, std::int64_t features,
+                         const Vec<T>& gamma, const Vec<T>& beta, const Mat<T>& y,
+                         const Vec<T>& mean, const Vec<T>& rstd);
+/// \brief sums(n,0) = sum of dy gamma over row n, sums(n,1) = sum of dy gamma xhat.
+template <class T>
+void layernorm_backward_sums(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
+                             const Vec<T>& gamma, const Vec<T>& mean, const Vec<T>& rstd,
+                             const Mat<T>& sums);
+/// \brief dx += rstd (dy gamma - sums(n,0) / features - xhat sums(n,1) / features), with the
+/// whole-row sums.
+template <class T>
+void layernorm_backward_input(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
+                              const Vec<T>& gamma, const Vec<T>& mean, const Vec<T>& rstd,
+                              const Mat<T>& sums, std::int64_t features, const Mat<T>& dx);
+/// \brief dgamma += column sums of dy xhat; dbeta += column sums of dy.
+template <class T>
+void layernorm_backward_params(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
+                               const Vec<T>& mean, const Vec<T>& rstd, const Vec<T>& dgamma,
+                               const Vec<T>& dbeta);
+
+/// \brief The pieces above on whole rows:
+/// y = (x - mean) * rstd * gamma + beta per row; keeps mean and rstd for backward.
 template <class T>
 void layernorm_forward(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& gamma,
                        const Vec<T>& beta, const Mat<T>& y, const Vec<T>& mean, const Vec<T>& rstd);
 
-/// \brief dx += LayerNorm input gradient; dgamma += sum dy * xhat; dbeta += sum dy.
+/// \brief dx += LayerNorm input gradient; dgamma += sum dy * xhat; dbeta += sum dy
+/// (whole rows; allocates its row buffer on every call).
 template <class T>
 void layernorm_backward(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
                         const Vec<T>& gamma, const Vec<T>& mean, const Vec<T>& rstd,

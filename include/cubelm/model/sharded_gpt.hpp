@@ -20,7 +20,7 @@ template <class T>
 class ShardedGPT {
 public:
   /// \brief Registers this rank's parameter blocks and allocates activations for
-  /// micro-batches of `batch` sequences (of which this rank holds mode.rows(batch)).
+  /// micro-batches of `batch` sequences (of which each activation holds mode.sequences(batch)).
   ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_t seed, tp::Mode<T>& mode);
   ~ShardedGPT();
 
@@ -29,13 +29,14 @@ public:
   const tp::Params<T>& params() const { return params_; }
   /// \brief This rank's block of the parameter called `name` (InternalError if none).
   Param<T>& param(const std::string& name);
-  /// \brief Bytes of this rank's parameters, gradients and activation buffers, as allocated
-  /// (the optimizer's moments belong to the trainer).
+  /// \brief Bytes of this rank's parameters, gradients and activation buffers (the model's
+  /// and the mode's), as allocated (the optimizer's moments belong to the trainer).
   Memory memory() const;
-  /// \brief The sequences of the micro-batch whose tokens this rank must be given.
-  tp::Rows rows() const { return rows_; }
+  /// \brief Sequences of the micro-batch in each of this rank's activations.
+  int sequences() const { return sequences_; }
 
-  /// \brief Forward over this rank's rows (`inputs`, `targets`: rows().count x seq_len ids);
+  /// \brief Forward and loss of a micro-batch (`inputs`, `targets`: batch x seq_len ids, the
+  /// whole micro-batch on every rank of the group; each rank uses its share);
   /// returns the sum of the token losses of the whole micro-batch (equal on the group).
   /// With grad_scale != 0 also runs backward, adding grad_scale x d(loss sum) to the gradients.
   double forward_backward(const std::vector<std::int32_t>& inputs,
@@ -48,7 +49,7 @@ private:
 
   io::ModelConfig config_;
   tp::Mode<T>& mode_;
-  tp::Rows rows_;
+  int batch_, sequences_;
   tp::Params<T> params_;
   std::unique_ptr<tp::Embedding<T>> embedding_;
   std::vector<std::unique_ptr<Layer>> layers_;

@@ -7,8 +7,10 @@
 /// Activations come in two layouts: the residual stream ("outer": what a
 /// LayerNorm and the first linear of a pair read, what the second linear of a
 /// pair writes) and the inside of a pair ("inner": q, k, v, the attention
-/// output, the MLP hidden layer). Both hold whole sequences and whole heads,
-/// so attention and elementwise layers run locally.
+/// output, the MLP hidden layer). Both hold the same number of whole sequences
+/// (not necessarily the same ones: in 3D they differ) and whole heads, so
+/// attention and elementwise layers run locally. Token ids are passed for the
+/// whole micro-batch; each mode takes the sequences it needs.
 
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/model/param.hpp"
@@ -60,22 +62,18 @@ template <class T>
 class Embedding {
 public:
   virtual ~Embedding() = default;
-  /// \brief x = wte[tokens] + wpe for this rank's rows (`tokens`: rows x seq ids).
+  /// \brief x = wte[tokens] + wpe for this rank's rows (`tokens`: the whole micro-batch,
+  /// batch x seq ids).
   virtual void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                        const Mat<T>& x) = 0;
   /// \brief Adds the wte and wpe gradients from dx (the tokens of the last forward).
   virtual void backward(const ExecSpace& exec, const Mat<T>& dx) = 0;
-  /// \brief Sum over the whole micro-batch of the token losses of logits = h wte^T,
+  /// \brief Sum over the whole micro-batch of the token losses of logits = h wte^T
+  /// (`targets`: the whole micro-batch),
   /// the same on every rank of the group. With grad_scale != 0, assigns dh and adds
   /// grad_scale x the wte gradient of the loss sum.
   virtual double loss(const ExecSpace& exec, const Mat<T>& h,
                       const std::vector<std::int32_t>& targets, T grad_scale, const Mat<T>& dh) = 0;
-};
-
-/// \brief Which sequences of a micro-batch of `batch` sequences this rank's rows hold.
-struct Rows {
-  int first = 0;
-  int count = 0;
 };
 
 /// \brief A tensor-parallel mode on one rank.
@@ -84,8 +82,8 @@ class Mode {
 public:
   virtual ~Mode() = default;
   virtual const char* name() const = 0;
-  /// \brief The sequences of the residual stream (and of the loss) on this rank.
-  virtual Rows rows(int batch) const = 0;
+  /// \brief How many of a micro-batch's `batch` sequences each activation holds here.
+  virtual int sequences(int batch) const = 0;
   /// \brief Local columns of a residual-stream activation with `features` features.
   virtual std::int64_t outer_cols(std::int64_t features) const = 0;
   /// \brief Local columns of an activation inside a pair with `features` features.
@@ -93,22 +91,26 @@ public:
   /// \brief Attention heads held by this rank.
   virtual int local_heads(int heads) const = 0;
 
-  /// \brief Registers W_i [in, out] and b_i [out] for each name prefix ("layers/0/attn/q"
-  /// gives "layers/0/attn/wq" and ".../bq") and returns the layer computing them.
+  /// \brief Registers W_i [in, out] and b_i [out] (names in `weights` and `biases`) and
+  /// returns the layer computing them for activations of `rows` local rows.
   virtual std::unique_ptr<Linear<T>> linear(Params<T>& params,
                                             const std::vector<std::string>& weights,
                                             const std::vector<std::string>& biases, std::int64_t in,
-                                            std::int64_t out, Role role, double std_dev,
-                                            std::uint64_t seed) = 0;
+                                            std::int64_t out, std::int64_t rows, Role role,
+                                            double std_dev, std::uint64_t seed) = 0;
   virtual std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
                                                   std::int64_t features, std::int64_t rows) = 0;
+  /// \brief `batch`: sequences per micro-batch (all of them, not this rank's share).
   virtual std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
                                                   std::int64_t hidden, int batch,
                                                   std::uint64_t seed) = 0;
+  /// \brief Bytes of the buffers the mode's layers allocated (saved statistics, gathered
+  /// blocks, logits, scratch shared by all layers).
+  virtual std::int64_t workspace_bytes() const = 0;
 };
 
 /// \brief The mode of the grid's layout: "none" and "1d" are Megatron-style 1D
-/// parallelism (none is its one-rank case).
+/// parallelism (none is its one-rank case), "2d" SUMMA, "3d" the cube.
 template <class T>
 std::unique_ptr<Mode<T>> make_mode(const comm::ProcessGrid& grid);
 

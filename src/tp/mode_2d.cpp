@@ -1,0 +1,264 @@
+// 2D tensor parallelism (Optimus, SUMMA) on a q x q grid (DESIGN §3).
+//
+// Rank (i, j) holds block (i, j) of every activation (rows: sequence block i of
+// q, columns: feature block j of q) and of every weight (input-feature block i,
+// output-feature block j). A linear is SUMMA: for k = 0..q-1 broadcast X_ik
+// along row i and W_kj along column j and accumulate. Its backward pass
+// broadcasts the same blocks and reduces the partial products: dX_ik along row i
+// to column k, dW_kj along column j to row k. Vectors (biases, LayerNorm gamma
+// and beta, length n) hold block j of n/q split again over the q rows: n/q^2 per
+// rank, all-gathered over the column forward, reduce-scattered backward.
+// LayerNorm row statistics are all-reduced over the row.
+//
+// The tied embedding: wte [V, H] is stored like a weight [V, H] (vocabulary block
+// i, hidden block j). The lookup is a product onehot(tokens) x wte: every rank of
+// column j looks up all rows of the micro-batch in its vocabulary block and a
+// reduce-scatter over the column leaves each rank its row block. The head
+// logits = h wte^T is SUMMA with a transposed operand: broadcast wte block (m, j)
+// along column j, multiply, reduce along row i to column m; the cross-entropy is
+// vocabulary-parallel over the row. wpe [T, H] holds hidden block j, replicated
+// over the column (its gradient comes from the gathered full-row dx, so it is
+// the same on every rank of the column).
+
+#include "cubelm/kernels/blas.hpp"
+#include "cubelm/kernels/layers.hpp"
+#include "modes.hpp"
+#include "parts.hpp"
+
+#include <string>
+
+namespace cubelm::tp::detail {
+
+namespace {
+
+// Scratch slots: a broadcast activation block, a broadcast weight block, a partial
+// product shaped like an activation, and two shaped like a weight block.
+enum Slot : std::size_t { kAct, kWeight, kPartial, kWeightPartial, kWeightSum };
+
+template <class T>
+struct Grid2D {
+  const comm::Group& row; // fixed i, ranks ordered by j
+  const comm::Group& col; // fixed j, ranks ordered by i
+  int q, i, j;
+  Workspace<T>& ws;
+
+  // Block `own` of group rank k, broadcast over `g`: this rank's own view if it is k.
+  Mat<T> broadcast(const ExecSpace& exec, const comm::Group& g, const Mat<T>& own, int k,
+                   Slot slot) const {
+    const Mat<T> buf = g.rank() == k ? own : ws.scratch(slot, own.extent(0), own.extent(1));
+    g.broadcast(exec, buf, k);
+    return buf;
+  }
+  // Sums `partial` over `g` on group rank k and adds the sum to `target` there.
+  void reduce_add(const ExecSpace& exec, const comm::Group& g, const Mat<T>& partial, int k,
+                  const Mat<T>& target) const {
+    const Mat<T> sum = ws.scratch(kWeightSum, partial.extent(0), partial.extent(1));
+    g.reduce(exec, partial, sum, k);
+    if (g.rank() == k)
+      kernels::add_inplace<T>(exec, target, sum);
+  }
+};
+
+template <class T>
+class Linear2D final : public Linear<T> {
+public:
+  Linear2D(const Grid2D<T>& g, Params<T>& params, const std::vector<std::string>& weights,
+           const std::vector<std::string>& biases, std::int64_t in, std::int64_t out,
+           std::int64_t rows, double std_dev, std::uint64_t seed)
+      : g_(g) {
+    check_names(weights, biases);
+    const std::int64_t bi = in / g.q, bo = out / g.q;
+    for (std::size_t n = 0; n < weights.size(); ++n) {
+      w_.push_back(Shared<T>::owned(params, model::make_param<T>(weights[n], {in, out},
+                                                                 {g.i * bi, g.j * bo}, {bi, bo},
+                                                                 std_dev, 0, seed)));
+      b_.push_back(
+          Shared<T>::split(params, biases[n], out, g.j * bo, bo, 0, seed, g.col, g.ws));
+    }
+    g.ws.reserve(kAct, rows * bi);
+    g.ws.reserve(kWeight, bi * bo);
+    g.ws.reserve(kPartial, rows * bi);
+    g.ws.reserve(kWeightPartial, bi * bo);
+    g.ws.reserve(kWeightSum, bi * bo);
+  }
+
+  void forward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& y) override {
+    for (int k = 0; k < g_.q; ++k) {
+      const Mat<T> xk = g_.broadcast(exec, g_.row, x, k, kAct); // X_ik
+      for (std::size_t n = 0; n < w_.size(); ++n) {
+        const Mat<T> wk = g_.broadcast(exec, g_.col, w_[n].param().mat(), k, kWeight); // W_kj
+        kernels::gemm<T>(exec, false, false, T(1), xk, wk, k == 0 ? T(0) : T(1), y[n]);
+      }
+    }
+    for (std::size_t n = 0; n < w_.size(); ++n)
+      kernels::bias_add<T>(exec, y[n], b_[n].gather(exec));
+  }
+
+  void backward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& dy,
+                const Mat<T>& dx) override {
+    for (int k = 0; k < g_.q; ++k) {
+      // dX_ik = sum_j dY_ij W_kj^T, reduced along the row to column k.
+      const Mat<T> part = g_.ws.scratch(kPartial, x.extent(0), x.extent(1));
+      for (std::size_t n = 0; n < w_.size(); ++n) {
+        const Mat<T> wk = g_.broadcast(exec, g_.col, w_[n].param().mat(), k, kWeight);
+        kernels::gemm<T>(exec, false, true, T(1), dy[n], wk, n == 0 ? T(0) : T(1), part);
+      }
+      g_.row.reduce(exec, part, dx, k);
+      // dW_kj = sum_i X_ik^T dY_ij, reduced along the column to row k.
+      const Mat<T> xk = g_.broadcast(exec, g_.row, x, k, kAct);
+      for (std::size_t n = 0; n < w_.size(); ++n) {
+        const Mat<T> dw = g_.ws.scratch(kWeightPartial, xk.extent(1), dy[n].extent(1));
+        kernels::gemm<T>(exec, true, false, T(1), xk, dy[n], T(0), dw);
+        g_.reduce_add(exec, g_.col, dw, k, w_[n].param().grad_mat());
+      }
+    }
+    for (std::size_t n = 0; n < w_.size(); ++n) {
+      kernels::bias_backward<T>(exec, dy[n], b_[n].grad(exec));
+      b_[n].reduce(exec);
+    }
+  }
+
+private:
+  Grid2D<T> g_;
+  std::vector<Shared<T>> w_, b_;
+};
+
+template <class T>
+class Embedding2D final : public Embedding<T> {
+public:
+  Embedding2D(const Grid2D<T>& g, Params<T>& params, int vocab, int seq, std::int64_t hidden,
+              int batch, std::uint64_t seed)
+      : g_(g), seq_(seq), batch_(batch), bv_(vocab / g.q), bh_(hidden / g.q),
+        rows_(static_cast<std::int64_t>(batch / g.q) * seq),
+        wte_(Shared<T>::owned(params, model::make_param<T>("wte", {vocab, hidden},
+                                                           {g.i * bv_, g.j * bh_}, {bv_, bh_},
+                                                           0.02, 0, seed))),
+        wpe_(Shared<T>::replicated(params,
+                                   model::make_param<T>("wpe", {seq, hidden}, {0, g.j * bh_},
+                                                        {seq, bh_}, 0.02, 0, seed),
+                                   g.col, nullptr, g.ws)),
+        tokens_(g.ws.tokens("cubelm::tokens", static_cast<std::int64_t>(batch) * seq)),
+        logits_(g.ws.matrix("cubelm::logits", rows_, bv_)),
+        loss_(&g.row, &g.col, rows_, g.ws) {
+    const std::int64_t all = static_cast<std::int64_t>(batch) * seq;
+    g.ws.reserve(kPartial, std::max(all * bh_, rows_ * bv_));
+    g.ws.reserve(kWeight, bv_ * bh_);
+    g.ws.reserve(kAct, rows_ * bv_);
+    g.ws.reserve(kWeightPartial, bv_ * bh_);
+    g.ws.reserve(kWeightSum, bv_ * bh_);
+  }
+
+  void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
+               const Mat<T>& x) override {
+    const int first = static_cast<int>(g_.i * bv_);
+    VocabLoss<T>::to_device(tokens, tokens_);
+    index_ = kernels::make_token_index(tokens, first, static_cast<int>(bv_));
+    // Every row of the micro-batch looked up in vocabulary block i; summing over the
+    // column completes the rows, and each rank keeps its row block.
+    const Mat<T> part = g_.ws.scratch(kPartial, tokens_.extent(0), bh_);
+    kernels::embedding_lookup<T>(exec, tokens_, wte_.param().mat(), first, part);
+    g_.col.reduce_scatter(exec, part, x);
+    kernels::position_add<T>(exec, wpe_.param().mat(), seq_, x);
+  }
+
+  void backward(const ExecSpace& exec, const Mat<T>& dx) override {
+    const Mat<T> all = g_.ws.scratch(kPartial, tokens_.extent(0), bh_);
+    g_.col.all_gather(exec, dx, all);
+    kernels::token_backward<T>(exec, index_, all, wte_.param().grad_mat());
+    kernels::position_backward<T>(exec, all, seq_, wpe_.param().grad_mat());
+  }
+
+  double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
+              T grad_scale, const Mat<T>& dh) override {
+    // logits_im = sum_k h_ik wte_mk^T: reduced along row i to column m.
+    for (int m = 0; m < g_.q; ++m) {
+      const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, kWeight);
+      const Mat<T> part = g_.ws.scratch(kPartial, rows_, bv_);
+      kernels::gemm<T>(exec, false, true, T(1), h, wm, T(0), part);
+      g_.row.reduce(exec, part, logits_, m);
+    }
+    const int per = batch_ / g_.q;
+    const double sum = loss_(exec, logits_, static_cast<int>(g_.j * bv_),
+                             sequences(targets, seq_, g_.i * per, per), grad_scale);
+    if (grad_scale == T(0))
+      return sum;
+    // dh_ik = sum_m dlogits_im wte_mk; dwte_mk = sum_i dlogits_im^T h_ik.
+    for (int m = 0; m < g_.q; ++m) {
+      const Mat<T> dm = g_.broadcast(exec, g_.row, logits_, m, kAct);
+      const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, kWeight);
+      kernels::gemm<T>(exec, false, false, T(1), dm, wm, m == 0 ? T(0) : T(1), dh);
+      const Mat<T> dw = g_.ws.scratch(kWeightPartial, bv_, bh_);
+      kernels::gemm<T>(exec, true, false, T(1), dm, h, T(0), dw);
+      g_.reduce_add(exec, g_.col, dw, m, wte_.param().grad_mat());
+    }
+    return sum;
+  }
+
+private:
+  Grid2D<T> g_;
+  int seq_, batch_;
+  std::int64_t bv_, bh_, rows_;
+  Shared<T> wte_, wpe_;
+  Tokens tokens_;
+  kernels::TokenIndex index_;
+  Mat<T> logits_;
+  VocabLoss<T> loss_;
+};
+
+template <class T>
+class Mode2D final : public Mode<T> {
+public:
+  explicit Mode2D(const comm::ProcessGrid& grid)
+      : grid_{grid.tp_row(), grid.tp_col(), grid.tp_row().size(), grid.tp_col().rank(),
+              grid.tp_row().rank(), ws_} {}
+  const char* name() const override { return "2d"; }
+  int sequences(int batch) const override { return batch / grid_.q; }
+  std::int64_t outer_cols(std::int64_t features) const override { return features / grid_.q; }
+  std::int64_t inner_cols(std::int64_t features) const override { return features / grid_.q; }
+  int local_heads(int heads) const override { return heads / grid_.q; }
+
+  std::unique_ptr<Linear<T>> linear(Params<T>& params, const std::vector<std::string>& weights,
+                                    const std::vector<std::string>& biases, std::int64_t in,
+                                    std::int64_t out, std::int64_t rows, Role /*role*/,
+                                    double std_dev, std::uint64_t seed) override {
+    const std::int64_t q2 = static_cast<std::int64_t>(grid_.q) * grid_.q;
+    CUBELM_ASSERT(in % grid_.q == 0 && out % q2 == 0,
+                  "2d: a linear's features must be divisible by q (inputs) and q^2 (outputs)");
+    return std::make_unique<Linear2D<T>>(grid_, params, weights, biases, in, out, rows, std_dev,
+                                         seed);
+  }
+  std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
+                                          std::int64_t features, std::int64_t rows) override {
+    const std::int64_t block = features / grid_.q;
+    auto vec = [&](const char* what, double fill) {
+      return Shared<T>::split(params, prefix + what, features, grid_.j * block, block, fill, 0,
+                              grid_.col, ws_);
+    };
+    return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), &grid_.row,
+                                               features, rows, ws_);
+  }
+  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
+                                          std::int64_t hidden, int batch,
+                                          std::uint64_t seed) override {
+    CUBELM_ASSERT(vocab % grid_.q == 0 && hidden % grid_.q == 0 && batch % grid_.q == 0,
+                  "2d: vocab_size, hidden and the micro-batch must be divisible by q");
+    return std::make_unique<Embedding2D<T>>(grid_, params, vocab, seq, hidden, batch, seed);
+  }
+  std::int64_t workspace_bytes() const override { return ws_.bytes(); }
+
+private:
+  Workspace<T> ws_;
+  Grid2D<T> grid_;
+};
+
+} // namespace
+
+template <class T>
+std::unique_ptr<Mode<T>> make_2d(const comm::ProcessGrid& grid) {
+  return std::make_unique<Mode2D<T>>(grid);
+}
+
+template std::unique_ptr<Mode<float>> make_2d<float>(const comm::ProcessGrid&);
+template std::unique_ptr<Mode<double>> make_2d<double>(const comm::ProcessGrid&);
+
+} // namespace cubelm::tp::detail

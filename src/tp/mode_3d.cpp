@@ -1,0 +1,303 @@
+// 3D cube tensor parallelism on a q x q x q grid (DESIGN §3; Bian et al.).
+//
+// Rank (a, b, c). A linear has a direction (in, w, out), a permutation of the
+// axes: its input has rows split over (in, w) -- row block coord(w) q + coord(in)
+// of q^2 -- and features over out; its weight block [in/q^2, out/q] holds
+// input-feature chunk coord(out) q + coord(w) of q^2 and output-feature chunk
+// coord(in) of q. Forward: all-gather X over in, W over w, multiply, and
+// reduce-scatter the partial sums over out; the output's features are split over
+// the old in axis, so the second linear of a pair runs in the swapped direction.
+// Backward: all-gather dY over out, reduce-scatter dY W^T over in and X^T dY
+// over w (X and W are gathered again rather than kept).
+//
+// The residual stream is the input of direction (A, B, C): rows block b q + a,
+// features chunk c. Inside a pair (direction (C, B, A)) rows are block b q + c and
+// features chunk a. LayerNorm statistics are all-reduced over the C axis.
+// Vectors -- biases, LayerNorm gamma and beta -- hold the chunk of their features,
+// replicated over the plane of the other two axes, with partial gradients
+// all-reduced over that plane: they are O(H) against the O(H^2) weights, and
+// replication keeps the layout rules at H % q (the paper's load-balanced
+// storage needs H % q^3 or idle ranks).
+//
+// The tied embedding is a linear of direction (C, B, A) with a one-hot input:
+// wte [V, H] is stored as its weight, [V/q^2, H/q] (vocabulary chunk a q + b of
+// q^2, hidden chunk c). Forward: all-gather wte over B (kept until the head has
+// used it), look up row block b of the micro-batch in vocabulary chunk a,
+// reduce-scatter over A. The head logits = h wte^T is that linear's
+// input-gradient pattern: all-gather h over A, multiply by the gathered wte^T,
+// reduce-scatter over C: logits [N/q^2, V/q] for rows block b q + c and
+// vocabulary chunk a, with the cross-entropy vocabulary-parallel over A. wpe
+// holds hidden chunk c, replicated over the AB plane; its gradient, from row
+// block b, is all-reduced over B.
+
+#include "cubelm/kernels/blas.hpp"
+#include "cubelm/kernels/layers.hpp"
+#include "cubelm/kernels/optim.hpp"
+#include "modes.hpp"
+#include "parts.hpp"
+
+#include <string>
+
+namespace cubelm::tp::detail {
+
+namespace {
+
+// Scratch slots: gathered input, gathered weight, gathered output (or its gradient),
+// the input gradient's partial sum, a weight-shaped partial and its reduced block.
+enum Slot : std::size_t { kInput, kWeight, kOutput, kInputGrad, kWeightGrad, kWeightBlock };
+
+struct Direction {
+  const comm::Group* in;
+  const comm::Group* w;
+  const comm::Group* out;
+  const comm::Group* plane; // the plane of w and out: where the outputs' vectors are replicated
+};
+
+template <class T>
+struct Cube {
+  int q;
+  const comm::Group *a, *b, *c;         // the axes
+  const comm::Group *ab, *bc, *ca;      // the planes
+  Workspace<T>& ws;
+
+  Direction first() const { return {a, b, c, bc}; }
+  Direction second() const { return {c, b, a, ab}; }
+};
+
+template <class T>
+void add_to(const ExecSpace& exec, const Mat<T>& sum, const Mat<T>& target) {
+  kernels::add_inplace<T>(exec, target, sum);
+}
+
+template <class T>
+class Linear3D final : public Linear<T> {
+public:
+  Linear3D(const Cube<T>& cube, Direction d, Params<T>& params,
+           const std::vector<std::string>& weights, const std::vector<std::string>& biases,
+           std::int64_t in, std::int64_t out, std::int64_t rows, double std_dev,
+           std::uint64_t seed)
+      : ws_(cube.ws), d_(d), q_(cube.q) {
+    check_names(weights, biases);
+    const std::int64_t q = cube.q;
+    const std::int64_t wr = in / (q * q), wc = out / q;
+    const std::int64_t row0 = (d.out->rank() * q + d.w->rank()) * wr, col0 = d.in->rank() * wc;
+    for (std::size_t n = 0; n < weights.size(); ++n) {
+      w_.push_back(Shared<T>::owned(params, model::make_param<T>(weights[n], {in, out},
+                                                                 {row0, col0}, {wr, wc}, std_dev,
+                                                                 0, seed)));
+      b_.push_back(Shared<T>::replicated(
+          params, model::make_param<T>(biases[n], {out}, {col0}, {wc}, 0, 0, seed), *d.plane,
+          d.plane, cube.ws));
+    }
+    ws_.reserve(kInput, rows * q * (in / q));
+    ws_.reserve(kWeight, (in / q) * wc);
+    ws_.reserve(kOutput, rows * q * wc);
+    ws_.reserve(kInputGrad, rows * q * (in / q));
+    ws_.reserve(kWeightGrad, (in / q) * wc);
+    ws_.reserve(kWeightBlock, wr * wc);
+  }
+
+  void forward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& y) override {
+    const Mat<T> xg = gather_input(exec, x);
+    for (std::size_t n = 0; n < w_.size(); ++n) {
+      const Mat<T> part = ws_.scratch(kOutput, xg.extent(0), y[n].extent(1));
+      kernels::gemm<T>(exec, false, false, T(1), xg, gather_weight(exec, n), T(0), part);
+      d_.out->reduce_scatter(exec, part, y[n]);
+      kernels::bias_add<T>(exec, y[n], b_[n].values());
+    }
+  }
+
+  void backward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& dy,
+                const Mat<T>& dx) override {
+    const Mat<T> xg = gather_input(exec, x);
+    const Mat<T> dxg = ws_.scratch(kInputGrad, xg.extent(0), xg.extent(1));
+    for (std::size_t n = 0; n < w_.size(); ++n) {
+      const Mat<T> dyg = ws_.scratch(kOutput, xg.extent(0), dy[n].extent(1));
+      d_.out->all_gather(exec, dy[n], dyg);
+      kernels::gemm<T>(exec, false, true, T(1), dyg, gather_weight(exec, n), n == 0 ? T(0) : T(1),
+                       dxg);
+      const Mat<T> dw = ws_.scratch(kWeightGrad, xg.extent(1), dy[n].extent(1));
+      kernels::gemm<T>(exec, true, false, T(1), xg, dyg, T(0), dw);
+      const Mat<T> block = ws_.scratch(kWeightBlock, dw.extent(0) / q_, dw.extent(1));
+      d_.w->reduce_scatter(exec, dw, block);
+      add_to<T>(exec, block, w_[n].param().grad_mat());
+      kernels::bias_backward<T>(exec, dy[n], b_[n].grad(exec));
+      b_[n].reduce(exec);
+    }
+    d_.in->reduce_scatter(exec, dxg, dx);
+  }
+
+private:
+  Mat<T> gather_input(const ExecSpace& exec, const Mat<T>& x) {
+    const Mat<T> xg = ws_.scratch(kInput, x.extent(0) * q_, x.extent(1));
+    d_.in->all_gather(exec, x, xg);
+    return xg;
+  }
+  Mat<T> gather_weight(const ExecSpace& exec, std::size_t n) {
+    const Mat<T> w = w_[n].param().mat();
+    const Mat<T> wg = ws_.scratch(kWeight, w.extent(0) * q_, w.extent(1));
+    d_.w->all_gather(exec, w, wg);
+    return wg;
+  }
+
+  Workspace<T>& ws_;
+  Direction d_;
+  int q_;
+  std::vector<Shared<T>> w_, b_;
+};
+
+template <class T>
+class Embedding3D final : public Embedding<T> {
+public:
+  Embedding3D(const Cube<T>& cube, Params<T>& params, int vocab, int seq, std::int64_t hidden,
+              int batch, std::uint64_t seed)
+      : cube_(cube), seq_(seq), per_(batch / (cube.q * cube.q)), bv_(vocab / cube.q),
+        bh_(hidden / cube.q), rows_(static_cast<std::int64_t>(per_) * seq),
+        wte_(Shared<T>::owned(
+            params, model::make_param<T>(
+                        "wte", {vocab, hidden},
+                        {(cube.a->rank() * cube.q + cube.b->rank()) * (bv_ / cube.q),
+                         cube.c->rank() * bh_},
+                        {bv_ / cube.q, bh_}, 0.02, 0, seed))),
+        wpe_(Shared<T>::replicated(params,
+                                   model::make_param<T>("wpe", {seq, hidden},
+                                                        {0, cube.c->rank() * bh_}, {seq, bh_},
+                                                        0.02, 0, seed),
+                                   *cube.ab, cube.b, cube.ws)),
+        tokens_(cube.ws.tokens("cubelm::tokens", rows_ * cube.q)),
+        wte_gathered_(cube.ws.matrix("cubelm::wte_gathered", bv_, bh_)),
+        wte_grad_(cube.ws.matrix("cubelm::wte_grad_gathered", bv_, bh_)),
+        logits_(cube.ws.matrix("cubelm::logits", rows_, bv_)),
+        loss_(cube.a, cube.bc, rows_, cube.ws) {
+    const std::int64_t q = cube.q;
+    cube.ws.reserve(kInput, rows_ * q * bh_);
+    cube.ws.reserve(kOutput, rows_ * q * std::max(bh_, bv_));
+    cube.ws.reserve(kInputGrad, rows_ * q * bh_);
+    cube.ws.reserve(kWeightBlock, (bv_ / q) * bh_);
+  }
+
+  void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
+               const Mat<T>& x) override {
+    const int q = cube_.q, first = static_cast<int>(cube_.a->rank() * bv_);
+    // Row block b of q: the sequences whose rows this rank's A axis shares.
+    const auto mine = sequences(tokens, seq_, cube_.b->rank() * per_ * q, per_ * q);
+    VocabLoss<T>::to_device(mine, tokens_);
+    index_ = kernels::make_token_index(mine, first, static_cast<int>(bv_));
+    cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
+    const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bh_);
+    kernels::embedding_lookup<T>(exec, tokens_, wte_gathered_, first, part);
+    cube_.a->reduce_scatter(exec, part, x);
+    kernels::position_add<T>(exec, wpe_.param().mat(), seq_, x);
+  }
+
+  void backward(const ExecSpace& exec, const Mat<T>& dx) override {
+    const Mat<T> all = cube_.ws.scratch(kInput, rows_ * cube_.q, bh_);
+    cube_.a->all_gather(exec, dx, all);
+    // wte_grad_ already holds the head's share (loss() runs first).
+    kernels::token_backward<T>(exec, index_, all, wte_grad_);
+    const Mat<T> block = cube_.ws.scratch(kWeightBlock, bv_ / cube_.q, bh_);
+    cube_.b->reduce_scatter(exec, wte_grad_, block);
+    add_to<T>(exec, block, wte_.param().grad_mat());
+    kernels::position_backward<T>(exec, all, seq_, wpe_.grad_mat(exec));
+    wpe_.reduce(exec);
+  }
+
+  double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
+              T grad_scale, const Mat<T>& dh) override {
+    const int q = cube_.q;
+    const Mat<T> hg = cube_.ws.scratch(kInput, rows_ * q, bh_);
+    cube_.a->all_gather(exec, h, hg);
+    const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bv_);
+    kernels::gemm<T>(exec, false, true, T(1), hg, wte_gathered_, T(0), part);
+    cube_.c->reduce_scatter(exec, part, logits_);
+    const int block = cube_.b->rank() * q + cube_.c->rank();
+    const double sum = loss_(exec, logits_, static_cast<int>(cube_.a->rank() * bv_),
+                             sequences(targets, seq_, block * per_, per_), grad_scale);
+    if (grad_scale == T(0))
+      return sum;
+    const Mat<T> dl = cube_.ws.scratch(kOutput, rows_ * q, bv_);
+    cube_.c->all_gather(exec, logits_, dl);
+    const Mat<T> dhg = cube_.ws.scratch(kInputGrad, rows_ * q, bh_);
+    kernels::gemm<T>(exec, false, false, T(1), dl, wte_gathered_, T(0), dhg);
+    cube_.a->reduce_scatter(exec, dhg, dh);
+    kernels::gemm<T>(exec, true, false, T(1), dl, hg, T(0), wte_grad_);
+    return sum;
+  }
+
+private:
+  Cube<T> cube_;
+  int seq_, per_;
+  std::int64_t bv_, bh_, rows_;
+  Shared<T> wte_, wpe_;
+  Tokens tokens_;
+  kernels::TokenIndex index_;
+  Mat<T> wte_gathered_, wte_grad_, logits_;
+  VocabLoss<T> loss_;
+};
+
+template <class T>
+class Mode3D final : public Mode<T> {
+public:
+  explicit Mode3D(const comm::ProcessGrid& grid)
+      : cube_{grid.tp_axis(comm::Axis::a).size(),
+              &grid.tp_axis(comm::Axis::a),
+              &grid.tp_axis(comm::Axis::b),
+              &grid.tp_axis(comm::Axis::c),
+              &grid.tp_plane(comm::Plane::ab),
+              &grid.tp_plane(comm::Plane::bc),
+              &grid.tp_plane(comm::Plane::ca),
+              ws_} {}
+  const char* name() const override { return "3d"; }
+  int sequences(int batch) const override { return batch / (cube_.q * cube_.q); }
+  std::int64_t outer_cols(std::int64_t features) const override { return features / cube_.q; }
+  std::int64_t inner_cols(std::int64_t features) const override { return features / cube_.q; }
+  int local_heads(int heads) const override { return heads / cube_.q; }
+
+  std::unique_ptr<Linear<T>> linear(Params<T>& params, const std::vector<std::string>& weights,
+                                    const std::vector<std::string>& biases, std::int64_t in,
+                                    std::int64_t out, std::int64_t rows, Role role,
+                                    double std_dev, std::uint64_t seed) override {
+    const std::int64_t q2 = static_cast<std::int64_t>(cube_.q) * cube_.q;
+    CUBELM_ASSERT(in % q2 == 0 && out % cube_.q == 0,
+                  "3d: a linear's features must be divisible by q^2 (inputs) and q (outputs)");
+    const Direction d = role == Role::first ? cube_.first() : cube_.second();
+    return std::make_unique<Linear3D<T>>(cube_, d, params, weights, biases, in, out, rows,
+                                         std_dev, seed);
+  }
+  std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
+                                          std::int64_t features, std::int64_t rows) override {
+    const std::int64_t block = features / cube_.q, first = cube_.c->rank() * block;
+    auto vec = [&](const char* what, double fill) {
+      return Shared<T>::replicated(
+          params, model::make_param<T>(prefix + what, {features}, {first}, {block}, 0, fill, 0),
+          *cube_.ab, cube_.ab, ws_);
+    };
+    return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), cube_.c,
+                                               features, rows, ws_);
+  }
+  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
+                                          std::int64_t hidden, int batch,
+                                          std::uint64_t seed) override {
+    const int q2 = cube_.q * cube_.q;
+    CUBELM_ASSERT(vocab % q2 == 0 && hidden % cube_.q == 0 && batch % q2 == 0,
+                  "3d: vocab_size and the micro-batch must be divisible by q^2, hidden by q");
+    return std::make_unique<Embedding3D<T>>(cube_, params, vocab, seq, hidden, batch, seed);
+  }
+  std::int64_t workspace_bytes() const override { return ws_.bytes(); }
+
+private:
+  Workspace<T> ws_;
+  Cube<T> cube_;
+};
+
+} // namespace
+
+template <class T>
+std::unique_ptr<Mode<T>> make_3d(const comm::ProcessGrid& grid) {
+  return std::make_unique<Mode3D<T>>(grid);
+}
+
+template std::unique_ptr<Mode<float>> make_3d<float>(const comm::ProcessGrid&);
+template std::unique_ptr<Mode<double>> make_3d<double>(const comm::ProcessGrid&);
+
+} // namespace cubelm::tp::detail

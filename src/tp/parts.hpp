@@ -1,0 +1,263 @@
+#pragma once
+// Pieces every tensor-parallel mode is built from: the buffers a mode allocates
+// (counted for memory accounting), parameters shared by several ranks of the
+// group, LayerNorm over features that may be split over ranks, the
+// vocabulary-parallel cross-entropy and token selection. Internal to src/tp.
+
+#include "cubelm/core/error.hpp"
+#include "cubelm/kernels/layers.hpp"
+#include "cubelm/kernels/optim.hpp"
+#include "cubelm/tp/mode.hpp"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cubelm::tp::detail {
+
+using kernels::Tokens;
+
+/// Buffers of a mode: persistent ones, and scratch slots shared by all layers
+/// (each slot is sized at construction to the largest request).
+template <class T>
+class Workspace {
+public:
+  Mat<T> matrix(const std::string& label, std::int64_t rows, std::int64_t cols) {
+    bytes_ += rows * cols * static_cast<std::int64_t>(sizeof(T));
+    return Mat<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), rows, cols);
+  }
+  Vec<T> vector(const std::string& label, std::int64_t n) {
+    bytes_ += n * static_cast<std::int64_t>(sizeof(T));
+    return Vec<T>(label, n);
+  }
+  Tokens tokens(const std::string& label, std::int64_t n) {
+    bytes_ += n * static_cast<std::int64_t>(sizeof(std::int32_t));
+    return Tokens(label, n);
+  }
+  /// Makes scratch slot `slot` hold at least `elements` (construction time only:
+  /// views handed out earlier would dangle after a reallocation).
+  void reserve(std::size_t slot, std::int64_t elements) {
+    if (slot >= slots_.size())
+      slots_.resize(slot + 1);
+    if (slots_[slot].extent_int(0) < elements)
+      slots_[slot] = Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                               "cubelm::scratch_" + std::to_string(slot)),
+                            elements);
+  }
+  /// A rows x cols matrix over scratch slot `slot`.
+  Mat<T> scratch(std::size_t slot, std::int64_t rows, std::int64_t cols) const {
+    CUBELM_ASSERT(slot < slots_.size() && slots_[slot].extent_int(0) >= rows * cols,
+                  "scratch slot " + std::to_string(slot) + " was not reserved for " +
+                      std::to_string(rows) + " x " + std::to_string(cols));
+    return Mat<T>(slots_[slot].data(), rows, cols);
+  }
+  std::int64_t bytes() const {
+    std::int64_t total = bytes_;
+    for (const auto& s : slots_)
+      total += static_cast<std::int64_t>(s.extent(0) * sizeof(T));
+    return total;
+  }
+
+private:
+  std::int64_t bytes_ = 0;
+  std::vector<Vec<T>> slots_;
+};
+
+/// A parameter block as a tensor-parallel layer uses it. Three sharings:
+///  - owned: no other rank of the group holds it;
+///  - replicated over `replicas` (rank 0 of it writes and counts it); when `sum_over`
+///    is given each rank computes a partial gradient that is all-reduced over it;
+///  - split over `group`: a vector block cut again into group.size() contiguous pieces,
+///    one per rank, all-gathered before use and its gradient reduce-scattered.
+template <class T>
+class Shared {
+public:
+  static Shared owned(Params<T>& params, model::Param<T> p) {
+    params.push_back(std::move(p));
+    return Shared(&params.back());
+  }
+  static Shared replicated(Params<T>& params, model::Param<T> p, const comm::Group& replicas,
+                           const comm::Group* sum_over, Workspace<T>& ws) {
+    p.writer = replicas.rank() == 0;
+    p.counted = replicas.rank() == 0;
+    params.push_back(std::move(p));
+    Shared s(&params.back());
+    if (sum_over != nullptr && sum_over->size() > 1) {
+      s.sum_ = sum_over;
+      s.partial_ = ws.vector("cubelm::partial_grad", s.p_->size());
+    }
+    return s;
+  }
+  /// Elements [first, first + n) of the vector `name` of length `length`, split over `group`.
+  static Shared split(Params<T>& params, const std::string& name, std::int64_t length,
+                      std::int64_t first, std::int64_t n, double fill, std::uint64_t seed,
+                      const comm::Group& group, Workspace<T>& ws) {
+    const std::int64_t piece = n / group.size();
+    CUBELM_ASSERT(piece * group.size() == n, name + ": block does not split over " + group.name());
+    params.push_back(model::make_param<T>(name, {length}, {first + group.rank() * piece}, {piece},
+                                          0, fill, seed));
+    Shared s(&params.back());
+    s.split_ = &group;
+    s.full_ = ws.vector("cubelm::gathered_vector", n);
+    s.partial_ = ws.vector("cubelm::partial_grad", n);
+    s.piece_ = ws.vector("cubelm::grad_piece", piece);
+    return s;
+  }
+
+  model::Param<T>& param() const { return *p_; }
+  /// Gathers the values if split; returns the whole block.
+  const Vec<T>& gather(const ExecSpace& exec) {
+    if (split_ == nullptr)
+      return p_->value;
+    split_->all_gather(exec, p_->value, full_);
+    return full_;
+  }
+  /// The whole block as last gathered.
+  const Vec<T>& values() const { return split_ == nullptr ? p_->value : full_; }
+  Mat<T> values_mat() const { return Mat<T>(values().data(), p_->local[0], p_->local[1]); }
+  /// Where this call's gradient accumulates; finish with reduce().
+  const Vec<T>& grad(const ExecSpace& exec) {
+    if (partial_.extent(0) == 0)
+      return p_->grad;
+    Kokkos::deep_copy(exec, partial_, T(0));
+    return partial_;
+  }
+  Mat<T> grad_mat(const ExecSpace& exec) {
+    return Mat<T>(grad(exec).data(), p_->local[0], p_->local[1]);
+  }
+  /// Adds this call's gradient to the parameter's.
+  void reduce(const ExecSpace& exec) {
+    if (split_ != nullptr) {
+      split_->reduce_scatter(exec, partial_, piece_);
+      add(exec, piece_, p_->grad);
+    } else if (sum_ != nullptr) {
+      sum_->all_reduce(exec, partial_);
+      add(exec, partial_, p_->grad);
+    }
+  }
+
+private:
+  explicit Shared(model::Param<T>* p) : p_(p) {}
+  static void add(const ExecSpace& exec, const Vec<T>& from, const Vec<T>& to) {
+    kernels::add_inplace<T>(exec, Mat<T>(to.data(), to.extent(0), 1),
+                            Mat<T>(from.data(), from.extent(0), 1));
+  }
+
+  model::Param<T>* p_;
+  const comm::Group* sum_ = nullptr;
+  const comm::Group* split_ = nullptr;
+  Vec<T> full_, partial_, piece_;
+};
+
+/// LayerNorm of rows whose `features` columns may be split over the ranks of
+/// `stats` (null: whole rows here). The row sum and then the centred squares are
+/// all-reduced over `stats` forward, so the statistics are those of the
+/// single-process two-pass algorithm; the two row sums of the backward pass once.
+template <class T>
+class SplitLayerNorm final : public LayerNorm<T> {
+public:
+  SplitLayerNorm(Shared<T> gamma, Shared<T> beta, const comm::Group* stats,
+                 std::int64_t features, std::int64_t rows, Workspace<T>& ws)
+      : gamma_(gamma), beta_(beta), stats_(stats != nullptr && stats->size() > 1 ? stats : nullptr),
+        features_(features), mean_(ws.vector("cubelm::ln_mean", rows)),
+        rstd_(ws.vector("cubelm::ln_rstd", rows)), sums_(ws.matrix("cubelm::ln_sums", rows, 2)) {}
+
+  void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y) override {
+    kernels::row_sum<T>(exec, x, mean_);
+    if (stats_ != nullptr)
+      stats_->all_reduce(exec, mean_);
+    kernels::row_centered_squares<T>(exec, x, mean_, features_, rstd_);
+    if (stats_ != nullptr)
+      stats_->all_reduce(exec, rstd_);
+    kernels::layernorm_normalize<T>(exec, x, features_, gamma_.gather(exec), beta_.gather(exec), y,
+                                    mean_, rstd_);
+  }
+  void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy,
+                const Mat<T>& dx) override {
+    kernels::layernorm_backward_sums<T>(exec, dy, x, gamma_.values(), mean_, rstd_, sums_);
+    if (stats_ != nullptr)
+      stats_->all_reduce(exec, sums_);
+    kernels::layernorm_backward_input<T>(exec, dy, x, gamma_.values(), mean_, rstd_, sums_,
+                                         features_, dx);
+    kernels::layernorm_backward_params<T>(exec, dy, x, mean_, rstd_, gamma_.grad(exec),
+                                          beta_.grad(exec));
+    gamma_.reduce(exec);
+    beta_.reduce(exec);
+  }
+
+private:
+  Shared<T> gamma_, beta_;
+  const comm::Group* stats_;
+  std::int64_t features_;
+  Vec<T> mean_, rstd_;
+  Mat<T> sums_;
+};
+
+/// Vocabulary-parallel cross-entropy on logits [rows, slice] of the vocabulary slice
+/// starting at `first`: the row maximum, then the sums of exponentials and the target
+/// logit, are reduced over `vocab` (the ranks holding the other slices of the same
+/// rows); the loss sum over rows is all-reduced over `rows` (the ranks holding the
+/// other rows; null: none). With grad_scale != 0 the logits become the gradient.
+template <class T>
+class VocabLoss {
+public:
+  VocabLoss(const comm::Group* vocab, const comm::Group* rows, std::int64_t n, Workspace<T>& ws)
+      : vocab_(vocab), rows_(rows), targets_(ws.tokens("cubelm::targets", n)),
+        stats_(ws.matrix("cubelm::ce_stats", n, 2)), mx_(ws.vector("cubelm::ce_max", n)),
+        losses_(ws.vector("cubelm::losses", n)) {}
+
+  double operator()(const ExecSpace& exec, const Mat<T>& logits, int first,
+                    const std::vector<std::int32_t>& targets, T grad_scale) {
+    to_device(targets, targets_);
+    kernels::row_max<T>(exec, logits, mx_);
+    if (vocab_ != nullptr)
+      vocab_->all_reduce(exec, mx_, comm::ReduceOp::max);
+    kernels::row_sumexp_target<T>(exec, logits, mx_, targets_, first, stats_);
+    if (vocab_ != nullptr)
+      vocab_->all_reduce(exec, stats_);
+    kernels::vocab_cross_entropy<T>(exec, logits, mx_, stats_, targets_, first, losses_,
+                                    grad_scale);
+    double sum = kernels::sum<T>(exec, losses_);
+    if (rows_ != nullptr && rows_->size() > 1) {
+      Kokkos::View<double*, Kokkos::HostSpace> s("cubelm::loss_sum", 1);
+      s(0) = sum;
+      rows_->all_reduce(HostExecSpace(), s);
+      sum = s(0);
+    }
+    return sum;
+  }
+
+  static void to_device(const std::vector<std::int32_t>& host, const Tokens& dev) {
+    CUBELM_ASSERT(host.size() == dev.extent(0), "token count does not match the micro-batch");
+    auto h = Kokkos::create_mirror_view(dev);
+    for (std::size_t i = 0; i < host.size(); ++i)
+      h(i) = host[i];
+    Kokkos::deep_copy(dev, h);
+  }
+
+private:
+  const comm::Group *vocab_, *rows_;
+  Tokens targets_;
+  Mat<T> stats_;
+  Vec<T> mx_, losses_;
+};
+
+/// Sequences [first, first + count) of a micro-batch of token ids (seq ids each).
+inline std::vector<std::int32_t> sequences(const std::vector<std::int32_t>& tokens, int seq,
+                                           int first, int count) {
+  const auto begin = tokens.begin() + static_cast<std::ptrdiff_t>(first) * seq;
+  CUBELM_ASSERT(static_cast<std::size_t>(first + count) * seq <= tokens.size(),
+                "micro-batch has fewer sequences than the layout needs");
+  return std::vector<std::int32_t>(begin, begin + static_cast<std::ptrdiff_t>(count) * seq);
+}
+
+/// Weight and bias names of a linear, checked to pair up.
+inline void check_names(const std::vector<std::string>& weights,
+                        const std::vector<std::string>& biases) {
+  CUBELM_ASSERT(!weights.empty() && weights.size() == biases.size(),
+                "a linear needs one bias per weight");
+}
+
+} // namespace cubelm::tp::detail
