@@ -14,8 +14,10 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <unistd.h>
 
@@ -128,8 +130,7 @@ TEST(TensorParallel, MatchesTheSingleProcessModelInFloat) {
 
 namespace {
 
-io::Deck train_deck(int tp) {
-  const std::string mode = tp == 1 ? "none" : "1d";
+io::Deck train_deck(comm::TensorMode mode, int tp, int microbatches = 1) {
   const std::string text = R"([model]
 vocab_size = 32
 seq_len = 8
@@ -137,12 +138,16 @@ hidden = 16
 heads = 8
 layers = 2
 [parallel]
-tensor_mode = ")" + mode + R"("
+tensor_mode = ")" + std::string(comm::mode_name(mode)) +
+                           R"("
 tensor_size = )" + std::to_string(tp) +
+                           R"(
+microbatches = )" + std::to_string(microbatches) +
                            R"(
 [train]
 steps = 10
-global_batch = 4
+global_batch = )" + std::to_string(4 * microbatches) +
+                           R"(
 seed = 3
 [optimizer]
 lr = 1e-2
@@ -155,95 +160,227 @@ peak_gflops = 1.0
   return io::parse_deck(text, "tp.toml");
 }
 
+io::Deck train_deck(const comm::Layout& layout, int microbatches = 1) {
+  return train_deck(layout.mode, layout.tp, microbatches);
+}
+
+io::Deck single_deck() {
+  return train_deck(comm::TensorMode::none, 1);
+}
+
 comm::Communicator self() {
   return comm::Communicator::duplicate(MPI_COMM_SELF);
 }
 
+std::string temp_path(const char* stem) {
+  long long id = static_cast<long long>(::getpid());
+  MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  return (std::filesystem::temp_directory_path() / (stem + std::to_string(id) + ".h5")).string();
+}
+
 } // namespace
 
-TEST(TensorParallel1D, TenAdamWStepsMatchTheSingleProcessRun) {
-  const int n = comm::Communicator::world().size();
-  train::Trainer group(train_deck(n)), single(train_deck(1), self());
-  for (int s = 0; s < 10; ++s) {
-    const auto a = group.step(), b = single.step();
-    EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
-    EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-3 * b.grad_norm) << "step " << s;
-    if (n > 1)
-      EXPECT_GT(a.comm_bytes, 0.0);
-    else
-      EXPECT_EQ(a.comm_bytes, 0.0);
+TEST(TensorParallel, TenAdamWStepsMatchTheSingleProcessRun) {
+  for (const auto& layout : layouts()) {
+    SCOPED_TRACE(comm::mode_name(layout.mode));
+    train::Trainer group(train_deck(layout)), single(single_deck(), self());
+    for (int s = 0; s < 10; ++s) {
+      const auto a = group.step(), b = single.step();
+      EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
+      EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-3 * b.grad_norm) << "step " << s;
+      if (layout.tp > 1)
+        EXPECT_GT(a.comm_bytes, 0.0);
+      else
+        EXPECT_EQ(a.comm_bytes, 0.0);
+    }
   }
 }
 
-TEST(TensorParallel1D, CheckpointOfTheGroupResumesOnOneProcess) {
+// A run saved under the most parallel layout of this world (3D at 8 ranks, 2D at 4,
+// 1D at 2) resumes under 1D on 2 ranks and on one process, with the same losses.
+TEST(TensorParallel, CheckpointResumesUnderOtherLayouts) {
   const comm::Communicator world = comm::Communicator::world();
-  long long id = static_cast<long long>(::getpid());
-  MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, world.raw());
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("cubelm_test_tp_" + std::to_string(id) + ".h5"))
-          .string();
-  train::Trainer group(train_deck(world.size()));
+  const std::string path = temp_path("cubelm_test_tp_");
+  const comm::Layout layout = layouts().back();
+  SCOPED_TRACE(comm::mode_name(layout.mode));
+  train::Trainer group(train_deck(layout));
   for (int s = 0; s < 3; ++s)
     group.step();
   group.save(path); // every rank writes its blocks; replicas write nothing
-  train::Trainer single(train_deck(1), self());
-  single.resume(path); // every rank reads the whole model alone
-  EXPECT_EQ(single.steps_done(), 3);
-  for (int s = 3; s < 6; ++s) {
-    const auto a = group.step(), b = single.step();
-    EXPECT_NEAR(b.loss, a.loss, 1e-4 * a.loss) << "step " << s;
+  std::vector<double> losses;
+  for (int s = 3; s < 6; ++s)
+    losses.push_back(group.step().loss);
+
+  // 1D on the first two ranks.
+  const bool pair = world.size() >= 2 && world.rank() < 2;
+  const comm::Communicator two = world.split(pair ? 0 : 1, world.rank());
+  if (pair) {
+    train::Trainer oned(train_deck(comm::TensorMode::d1, 2), two);
+    oned.resume(path);
+    EXPECT_EQ(oned.steps_done(), 3);
+    for (int s = 3; s < 6; ++s)
+      EXPECT_NEAR(oned.step().loss, losses[s - 3], 1e-4 * losses[s - 3]) << "1d, step " << s;
+  }
+  // The whole model on one process.
+  if (world.rank() == 0) {
+    train::Trainer single(single_deck(), self());
+    single.resume(path);
+    EXPECT_EQ(single.steps_done(), 3);
+    for (int s = 3; s < 6; ++s)
+      EXPECT_NEAR(single.step().loss, losses[s - 3], 1e-4 * losses[s - 3]) << "none, step " << s;
   }
   MPI_Barrier(world.raw());
   if (world.rank() == 0)
     std::filesystem::remove(path);
 }
 
-// docs/communication.md, "1D per step": with N tokens per micro-batch, m micro-batches,
-// every rank sends 2 (p-1)/p x [4 m ((2 + 4 L) N H + 3 N) + 8] bytes in (4 + 4L) m + 1
-// all-reduces over "tp", and nothing over any other group.
-TEST(TensorParallel1D, BytesSentPerStepFollowTheClosedForm) {
-  const int p = comm::Communicator::world().size();
-  for (int microbatches : {1, 2}) {
-    io::Deck deck = train_deck(p);
-    deck.parallel.microbatches = microbatches;
-    train::Trainer t(deck);
-    const auto m = t.step();
-    const double N = static_cast<double>(deck.micro_batch()) * deck.model.seq_len;
-    const double H = deck.model.hidden, L = deck.model.layers;
-    const double expected =
-        2.0 * (p - 1) / p * (4.0 * microbatches * ((2 + 4 * L) * N * H + 3 * N) + 8.0);
-    const std::uint64_t calls = static_cast<std::uint64_t>((4 + 4 * L) * microbatches + 1);
-    bool found = false;
-    for (const auto& e : m.traffic) {
-      if (e.group == "tp" && e.kind == comm::Kind::all_reduce) {
-        found = true;
-        EXPECT_EQ(e.calls, calls);
-        EXPECT_NEAR(e.bytes, expected, 1e-9 * expected + 1e-9);
-      } else {
-        EXPECT_EQ(e.bytes, 0.0) << e.group << " " << comm::kind_name(e.kind);
-      }
-    }
-    EXPECT_TRUE(found);
-    EXPECT_NEAR(m.comm_bytes, expected, 1e-9 * expected + 1e-9);
+namespace {
+
+// docs/communication.md: bytes each rank sends in one step, per (group, kind), for a
+// deck with m micro-batches of N = micro T tokens. Elements are float32 (4 bytes);
+// the loss sums and the gradient norm are one double (8 bytes).
+struct Volume {
+  std::uint64_t calls = 0;
+  double bytes = 0;
+};
+using Volumes = std::map<std::pair<std::string, comm::Kind>, Volume>;
+
+Volumes closed_form(const io::Deck& deck) {
+  using comm::Kind;
+  const comm::Layout layout = deck.parallel.layout();
+  const double m = deck.parallel.microbatches, L = deck.model.layers, H = deck.model.hidden;
+  const double V = deck.model.vocab_size, T = deck.model.seq_len;
+  const double N = static_cast<double>(deck.micro_batch()) * T;
+  const double p = layout.tp, q = layout.side();
+  Volumes v;
+  auto add = [&](const char* group, Kind kind, double calls, double bytes) {
+    v[{group, kind}] = Volume{static_cast<std::uint64_t>(calls), bytes};
+  };
+  const double norm = 2.0 * (p - 1) / p * 8; // the gradient norm, once per step
+  switch (layout.mode) {
+  case comm::TensorMode::none:
+  case comm::TensorMode::d1:
+    add("tp", Kind::all_reduce, (4 + 4 * L) * m + 1,
+        2.0 * (p - 1) / p * (4.0 * m * ((2 + 4 * L) * N * H + 3 * N)) + norm);
+    break;
+  case comm::TensorMode::d2: {
+    const double c = (q - 1) / q, R = N / q;
+    add("tp.row", Kind::broadcast, m * (8 * L * q + q), m * 4 * c * (14 * L * H * R + R * V));
+    add("tp.row", Kind::reduce, m * (4 * L * q + q), m * 4 * c * (7 * L * H * R + R * V));
+    add("tp.row", Kind::all_reduce, m * (3 * (2 * L + 1) + 2),
+        m * 4 * 2 * c * ((2 * L + 1) * 4 * R + 3 * R));
+    add("tp.col", Kind::broadcast, m * (12 * L * q + 2 * q),
+        m * 4 * c * (24 * L * H * H / q + 2 * V * H / q));
+    add("tp.col", Kind::reduce, m * (6 * L * q + q), m * 4 * c * (12 * L * H * H / q + V * H / q));
+    const double vectors =
+        m * 4 * (q - 1) * (9 * L * H / (q * q) + 2 * (2 * L + 1) * H / (q * q) + R * H / q);
+    add("tp.col", Kind::all_gather, m * (6 * L + 2 * (2 * L + 1) + 1), vectors);
+    add("tp.col", Kind::reduce_scatter, m * (6 * L + 2 * (2 * L + 1) + 1), vectors);
+    add("tp.col", Kind::all_reduce, m, m * 2 * c * 8);
+    add("tp", Kind::all_reduce, 1, norm);
+    break;
   }
+  case comm::TensorMode::d3: {
+    const double k = q - 1, R = N / (q * q), plane = 2 * (q * q - 1) / (q * q);
+    add("tp.a", Kind::all_gather, m * (6 * L + 2), m * 4 * k * R * H / q * (6 * L + 2));
+    add("tp.a", Kind::reduce_scatter, m * (4 * L + 2), m * 4 * k * R * H / q * (4 * L + 2));
+    add("tp.a", Kind::all_reduce, m * 2, m * 4 * 2 * k / q * 3 * R);
+    add("tp.b", Kind::all_gather, m * (12 * L + 1),
+        m * 4 * k * (24 * L * H * H + V * H) / (q * q * q));
+    add("tp.b", Kind::reduce_scatter, m * (6 * L + 1),
+        m * 4 * k * (12 * L * H * H + V * H) / (q * q * q));
+    add("tp.b", Kind::all_reduce, m, m * 4 * 2 * k / q * T * H / q);
+    add("tp.c", Kind::all_gather, m * (8 * L + 1), m * 4 * k * (17 * L * R * H / q + R * V / q));
+    add("tp.c", Kind::reduce_scatter, m * (6 * L + 1),
+        m * 4 * k * (12 * L * R * H / q + R * V / q));
+    add("tp.c", Kind::all_reduce, m * 3 * (2 * L + 1), m * 4 * 2 * k / q * 4 * R * (2 * L + 1));
+    add("tp.bc", Kind::all_reduce, m * (4 * L + 1), m * (4 * plane * 7 * L * H / q + plane * 8));
+    add("tp.ab", Kind::all_reduce, m * (2 * L + 2 * (2 * L + 1)),
+        m * 4 * plane * (2 * L * H / q + 2 * (2 * L + 1) * H / q));
+    add("tp", Kind::all_reduce, 1, norm);
+    break;
+  }
+  }
+  return v;
 }
 
-// The estimate `cubelm check` prints equals what a rank allocates.
-TEST(TensorParallel1D, MemoryPerRankMatchesTheEstimate) {
-  const int p = comm::Communicator::world().size();
-  const io::Deck deck = train_deck(p);
-  train::Trainer t(deck);
-  const model::Memory measured = t.memory();
-  const auto estimate = model::estimate_memory(deck);
-  ASSERT_TRUE(estimate.has_value());
-  EXPECT_EQ(measured.parameters, estimate->parameters);
-  EXPECT_EQ(measured.gradients, estimate->gradients);
-  EXPECT_EQ(measured.optimizer, estimate->optimizer);
-  EXPECT_EQ(measured.activations, estimate->activations);
-  // Parameters per rank shrink with p: only LayerNorms, wpe and a few biases are replicated.
-  const auto single = model::estimate_memory(train_deck(1));
-  const double H = deck.model.hidden, T = deck.model.seq_len, L = deck.model.layers;
-  const double replicated = 4.0 * (T * H + L * 6 * H + 2 * H);
-  EXPECT_NEAR(static_cast<double>(estimate->parameters),
-              (single->parameters - replicated) / p + replicated, 4.0 * 7 * L * H);
+} // namespace
+
+// The per-step counters in the metrics equal the closed forms of docs/communication.md.
+TEST(TensorParallel, BytesSentPerStepFollowTheClosedForm) {
+  for (const auto& layout : layouts())
+    for (int microbatches : {1, 2}) {
+      SCOPED_TRACE(std::string(comm::mode_name(layout.mode)) + ", " + std::to_string(microbatches) +
+                   " micro-batches");
+      const io::Deck deck = train_deck(layout, microbatches);
+      train::Trainer t(deck);
+      const auto m = t.step();
+      const Volumes expected = closed_form(deck);
+      double total = 0;
+      for (const auto& [key, e] : expected) {
+        SCOPED_TRACE(key.first + " " + comm::kind_name(key.second));
+        const auto it = std::find_if(m.traffic.begin(), m.traffic.end(), [&](const auto& x) {
+          return x.group == key.first && x.kind == key.second;
+        });
+        ASSERT_NE(it, m.traffic.end());
+        EXPECT_EQ(it->calls, e.calls);
+        EXPECT_NEAR(it->bytes, e.bytes, 1e-9 * e.bytes + 1e-9);
+        total += e.bytes;
+      }
+      for (const auto& x : m.traffic) // nothing else was sent
+        if (expected.count({x.group, x.kind}) == 0)
+          EXPECT_EQ(x.calls, 0u) << x.group << " " << comm::kind_name(x.kind);
+      EXPECT_NEAR(m.comm_bytes, total, 1e-9 * total + 1e-9);
+    }
+}
+
+// The estimate `cubelm check` prints equals what a rank allocates, in every mode.
+TEST(TensorParallel, MemoryPerRankMatchesTheEstimate) {
+  for (const auto& layout : layouts())
+    for (int microbatches : {1, 2}) {
+      SCOPED_TRACE(comm::mode_name(layout.mode));
+      const io::Deck deck = train_deck(layout, microbatches);
+      train::Trainer t(deck);
+      const model::Memory measured = t.memory();
+      const model::Memory estimate = model::estimate_memory(deck);
+      EXPECT_EQ(measured.parameters, estimate.parameters);
+      EXPECT_EQ(measured.gradients, estimate.gradients);
+      EXPECT_EQ(measured.optimizer, estimate.optimizer);
+      EXPECT_EQ(measured.activations, estimate.activations);
+    }
+}
+
+// Per-rank parameters: under 1D only LayerNorms, wpe and a few biases are replicated;
+// under 2D everything but wpe is split q^2 ways; under 3D the weights (wte and the
+// blocks' matrices) fall as 1/q^3 and the vectors and wpe as 1/q.
+TEST(TensorParallel, ParameterMemoryFallsWithTheMode) {
+  for (const auto& layout : layouts()) {
+    SCOPED_TRACE(comm::mode_name(layout.mode));
+    const io::Deck deck = train_deck(layout);
+    train::Trainer t(deck);
+    const io::ModelConfig& c = deck.model;
+    const std::int64_t H = c.hidden, V = c.vocab_size, T = c.seq_len, L = c.layers;
+    const std::int64_t weights = V * H + 12 * L * H * H, vectors = (13 * L + 2) * H;
+    std::int64_t w = 0, vec = 0, pos = 0;
+    for (const auto& p : t.model().params())
+      (p.name == "wpe" ? pos : p.shape.size() == 2 ? w : vec) += p.size();
+    const std::int64_t q = layout.side(), p = layout.tp;
+    switch (layout.mode) {
+    case comm::TensorMode::d3:
+      EXPECT_EQ(w * q * q * q, weights);
+      EXPECT_EQ(vec * q, vectors);
+      EXPECT_EQ(pos * q, T * H);
+      break;
+    case comm::TensorMode::d2:
+      EXPECT_EQ(w * q * q, weights);
+      EXPECT_EQ(vec * q * q, vectors);
+      EXPECT_EQ(pos * q, T * H);
+      break;
+    default:
+      EXPECT_EQ(w * p, weights);
+      EXPECT_EQ(vec, 7 * L * H / p + 6 * L * H + 2 * H);
+      EXPECT_EQ(pos, T * H);
+    }
+    EXPECT_EQ(4 * (w + vec + pos), t.memory().parameters);
+  }
 }

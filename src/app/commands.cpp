@@ -45,15 +45,13 @@ std::string human(double x) {
 }
 
 std::string memory_line(const io::Deck& deck) {
-  const auto mem = model::estimate_memory(deck);
-  if (!mem)
-    return "";
+  const model::Memory mem = model::estimate_memory(deck);
   char buf[200];
   std::snprintf(buf, sizeof(buf),
                 "memory     per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB, "
                 "activations %.2f MiB (estimate)\n",
-                mem->parameters / 1048576.0, mem->gradients / 1048576.0, mem->optimizer / 1048576.0,
-                mem->activations / 1048576.0);
+                mem.parameters / 1048576.0, mem.gradients / 1048576.0, mem.optimizer / 1048576.0,
+                mem.activations / 1048576.0);
   return buf;
 }
 

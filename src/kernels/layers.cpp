@@ -381,7 +381,7 @@ void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& ta
                                      const Mat<T>&, int, const Mat<T>&);                           \
   template void embedding_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&, int,     \
                                       const Mat<T>&, const Mat<T>&);                               \
-  template void row_sum<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                       \
+  template void row_sum<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                        \
   template void row_centered_squares<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&,            \
                                         std::int64_t, const Vec<T>&);                              \
   template void layernorm_normalize<T>(const ExecSpace&, const Mat<T>&, std::int64_t,              \

@@ -31,20 +31,20 @@ public:
     for (std::size_t i = 0; i < weights.size(); ++i) {
       if (role == Role::first) {
         const std::int64_t cols = out / p;
-        w_.push_back(Shared<T>::owned(params, model::make_param<T>(weights[i], {in, out},
-                                                                   {0, r * cols}, {in, cols},
-                                                                   std_dev, 0, seed)));
+        w_.push_back(
+            Shared<T>::owned(params, model::make_param<T>(weights[i], {in, out}, {0, r * cols},
+                                                          {in, cols}, std_dev, 0, seed)));
         b_.push_back(Shared<T>::owned(
             params, model::make_param<T>(biases[i], {out}, {r * cols}, {cols}, 0, 0, seed)));
       } else {
         const std::int64_t rows = in / p;
-        w_.push_back(Shared<T>::owned(params, model::make_param<T>(weights[i], {in, out},
-                                                                   {r * rows, 0}, {rows, out},
-                                                                   std_dev, 0, seed)));
+        w_.push_back(
+            Shared<T>::owned(params, model::make_param<T>(weights[i], {in, out}, {r * rows, 0},
+                                                          {rows, out}, std_dev, 0, seed)));
         // Every rank sees the whole output gradient: identical bias gradients.
         b_.push_back(Shared<T>::replicated(
-            params, model::make_param<T>(biases[i], {out}, {0}, {out}, 0, 0, seed), group,
-            nullptr, ws));
+            params, model::make_param<T>(biases[i], {out}, {0}, {out}, 0, 0, seed), group, nullptr,
+            ws));
       }
     }
   }
@@ -87,8 +87,8 @@ public:
                                                            {slice_, hidden}, 0.02, 0, seed))),
         wpe_(Shared<T>::replicated(
             params,
-            model::make_param<T>("wpe", {seq, hidden}, {0, 0}, {seq, hidden}, 0.02, 0, seed),
-            group, nullptr, ws)),
+            model::make_param<T>("wpe", {seq, hidden}, {0, 0}, {seq, hidden}, 0.02, 0, seed), group,
+            nullptr, ws)),
         tokens_(ws.tokens("cubelm::tokens", static_cast<std::int64_t>(batch) * seq)),
         logits_(ws.matrix("cubelm::logits", static_cast<std::int64_t>(batch) * seq, slice_)),
         loss_(&group, nullptr, static_cast<std::int64_t>(batch) * seq, ws) {
@@ -159,8 +159,8 @@ public:
           params, model::make_param<T>(prefix + what, {features}, {0}, {features}, 0, fill, 0),
           group_, nullptr, ws_);
     };
-    return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), nullptr,
-                                               features, rows, ws_);
+    return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), nullptr, features,
+                                               rows, ws_);
   }
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
                                           std::int64_t hidden, int batch,

@@ -69,11 +69,10 @@ public:
     check_names(weights, biases);
     const std::int64_t bi = in / g.q, bo = out / g.q;
     for (std::size_t n = 0; n < weights.size(); ++n) {
-      w_.push_back(Shared<T>::owned(params, model::make_param<T>(weights[n], {in, out},
-                                                                 {g.i * bi, g.j * bo}, {bi, bo},
-                                                                 std_dev, 0, seed)));
-      b_.push_back(
-          Shared<T>::split(params, biases[n], out, g.j * bo, bo, 0, seed, g.col, g.ws));
+      w_.push_back(
+          Shared<T>::owned(params, model::make_param<T>(weights[n], {in, out}, {g.i * bi, g.j * bo},
+                                                        {bi, bo}, std_dev, 0, seed)));
+      b_.push_back(Shared<T>::split(params, biases[n], out, g.j * bo, bo, 0, seed, g.col, g.ws));
     }
     g.ws.reserve(kAct, rows * bi);
     g.ws.reserve(kWeight, bi * bo);
@@ -130,16 +129,15 @@ public:
               int batch, std::uint64_t seed)
       : g_(g), seq_(seq), batch_(batch), bv_(vocab / g.q), bh_(hidden / g.q),
         rows_(static_cast<std::int64_t>(batch / g.q) * seq),
-        wte_(Shared<T>::owned(params, model::make_param<T>("wte", {vocab, hidden},
-                                                           {g.i * bv_, g.j * bh_}, {bv_, bh_},
-                                                           0.02, 0, seed))),
-        wpe_(Shared<T>::replicated(params,
-                                   model::make_param<T>("wpe", {seq, hidden}, {0, g.j * bh_},
-                                                        {seq, bh_}, 0.02, 0, seed),
-                                   g.col, nullptr, g.ws)),
+        wte_(Shared<T>::owned(params,
+                              model::make_param<T>("wte", {vocab, hidden}, {g.i * bv_, g.j * bh_},
+                                                   {bv_, bh_}, 0.02, 0, seed))),
+        wpe_(Shared<T>::replicated(
+            params,
+            model::make_param<T>("wpe", {seq, hidden}, {0, g.j * bh_}, {seq, bh_}, 0.02, 0, seed),
+            g.col, nullptr, g.ws)),
         tokens_(g.ws.tokens("cubelm::tokens", static_cast<std::int64_t>(batch) * seq)),
-        logits_(g.ws.matrix("cubelm::logits", rows_, bv_)),
-        loss_(&g.row, &g.col, rows_, g.ws) {
+        logits_(g.ws.matrix("cubelm::logits", rows_, bv_)), loss_(&g.row, &g.col, rows_, g.ws) {
     const std::int64_t all = static_cast<std::int64_t>(batch) * seq;
     g.ws.reserve(kPartial, std::max(all * bh_, rows_ * bv_));
     g.ws.reserve(kWeight, bv_ * bh_);
@@ -209,8 +207,8 @@ template <class T>
 class Mode2D final : public Mode<T> {
 public:
   explicit Mode2D(const comm::ProcessGrid& grid)
-      : grid_{grid.tp_row(), grid.tp_col(), grid.tp_row().size(), grid.tp_col().rank(),
-              grid.tp_row().rank(), ws_} {}
+      : grid_{grid.tp_row(),        grid.tp_col(),        grid.tp_row().size(),
+              grid.tp_col().rank(), grid.tp_row().rank(), ws_} {}
   const char* name() const override { return "2d"; }
   int sequences(int batch) const override { return batch / grid_.q; }
   std::int64_t outer_cols(std::int64_t features) const override { return features / grid_.q; }

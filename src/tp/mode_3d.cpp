@@ -32,7 +32,6 @@
 
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/layers.hpp"
-#include "cubelm/kernels/optim.hpp"
 #include "modes.hpp"
 #include "parts.hpp"
 
@@ -56,8 +55,8 @@ struct Direction {
 template <class T>
 struct Cube {
   int q;
-  const comm::Group *a, *b, *c;         // the axes
-  const comm::Group *ab, *bc, *ca;      // the planes
+  const comm::Group *a, *b, *c;    // the axes
+  const comm::Group *ab, *bc, *ca; // the planes
   Workspace<T>& ws;
 
   Direction first() const { return {a, b, c, bc}; }
@@ -74,17 +73,16 @@ class Linear3D final : public Linear<T> {
 public:
   Linear3D(const Cube<T>& cube, Direction d, Params<T>& params,
            const std::vector<std::string>& weights, const std::vector<std::string>& biases,
-           std::int64_t in, std::int64_t out, std::int64_t rows, double std_dev,
-           std::uint64_t seed)
+           std::int64_t in, std::int64_t out, std::int64_t rows, double std_dev, std::uint64_t seed)
       : ws_(cube.ws), d_(d), q_(cube.q) {
     check_names(weights, biases);
     const std::int64_t q = cube.q;
     const std::int64_t wr = in / (q * q), wc = out / q;
     const std::int64_t row0 = (d.out->rank() * q + d.w->rank()) * wr, col0 = d.in->rank() * wc;
     for (std::size_t n = 0; n < weights.size(); ++n) {
-      w_.push_back(Shared<T>::owned(params, model::make_param<T>(weights[n], {in, out},
-                                                                 {row0, col0}, {wr, wc}, std_dev,
-                                                                 0, seed)));
+      w_.push_back(
+          Shared<T>::owned(params, model::make_param<T>(weights[n], {in, out}, {row0, col0},
+                                                        {wr, wc}, std_dev, 0, seed)));
       b_.push_back(Shared<T>::replicated(
           params, model::make_param<T>(biases[n], {out}, {col0}, {wc}, 0, 0, seed), *d.plane,
           d.plane, cube.ws));
@@ -154,15 +152,15 @@ public:
       : cube_(cube), seq_(seq), per_(batch / (cube.q * cube.q)), bv_(vocab / cube.q),
         bh_(hidden / cube.q), rows_(static_cast<std::int64_t>(per_) * seq),
         wte_(Shared<T>::owned(
-            params, model::make_param<T>(
-                        "wte", {vocab, hidden},
-                        {(cube.a->rank() * cube.q + cube.b->rank()) * (bv_ / cube.q),
-                         cube.c->rank() * bh_},
-                        {bv_ / cube.q, bh_}, 0.02, 0, seed))),
+            params,
+            model::make_param<T>(
+                "wte", {vocab, hidden},
+                {(cube.a->rank() * cube.q + cube.b->rank()) * (bv_ / cube.q), cube.c->rank() * bh_},
+                {bv_ / cube.q, bh_}, 0.02, 0, seed))),
         wpe_(Shared<T>::replicated(params,
                                    model::make_param<T>("wpe", {seq, hidden},
-                                                        {0, cube.c->rank() * bh_}, {seq, bh_},
-                                                        0.02, 0, seed),
+                                                        {0, cube.c->rank() * bh_}, {seq, bh_}, 0.02,
+                                                        0, seed),
                                    *cube.ab, cube.b, cube.ws)),
         tokens_(cube.ws.tokens("cubelm::tokens", rows_ * cube.q)),
         wte_gathered_(cube.ws.matrix("cubelm::wte_gathered", bv_, bh_)),
@@ -239,14 +237,10 @@ template <class T>
 class Mode3D final : public Mode<T> {
 public:
   explicit Mode3D(const comm::ProcessGrid& grid)
-      : cube_{grid.tp_axis(comm::Axis::a).size(),
-              &grid.tp_axis(comm::Axis::a),
-              &grid.tp_axis(comm::Axis::b),
-              &grid.tp_axis(comm::Axis::c),
-              &grid.tp_plane(comm::Plane::ab),
-              &grid.tp_plane(comm::Plane::bc),
-              &grid.tp_plane(comm::Plane::ca),
-              ws_} {}
+      : cube_{grid.tp_axis(comm::Axis::a).size(), &grid.tp_axis(comm::Axis::a),
+              &grid.tp_axis(comm::Axis::b),       &grid.tp_axis(comm::Axis::c),
+              &grid.tp_plane(comm::Plane::ab),    &grid.tp_plane(comm::Plane::bc),
+              &grid.tp_plane(comm::Plane::ca),    ws_} {}
   const char* name() const override { return "3d"; }
   int sequences(int batch) const override { return batch / (cube_.q * cube_.q); }
   std::int64_t outer_cols(std::int64_t features) const override { return features / cube_.q; }
@@ -255,14 +249,14 @@ public:
 
   std::unique_ptr<Linear<T>> linear(Params<T>& params, const std::vector<std::string>& weights,
                                     const std::vector<std::string>& biases, std::int64_t in,
-                                    std::int64_t out, std::int64_t rows, Role role,
-                                    double std_dev, std::uint64_t seed) override {
+                                    std::int64_t out, std::int64_t rows, Role role, double std_dev,
+                                    std::uint64_t seed) override {
     const std::int64_t q2 = static_cast<std::int64_t>(cube_.q) * cube_.q;
     CUBELM_ASSERT(in % q2 == 0 && out % cube_.q == 0,
                   "3d: a linear's features must be divisible by q^2 (inputs) and q (outputs)");
     const Direction d = role == Role::first ? cube_.first() : cube_.second();
-    return std::make_unique<Linear3D<T>>(cube_, d, params, weights, biases, in, out, rows,
-                                         std_dev, seed);
+    return std::make_unique<Linear3D<T>>(cube_, d, params, weights, biases, in, out, rows, std_dev,
+                                         seed);
   }
   std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
                                           std::int64_t features, std::int64_t rows) override {
@@ -272,8 +266,8 @@ public:
           params, model::make_param<T>(prefix + what, {features}, {first}, {block}, 0, fill, 0),
           *cube_.ab, cube_.ab, ws_);
     };
-    return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), cube_.c,
-                                               features, rows, ws_);
+    return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), cube_.c, features,
+                                               rows, ws_);
   }
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
                                           std::int64_t hidden, int batch,

@@ -158,8 +158,8 @@ private:
 template <class T>
 class SplitLayerNorm final : public LayerNorm<T> {
 public:
-  SplitLayerNorm(Shared<T> gamma, Shared<T> beta, const comm::Group* stats,
-                 std::int64_t features, std::int64_t rows, Workspace<T>& ws)
+  SplitLayerNorm(Shared<T> gamma, Shared<T> beta, const comm::Group* stats, std::int64_t features,
+                 std::int64_t rows, Workspace<T>& ws)
       : gamma_(gamma), beta_(beta), stats_(stats != nullptr && stats->size() > 1 ? stats : nullptr),
         features_(features), mean_(ws.vector("cubelm::ln_mean", rows)),
         rstd_(ws.vector("cubelm::ln_rstd", rows)), sums_(ws.matrix("cubelm::ln_sums", rows, 2)) {}
