@@ -91,13 +91,22 @@ double measure_gemm_gflops() {
 
 namespace {
 // The layouts this version trains: tensor parallelism alone (pipeline and data
-// parallel training are not part of it yet).
+// parallel training, sequence parallelism and recomputation are not part of it
+// yet); a deck asking for them is refused rather than run without them.
 comm::Layout trainable(const io::Deck& deck) {
   const comm::Layout layout = deck.parallel.layout();
   if (layout.dp != 1 || layout.pp != 1)
     throw Error(deck.source + ": parallel layout " + layout.describe() +
                     ": cubelm train runs tensor-parallel layouts only in this version "
                     "(pipeline_size = data_size = 1)",
+                true);
+  if (deck.parallel.sequence_parallel)
+    throw Error(deck.source + ": parallel.sequence_parallel = true: this version has no "
+                              "sequence parallelism; set it to false",
+                true);
+  if (deck.parallel.recompute != "none")
+    throw Error(deck.source + ": parallel.recompute = \"" + deck.parallel.recompute +
+                    "\": this version keeps all activations; set it to \"none\"",
                 true);
   return layout;
 }
