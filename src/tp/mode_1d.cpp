@@ -97,9 +97,10 @@ public:
 
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                const Mat<T>& x) override {
-    VocabLoss<T>::to_device(tokens, tokens_);
+    tokens_.set(tokens);
     index_ = kernels::make_token_index(tokens, static_cast<int>(first_), static_cast<int>(slice_));
-    kernels::embedding_lookup<T>(exec, tokens_, wte_.param().mat(), static_cast<int>(first_), x);
+    kernels::embedding_lookup<T>(exec, tokens_.view(), wte_.param().mat(), static_cast<int>(first_),
+                                 x);
     group_.all_reduce(exec, x); // each token's row comes from the rank that owns it
     kernels::position_add<T>(exec, wpe_.param().mat(), seq_, x);
   }
@@ -126,7 +127,7 @@ private:
   int seq_;
   std::int64_t slice_, first_;
   Shared<T> wte_, wpe_;
-  Tokens tokens_;
+  DeviceTokens tokens_;
   kernels::TokenIndex index_;
   Mat<T> logits_;
   VocabLoss<T> loss_;

@@ -149,18 +149,18 @@ public:
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                const Mat<T>& x) override {
     const int first = static_cast<int>(g_.i * bv_);
-    VocabLoss<T>::to_device(tokens, tokens_);
+    tokens_.set(tokens);
     index_ = kernels::make_token_index(tokens, first, static_cast<int>(bv_));
     // Every row of the micro-batch looked up in vocabulary block i; summing over the
     // column completes the rows, and each rank keeps its row block.
-    const Mat<T> part = g_.ws.scratch(kPartial, tokens_.extent(0), bh_);
-    kernels::embedding_lookup<T>(exec, tokens_, wte_.param().mat(), first, part);
+    const Mat<T> part = g_.ws.scratch(kPartial, tokens_.view().extent(0), bh_);
+    kernels::embedding_lookup<T>(exec, tokens_.view(), wte_.param().mat(), first, part);
     g_.col.reduce_scatter(exec, part, x);
     kernels::position_add<T>(exec, wpe_.param().mat(), seq_, x);
   }
 
   void backward(const ExecSpace& exec, const Mat<T>& dx) override {
-    const Mat<T> all = g_.ws.scratch(kPartial, tokens_.extent(0), bh_);
+    const Mat<T> all = g_.ws.scratch(kPartial, tokens_.view().extent(0), bh_);
     g_.col.all_gather(exec, dx, all);
     kernels::token_backward<T>(exec, index_, all, wte_.param().grad_mat());
     kernels::position_backward<T>(exec, all, seq_, wpe_.param().grad_mat());
@@ -197,7 +197,7 @@ private:
   int seq_, batch_;
   std::int64_t bv_, bh_, rows_;
   Shared<T> wte_, wpe_;
-  Tokens tokens_;
+  DeviceTokens tokens_;
   kernels::TokenIndex index_;
   Mat<T> logits_;
   VocabLoss<T> loss_;

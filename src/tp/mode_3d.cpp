@@ -179,11 +179,11 @@ public:
     const int q = cube_.q, first = static_cast<int>(cube_.a->rank() * bv_);
     // Row block b of q: the sequences whose rows this rank's A axis shares.
     const auto mine = sequences(tokens, seq_, cube_.b->rank() * per_ * q, per_ * q);
-    VocabLoss<T>::to_device(mine, tokens_);
+    tokens_.set(mine);
     index_ = kernels::make_token_index(mine, first, static_cast<int>(bv_));
     cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
     const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bh_);
-    kernels::embedding_lookup<T>(exec, tokens_, wte_gathered_, first, part);
+    kernels::embedding_lookup<T>(exec, tokens_.view(), wte_gathered_, first, part);
     cube_.a->reduce_scatter(exec, part, x);
     kernels::position_add<T>(exec, wpe_.param().mat(), seq_, x);
   }
@@ -227,7 +227,7 @@ private:
   int seq_, per_;
   std::int64_t bv_, bh_, rows_;
   Shared<T> wte_, wpe_;
-  Tokens tokens_;
+  DeviceTokens tokens_;
   kernels::TokenIndex index_;
   Mat<T> wte_gathered_, wte_grad_, logits_;
   VocabLoss<T> loss_;

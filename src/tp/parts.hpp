@@ -116,7 +116,6 @@ public:
   }
   /// The whole block as last gathered.
   const Vec<T>& values() const { return split_ == nullptr ? p_->value : full_; }
-  Mat<T> values_mat() const { return Mat<T>(values().data(), p_->local[0], p_->local[1]); }
   /// Where this call's gradient accumulates; finish with reduce().
   const Vec<T>& grad(const ExecSpace& exec) {
     if (partial_.extent(0) == 0)
@@ -195,6 +194,25 @@ private:
   Mat<T> sums_;
 };
 
+/// Token ids on the device, filled from host vectors through a host buffer kept
+/// from call to call (no allocation per micro-batch).
+class DeviceTokens {
+public:
+  explicit DeviceTokens(Tokens dev) : dev_(dev), host_(Kokkos::create_mirror_view(dev)) {}
+  const Tokens& set(const std::vector<std::int32_t>& ids) {
+    CUBELM_ASSERT(ids.size() == dev_.extent(0), "token count does not match the micro-batch");
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      host_(i) = ids[i];
+    Kokkos::deep_copy(dev_, host_);
+    return dev_;
+  }
+  const Tokens& view() const { return dev_; }
+
+private:
+  Tokens dev_;
+  Tokens::HostMirror host_;
+};
+
 /// Vocabulary-parallel cross-entropy on logits [rows, slice] of the vocabulary slice
 /// starting at `first`: the row maximum, then the sums of exponentials and the target
 /// logit, are reduced over `vocab` (the ranks holding the other slices of the same
@@ -210,36 +228,27 @@ public:
 
   double operator()(const ExecSpace& exec, const Mat<T>& logits, int first,
                     const std::vector<std::int32_t>& targets, T grad_scale) {
-    to_device(targets, targets_);
+    const Tokens& tgt = targets_.set(targets);
     kernels::row_max<T>(exec, logits, mx_);
     if (vocab_ != nullptr)
       vocab_->all_reduce(exec, mx_, comm::ReduceOp::max);
-    kernels::row_sumexp_target<T>(exec, logits, mx_, targets_, first, stats_);
+    kernels::row_sumexp_target<T>(exec, logits, mx_, tgt, first, stats_);
     if (vocab_ != nullptr)
       vocab_->all_reduce(exec, stats_);
-    kernels::vocab_cross_entropy<T>(exec, logits, mx_, stats_, targets_, first, losses_,
-                                    grad_scale);
+    kernels::vocab_cross_entropy<T>(exec, logits, mx_, stats_, tgt, first, losses_, grad_scale);
     double sum = kernels::sum<T>(exec, losses_);
     if (rows_ != nullptr && rows_->size() > 1) {
-      Kokkos::View<double*, Kokkos::HostSpace> s("cubelm::loss_sum", 1);
-      s(0) = sum;
-      rows_->all_reduce(HostExecSpace(), s);
-      sum = s(0);
+      sum_(0) = sum;
+      rows_->all_reduce(HostExecSpace(), sum_);
+      sum = sum_(0);
     }
     return sum;
   }
 
-  static void to_device(const std::vector<std::int32_t>& host, const Tokens& dev) {
-    CUBELM_ASSERT(host.size() == dev.extent(0), "token count does not match the micro-batch");
-    auto h = Kokkos::create_mirror_view(dev);
-    for (std::size_t i = 0; i < host.size(); ++i)
-      h(i) = host[i];
-    Kokkos::deep_copy(dev, h);
-  }
-
 private:
   const comm::Group *vocab_, *rows_;
-  Tokens targets_;
+  DeviceTokens targets_;
+  Kokkos::View<double*, Kokkos::HostSpace> sum_{"cubelm::loss_sum", 1};
   Mat<T> stats_;
   Vec<T> mx_, losses_;
 };
