@@ -4,17 +4,51 @@
 #include "cubelm/kernels/layers.hpp"
 #include "cubelm/kernels/optim.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 namespace cubelm::model {
 
+StageLayout StageLayout::whole(int layers) {
+  StageLayout s;
+  s.chunks.emplace_back();
+  for (int l = 0; l < layers; ++l)
+    s.chunks.back().push_back(l);
+  return s;
+}
+
+int StageLayout::longest() const {
+  std::size_t n = 0;
+  for (const auto& c : chunks)
+    n = std::max(n, c.size());
+  return static_cast<int>(n);
+}
+
+// A layer's modules (parameters live in params_).
 template <class T>
 struct ShardedGPT<T>::Layer {
   std::unique_ptr<tp::LayerNorm<T>> ln1, ln2;
   std::unique_ptr<tp::Linear<T>> qkv, proj, fc1, fc2;
-  Mat<T> ln1_out, q, k, v, att, ln2_out, h, g, th; // saved activations (th: GELU's tanh)
+};
+
+// A layer's saved activations for one micro-batch (th: GELU's tanh; ln*: row statistics).
+template <class T>
+struct ShardedGPT<T>::Acts {
+  Mat<T> ln1_out, q, k, v, att, ln2_out, h, g, th;
+  Vec<T> ln1, ln2;
   kernels::Tensor4<T> probs;
+};
+
+// One (micro-batch, chunk) in flight. Without recomputation the residual stream
+// holds each layer's input and inner state and the chunk's output (2c + 1) and
+// every layer's activations; with it, only the layers' inputs and the output (c + 1).
+template <class T>
+struct ShardedGPT<T>::Slot {
+  std::vector<Mat<T>> stream;
+  std::vector<Acts> acts;
+  Mat<T> lnf_out;
+  Vec<T> lnf;
 };
 
 namespace {
@@ -22,59 +56,110 @@ template <class T>
 Mat<T> matrix(const char* label, std::int64_t rows, std::int64_t cols) {
   return Mat<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows, cols);
 }
+template <class T>
+Vec<T> vector(const char* label, std::int64_t n) {
+  return Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n);
+}
 } // namespace
 
 template <class T>
+typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts() const {
+  Acts a;
+  a.ln1_out = matrix<T>("cubelm::ln1", rows_, outer_);
+  a.ln2_out = matrix<T>("cubelm::ln2", rows_, outer_);
+  a.q = matrix<T>("cubelm::q", rows_, inner_);
+  a.k = matrix<T>("cubelm::k", rows_, inner_);
+  a.v = matrix<T>("cubelm::v", rows_, inner_);
+  a.att = matrix<T>("cubelm::att", rows_, inner_);
+  a.h = matrix<T>("cubelm::h", rows_, ffn_);
+  a.g = matrix<T>("cubelm::g", rows_, ffn_);
+  a.th = matrix<T>("cubelm::gelu_tanh", rows_, ffn_);
+  a.ln1 = vector<T>("cubelm::ln1_stats", 2 * rows_);
+  a.ln2 = vector<T>("cubelm::ln2_stats", 2 * rows_);
+  a.probs =
+      kernels::Tensor4<T>("cubelm::probs", sequences_, heads_, config_.seq_len, config_.seq_len);
+  return a;
+}
+
+template <class T>
 ShardedGPT<T>::ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_t seed,
-                          tp::Mode<T>& mode)
-    : config_(config), mode_(mode), batch_(batch), sequences_(mode.sequences(batch)),
-      heads_(mode.local_heads(config.heads)) {
+                          tp::Mode<T>& mode, StageLayout stage)
+    : config_(config), mode_(mode), stage_(std::move(stage)), batch_(batch),
+      sequences_(mode.sequences(batch)), heads_(mode.local_heads(config.heads)) {
+  if (stage_.chunks.empty()) // the default: every layer in one chunk
+    stage_.chunks = StageLayout::whole(config.layers).chunks;
+  CUBELM_ASSERT(stage_.slots >= 1, "a stage needs at least one activation slot");
   const std::int64_t H = config.hidden, S = config.seq_len, L = config.layers;
-  const std::int64_t N = static_cast<std::int64_t>(sequences_) * S;
-  const std::int64_t Ho = mode.outer_cols(H), Hi = mode.inner_cols(H), Fi = mode.inner_cols(4 * H);
+  rows_ = static_cast<std::int64_t>(sequences_) * S;
+  outer_ = mode.outer_cols(H);
+  inner_ = mode.inner_cols(H);
+  ffn_ = mode.inner_cols(4 * H);
   const double std_dev = 0.02, proj_std = 0.02 / std::sqrt(2.0 * L);
-  embedding_ = mode.embedding(params_, config.vocab_size, config.seq_len, H, batch, seed);
-  for (std::int64_t l = 0; l < L; ++l) {
-    const std::string p = "layers/" + std::to_string(l) + "/";
-    auto y = std::make_unique<Layer>();
-    y->ln1 = mode.layernorm(params_, p + "ln1", H, N);
-    y->qkv = mode.linear(params_, {p + "attn/wq", p + "attn/wk", p + "attn/wv"},
-                         {p + "attn/bq", p + "attn/bk", p + "attn/bv"}, H, H, N, tp::Role::first,
-                         std_dev, seed);
-    y->proj = mode.linear(params_, {p + "attn/wo"}, {p + "attn/bo"}, H, H, N, tp::Role::second,
-                          proj_std, seed);
-    y->ln2 = mode.layernorm(params_, p + "ln2", H, N);
-    y->fc1 = mode.linear(params_, {p + "mlp/w1"}, {p + "mlp/b1"}, H, 4 * H, N, tp::Role::first,
-                         std_dev, seed);
-    y->fc2 = mode.linear(params_, {p + "mlp/w2"}, {p + "mlp/b2"}, 4 * H, H, N, tp::Role::second,
-                         proj_std, seed);
-    y->ln1_out = matrix<T>("cubelm::ln1", N, Ho);
-    y->ln2_out = matrix<T>("cubelm::ln2", N, Ho);
-    y->q = matrix<T>("cubelm::q", N, Hi);
-    y->k = matrix<T>("cubelm::k", N, Hi);
-    y->v = matrix<T>("cubelm::v", N, Hi);
-    y->att = matrix<T>("cubelm::att", N, Hi);
-    y->h = matrix<T>("cubelm::h", N, Fi);
-    y->g = matrix<T>("cubelm::g", N, Fi);
-    y->th = matrix<T>("cubelm::gelu_tanh", N, Fi);
-    y->probs = kernels::Tensor4<T>("cubelm::probs", sequences_, heads_, S, S);
-    layers_.push_back(std::move(y));
+  const tp::Ends ends = stage_.first && stage_.last ? tp::Ends::both
+                        : stage_.first              ? tp::Ends::lookup
+                                                    : tp::Ends::head;
+  if (stage_.first || stage_.last)
+    embedding_ = mode.embedding(params_, config.vocab_size, config.seq_len, H, batch, seed, ends);
+  if (!stage_.first && stage_.last) {
+    // The head's copy of the tied wte: the first stage writes and counts it.
+    Param<T>& wte = param("wte");
+    wte.writer = false;
+    wte.counted = false;
   }
-  lnf_ = mode.layernorm(params_, "ln_f", H, N);
-  for (std::int64_t i = 0; i < 2 * L + 1; ++i)
-    stream_.push_back(matrix<T>("cubelm::stream", N, Ho));
-  lnf_out_ = matrix<T>("cubelm::ln_f", N, Ho);
-  d_outer_ = matrix<T>("cubelm::d_outer", N, Ho);
-  dx_ = matrix<T>("cubelm::dx", N, Ho);
-  dq_ = matrix<T>("cubelm::dq", N, Hi);
-  dk_ = matrix<T>("cubelm::dk", N, Hi);
-  dv_ = matrix<T>("cubelm::dv", N, Hi);
-  da_ = matrix<T>("cubelm::da", N, Hi);
-  dh_ = matrix<T>("cubelm::dh", N, Fi);
-  dg_ = matrix<T>("cubelm::dg", N, Fi);
+  for (const auto& chunk : stage_.chunks)
+    for (const int l : chunk) {
+      CUBELM_ASSERT(l >= 0 && l < L && (layer_ids_.empty() || l > layer_ids_.back()),
+                    "stage layers must be increasing ids below model.layers");
+      layer_ids_.push_back(l);
+      const std::string p = "layers/" + std::to_string(l) + "/";
+      auto y = std::make_unique<Layer>();
+      y->ln1 = mode.layernorm(params_, p + "ln1", H, rows_);
+      y->qkv = mode.linear(params_, {p + "attn/wq", p + "attn/wk", p + "attn/wv"},
+                           {p + "attn/bq", p + "attn/bk", p + "attn/bv"}, H, H, rows_,
+                           tp::Role::first, std_dev, seed);
+      y->proj = mode.linear(params_, {p + "attn/wo"}, {p + "attn/bo"}, H, H, rows_,
+                            tp::Role::second, proj_std, seed);
+      y->ln2 = mode.layernorm(params_, p + "ln2", H, rows_);
+      y->fc1 = mode.linear(params_, {p + "mlp/w1"}, {p + "mlp/b1"}, H, 4 * H, rows_,
+                           tp::Role::first, std_dev, seed);
+      y->fc2 = mode.linear(params_, {p + "mlp/w2"}, {p + "mlp/b2"}, 4 * H, H, rows_,
+                           tp::Role::second, proj_std, seed);
+      layers_.push_back(std::move(y));
+    }
+  if (stage_.last)
+    lnf_ = mode.layernorm(params_, "ln_f", H, rows_);
+  const int c = stage_.longest();
+  for (int k = 0; k < stage_.slots; ++k) {
+    auto slot = std::make_unique<Slot>();
+    const int states = stage_.recompute ? c + 1 : 2 * c + 1;
+    for (int i = 0; i < states; ++i)
+      slot->stream.push_back(matrix<T>("cubelm::stream", rows_, outer_));
+    if (!stage_.recompute)
+      for (int i = 0; i < c; ++i)
+        slot->acts.push_back(make_acts());
+    if (stage_.last) {
+      slot->lnf_out = matrix<T>("cubelm::ln_f", rows_, outer_);
+      slot->lnf = vector<T>("cubelm::ln_f_stats", 2 * rows_);
+    }
+    slots_.push_back(std::move(slot));
+  }
+  out_index_.assign(static_cast<std::size_t>(stage_.slots), 0);
+  if (stage_.recompute && c > 0) {
+    redo_ = std::make_unique<Acts>(make_acts());
+    redo_x1_ = matrix<T>("cubelm::redo_x1", rows_, outer_);
+    redo_x2_ = matrix<T>("cubelm::redo_x2", rows_, outer_);
+  }
+  d_outer_ = matrix<T>("cubelm::d_outer", rows_, outer_);
+  dx_ = matrix<T>("cubelm::dx", rows_, outer_);
+  dq_ = matrix<T>("cubelm::dq", rows_, inner_);
+  dk_ = matrix<T>("cubelm::dk", rows_, inner_);
+  dv_ = matrix<T>("cubelm::dv", rows_, inner_);
+  da_ = matrix<T>("cubelm::da", rows_, inner_);
+  dh_ = matrix<T>("cubelm::dh", rows_, ffn_);
+  dg_ = matrix<T>("cubelm::dg", rows_, ffn_);
   dscratch_ = kernels::Tensor4<T>("cubelm::dscores", sequences_, heads_, S, S);
   work_ = kernels::AttentionWorkspace<T>(sequences_, heads_, config.seq_len,
-                                         static_cast<int>(Hi / heads_));
+                                         static_cast<int>(inner_ / heads_));
 }
 
 template <class T>
@@ -98,15 +183,27 @@ Memory ShardedGPT<T>::memory() const {
   }
   std::int64_t elements = 0;
   auto add = [&](const auto& view) { elements += static_cast<std::int64_t>(view.span()); };
-  for (const auto& y : layers_) {
-    for (const Mat<T>* m :
-         {&y->ln1_out, &y->q, &y->k, &y->v, &y->att, &y->ln2_out, &y->h, &y->g, &y->th})
+  auto add_acts = [&](const Acts& a) {
+    for (const Mat<T>* m : {&a.ln1_out, &a.q, &a.k, &a.v, &a.att, &a.ln2_out, &a.h, &a.g, &a.th})
       add(*m);
-    add(y->probs);
+    add(a.ln1);
+    add(a.ln2);
+    add(a.probs);
+  };
+  for (const auto& s : slots_) {
+    for (const auto& m : s->stream)
+      add(m);
+    for (const auto& a : s->acts)
+      add_acts(a);
+    add(s->lnf_out);
+    add(s->lnf);
   }
-  for (const auto& m : stream_)
-    add(m);
-  for (const Mat<T>* m : {&lnf_out_, &d_outer_, &dx_, &dq_, &dk_, &dv_, &da_, &dh_, &dg_})
+  if (redo_) {
+    add_acts(*redo_);
+    add(redo_x1_);
+    add(redo_x2_);
+  }
+  for (const Mat<T>* m : {&d_outer_, &dx_, &dq_, &dk_, &dv_, &da_, &dh_, &dg_})
     add(*m);
   add(dscratch_);
   add(work_.q);
@@ -124,69 +221,177 @@ void ShardedGPT<T>::zero_grad() {
 }
 
 template <class T>
+typename ShardedGPT<T>::Layer& ShardedGPT<T>::layer(int id) {
+  const auto it = std::lower_bound(layer_ids_.begin(), layer_ids_.end(), id);
+  CUBELM_ASSERT(it != layer_ids_.end() && *it == id,
+                "layer " + std::to_string(id) + " is not on this stage");
+  return *layers_[static_cast<std::size_t>(it - layer_ids_.begin())];
+}
+
+template <class T>
+int ShardedGPT<T>::chunk_length(int chunk) const {
+  CUBELM_ASSERT(chunk >= 0 && chunk < static_cast<int>(stage_.chunks.size()),
+                "chunk " + std::to_string(chunk) + " is not on this stage");
+  return static_cast<int>(stage_.chunks[static_cast<std::size_t>(chunk)].size());
+}
+
+template <class T>
+const Mat<T>& ShardedGPT<T>::input(int slot) const {
+  CUBELM_ASSERT(slot >= 0 && slot < stage_.slots, "activation slot out of range");
+  return slots_[static_cast<std::size_t>(slot)]->stream.front();
+}
+
+template <class T>
+const Mat<T>& ShardedGPT<T>::output(int slot) const {
+  CUBELM_ASSERT(slot >= 0 && slot < stage_.slots, "activation slot out of range");
+  // The output of the last forward: set by forward() (the chunk's length picks the state).
+  return slots_[static_cast<std::size_t>(slot)]
+      ->stream[out_index_.at(static_cast<std::size_t>(slot))];
+}
+
+template <class T>
+void ShardedGPT<T>::forward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x,
+                                  const Mat<T>& x1, const Mat<T>& x2) {
+  using namespace kernels;
+  y.ln1->forward(exec, x, a.ln1_out, a.ln1);
+  y.qkv->forward(exec, a.ln1_out, {a.q, a.k, a.v});
+  attention_forward<T>(exec, a.q, a.k, a.v, heads_, a.probs, work_, a.att);
+  y.proj->forward(exec, a.att, {x1});
+  add_inplace<T>(exec, x1, x);
+  y.ln2->forward(exec, x1, a.ln2_out, a.ln2);
+  y.fc1->forward(exec, a.ln2_out, {a.h});
+  gelu_forward<T>(exec, a.h, a.g, a.th);
+  y.fc2->forward(exec, a.g, {x2});
+  add_inplace<T>(exec, x2, x1);
+}
+
+// dx_ holds the gradient of the layer's output on entry and of its input on exit.
+template <class T>
+void ShardedGPT<T>::backward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x,
+                                   const Mat<T>& x1) {
+  using namespace kernels;
+  y.fc2->backward(exec, a.g, {dx_}, dg_);
+  gelu_backward<T>(exec, a.h, a.th, dg_, dh_);
+  y.fc1->backward(exec, a.ln2_out, {dh_}, d_outer_);
+  y.ln2->backward(exec, x1, d_outer_, dx_, a.ln2);
+  y.proj->backward(exec, a.att, {dx_}, da_);
+  attention_backward<T>(exec, a.q, a.k, a.v, heads_, a.probs, da_, dscratch_, work_, dq_, dk_, dv_);
+  y.qkv->backward(exec, a.ln1_out, {dq_, dk_, dv_}, d_outer_);
+  y.ln1->backward(exec, x, d_outer_, dx_, a.ln1);
+}
+
+template <class T>
+void ShardedGPT<T>::forward(int chunk, int slot, const std::vector<std::int32_t>& inputs) {
+  const ExecSpace exec;
+  const int c = chunk_length(chunk);
+  Slot& s = *slots_.at(static_cast<std::size_t>(slot));
+  const bool embed = stage_.first && chunk == 0;
+  const bool head = stage_.last && chunk + 1 == static_cast<int>(stage_.chunks.size());
+  if (embed) {
+    const std::size_t expected = static_cast<std::size_t>(batch_) * config_.seq_len;
+    CUBELM_ASSERT(inputs.size() == expected, "the embedding needs the whole micro-batch: " +
+                                                 std::to_string(expected) + " token ids");
+    embedding_->forward(exec, inputs, s.stream[0]);
+  }
+  const auto& ids = stage_.chunks[static_cast<std::size_t>(chunk)];
+  for (int i = 0; i < c; ++i) {
+    Layer& y = layer(ids[static_cast<std::size_t>(i)]);
+    if (stage_.recompute)
+      forward_layer(exec, y, *redo_, s.stream[i], redo_x1_, s.stream[i + 1]);
+    else
+      forward_layer(exec, y, s.acts[i], s.stream[2 * i], s.stream[2 * i + 1], s.stream[2 * i + 2]);
+  }
+  out_index_.at(static_cast<std::size_t>(slot)) = stage_.recompute ? c : 2 * c;
+  if (head)
+    lnf_->forward(exec, s.stream[out_index_[static_cast<std::size_t>(slot)]], s.lnf_out, s.lnf);
+  exec.fence();
+}
+
+template <class T>
+double ShardedGPT<T>::loss(int slot, const std::vector<std::int32_t>& targets) {
+  CUBELM_ASSERT(stage_.last, "the loss is computed on the stage with the head");
+  const ExecSpace exec;
+  const double sum = embedding_->loss(exec, slots_.at(static_cast<std::size_t>(slot))->lnf_out,
+                                      targets, T(0), d_outer_);
+  exec.fence();
+  return sum;
+}
+
+template <class T>
+double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32_t>& inputs,
+                               const std::vector<std::int32_t>& targets, double grad_scale,
+                               const UnitDone& done) {
+  const ExecSpace exec;
+  const int c = chunk_length(chunk);
+  Slot& s = *slots_.at(static_cast<std::size_t>(slot));
+  const bool embed = stage_.first && chunk == 0;
+  const bool head = stage_.last && chunk + 1 == static_cast<int>(stage_.chunks.size());
+  const std::size_t out = stage_.recompute ? c : 2 * c;
+  double sum = 0;
+  if (head) {
+    sum = embedding_->loss(exec, s.lnf_out, targets, T(grad_scale), d_outer_);
+    Kokkos::deep_copy(exec, dx_, T(0));
+    lnf_->backward(exec, s.stream[out], d_outer_, dx_, s.lnf);
+    if (done)
+      done(config_.layers);
+  }
+  const auto& ids = stage_.chunks[static_cast<std::size_t>(chunk)];
+  for (int i = c; i-- > 0;) {
+    const int id = ids[static_cast<std::size_t>(i)];
+    Layer& y = layer(id);
+    if (stage_.recompute) {
+      forward_layer(exec, y, *redo_, s.stream[i], redo_x1_, redo_x2_);
+      backward_layer(exec, y, *redo_, s.stream[i], redo_x1_);
+    } else {
+      backward_layer(exec, y, s.acts[i], s.stream[2 * i], s.stream[2 * i + 1]);
+    }
+    if (done)
+      done(id);
+  }
+  if (embed) {
+    embedding_->backward(exec, inputs, dx_);
+    if (done)
+      done(-1);
+  } else {
+    Kokkos::deep_copy(exec, s.stream[0], dx_);
+  }
+  exec.fence();
+  return sum;
+}
+
+template <class T>
 double ShardedGPT<T>::forward_backward(const std::vector<std::int32_t>& inputs,
                                        const std::vector<std::int32_t>& targets,
                                        double grad_scale) {
-  using namespace kernels;
-  const ExecSpace exec;
+  const int n = static_cast<int>(stage_.chunks.size());
+  CUBELM_ASSERT(stage_.first && stage_.last && stage_.slots >= n,
+                "forward_backward needs the whole model on this rank and a slot per chunk");
   const std::size_t expected = static_cast<std::size_t>(batch_) * config_.seq_len;
   CUBELM_ASSERT(inputs.size() == expected && targets.size() == expected,
                 "forward_backward needs the whole micro-batch: " + std::to_string(expected) +
                     " token ids");
-  embedding_->forward(exec, inputs, stream_[0]);
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    Layer& y = *layers_[l];
-    const Mat<T>& x = stream_[2 * l];
-    const Mat<T>& x1 = stream_[2 * l + 1];
-    const Mat<T>& x2 = stream_[2 * l + 2];
-    y.ln1->forward(exec, x, y.ln1_out);
-    y.qkv->forward(exec, y.ln1_out, {y.q, y.k, y.v});
-    attention_forward<T>(exec, y.q, y.k, y.v, heads_, y.probs, work_, y.att);
-    y.proj->forward(exec, y.att, {x1});
-    add_inplace<T>(exec, x1, x);
-    y.ln2->forward(exec, x1, y.ln2_out);
-    y.fc1->forward(exec, y.ln2_out, {y.h});
-    gelu_forward<T>(exec, y.h, y.g, y.th);
-    y.fc2->forward(exec, y.g, {x2});
-    add_inplace<T>(exec, x2, x1);
+  for (int k = 0; k < n; ++k) {
+    if (k > 0)
+      Kokkos::deep_copy(input(k), output(k - 1));
+    forward(k, k, inputs);
   }
-  lnf_->forward(exec, stream_.back(), lnf_out_);
-  const double loss = embedding_->loss(exec, lnf_out_, targets, T(grad_scale), d_outer_);
-  if (grad_scale != 0.0)
-    backward(exec);
-  exec.fence();
-  return loss;
-}
-
-template <class T>
-void ShardedGPT<T>::backward(const ExecSpace& exec) {
-  using namespace kernels;
-  Kokkos::deep_copy(exec, dx_, T(0));
-  lnf_->backward(exec, stream_.back(), d_outer_, dx_);
-  for (std::size_t li = layers_.size(); li-- > 0;) {
-    Layer& y = *layers_[li];
-    const Mat<T>& x = stream_[2 * li];
-    const Mat<T>& x1 = stream_[2 * li + 1];
-    // MLP half; dx_ holds d x2, the gradient of the block's output.
-    y.fc2->backward(exec, y.g, {dx_}, dg_);
-    gelu_backward<T>(exec, y.h, y.th, dg_, dh_);
-    y.fc1->backward(exec, y.ln2_out, {dh_}, d_outer_);
-    y.ln2->backward(exec, x1, d_outer_, dx_);
-    // Attention half; dx_ holds d x1.
-    y.proj->backward(exec, y.att, {dx_}, da_);
-    attention_backward<T>(exec, y.q, y.k, y.v, heads_, y.probs, da_, dscratch_, work_, dq_, dk_,
-                          dv_);
-    y.qkv->backward(exec, y.ln1_out, {dq_, dk_, dv_}, d_outer_);
-    y.ln1->backward(exec, x, d_outer_, dx_);
+  if (grad_scale == 0.0)
+    return loss(n - 1, targets);
+  double sum = 0;
+  for (int k = n; k-- > 0;) {
+    if (k + 1 < n)
+      Kokkos::deep_copy(dx_, input_grad(k + 1));
+    sum += backward(k, k, inputs, targets, grad_scale);
   }
-  embedding_->backward(exec, dx_);
+  return sum;
 }
 
 template <class T>
 GridModel<T>::GridModel(const io::ModelConfig& config, int batch, std::uint64_t seed,
-                        const comm::Layout& layout, const comm::Communicator& comm)
+                        const comm::Layout& layout, const comm::Communicator& comm,
+                        StageLayout stage)
     : grid(std::make_unique<comm::ProcessGrid>(layout, comm)), mode(tp::make_mode<T>(*grid)),
-      model(std::make_unique<ShardedGPT<T>>(config, batch, seed, *mode)) {}
+      model(std::make_unique<ShardedGPT<T>>(config, batch, seed, *mode, std::move(stage))) {}
 
 template <class T>
 GridModel<T> GridModel<T>::single(const io::ModelConfig& config, int batch, std::uint64_t seed) {

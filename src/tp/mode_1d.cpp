@@ -80,40 +80,45 @@ template <class T>
 class Embedding1D final : public Embedding<T> {
 public:
   Embedding1D(const comm::Group& group, Params<T>& params, Workspace<T>& ws, int vocab, int seq,
-              std::int64_t hidden, int batch, std::uint64_t seed)
+              std::int64_t hidden, int batch, std::uint64_t seed, Ends ends)
       : group_(group), seq_(seq), slice_(vocab / group.size()),
         first_(group.rank() * (vocab / group.size())),
         wte_(Shared<T>::owned(params, model::make_param<T>("wte", {vocab, hidden}, {first_, 0},
-                                                           {slice_, hidden}, 0.02, 0, seed))),
-        wpe_(Shared<T>::replicated(
-            params,
-            model::make_param<T>("wpe", {seq, hidden}, {0, 0}, {seq, hidden}, 0.02, 0, seed), group,
-            nullptr, ws)),
-        tokens_(ws.tokens("cubelm::tokens", static_cast<std::int64_t>(batch) * seq)),
-        logits_(ws.matrix("cubelm::logits", static_cast<std::int64_t>(batch) * seq, slice_)),
-        loss_(&group, nullptr, static_cast<std::int64_t>(batch) * seq, ws) {
+                                                           {slice_, hidden}, 0.02, 0, seed))) {
     CUBELM_ASSERT(vocab % group.size() == 0, "1d: vocab_size must be divisible by tensor_size");
+    const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
+    if (ends != Ends::head) {
+      wpe_.emplace(Shared<T>::replicated(
+          params, model::make_param<T>("wpe", {seq, hidden}, {0, 0}, {seq, hidden}, 0.02, 0, seed),
+          group, nullptr, ws));
+      tokens_.emplace(ws.tokens("cubelm::tokens", n));
+    }
+    if (ends != Ends::lookup) {
+      logits_ = ws.matrix("cubelm::logits", n, slice_);
+      loss_.emplace(&group, nullptr, n, ws);
+    }
   }
 
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                const Mat<T>& x) override {
-    tokens_.set(tokens);
-    index_ = kernels::make_token_index(tokens, static_cast<int>(first_), static_cast<int>(slice_));
-    kernels::embedding_lookup<T>(exec, tokens_.view(), wte_.param().mat(), static_cast<int>(first_),
-                                 x);
+    kernels::embedding_lookup<T>(exec, tokens_->set(tokens), wte_.param().mat(),
+                                 static_cast<int>(first_), x);
     group_.all_reduce(exec, x); // each token's row comes from the rank that owns it
-    kernels::position_add<T>(exec, wpe_.param().mat(), seq_, x);
+    kernels::position_add<T>(exec, wpe_->param().mat(), seq_, x);
   }
 
-  void backward(const ExecSpace& exec, const Mat<T>& dx) override {
-    kernels::token_backward<T>(exec, index_, dx, wte_.param().grad_mat());
-    kernels::position_backward<T>(exec, dx, seq_, wpe_.param().grad_mat());
+  void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
+                const Mat<T>& dx) override {
+    const auto index =
+        kernels::make_token_index(tokens, static_cast<int>(first_), static_cast<int>(slice_));
+    kernels::token_backward<T>(exec, index, dx, wte_.param().grad_mat());
+    kernels::position_backward<T>(exec, dx, seq_, wpe_->param().grad_mat());
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
               T grad_scale, const Mat<T>& dh) override {
     kernels::gemm<T>(exec, false, true, T(1), h, wte_.param().mat(), T(0), logits_);
-    const double sum = loss_(exec, logits_, static_cast<int>(first_), targets, grad_scale);
+    const double sum = (*loss_)(exec, logits_, static_cast<int>(first_), targets, grad_scale);
     if (grad_scale != T(0)) {
       kernels::gemm<T>(exec, true, false, T(1), logits_, h, T(1), wte_.param().grad_mat());
       kernels::gemm<T>(exec, false, false, T(1), logits_, wte_.param().mat(), T(0), dh);
@@ -126,11 +131,11 @@ private:
   const comm::Group& group_;
   int seq_;
   std::int64_t slice_, first_;
-  Shared<T> wte_, wpe_;
-  DeviceTokens tokens_;
-  kernels::TokenIndex index_;
+  Shared<T> wte_;
+  std::optional<Shared<T>> wpe_;
+  std::optional<DeviceTokens> tokens_;
   Mat<T> logits_;
-  VocabLoss<T> loss_;
+  std::optional<VocabLoss<T>> loss_;
 };
 
 template <class T>
@@ -164,9 +169,10 @@ public:
                                                rows, ws_);
   }
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
-                                          std::int64_t hidden, int batch,
-                                          std::uint64_t seed) override {
-    return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, seq, hidden, batch, seed);
+                                          std::int64_t hidden, int batch, std::uint64_t seed,
+                                          Ends ends) override {
+    return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, seq, hidden, batch, seed,
+                                            ends);
   }
   std::int64_t workspace_bytes() const override { return ws_.bytes(); }
 

@@ -126,44 +126,52 @@ template <class T>
 class Embedding2D final : public Embedding<T> {
 public:
   Embedding2D(const Grid2D<T>& g, Params<T>& params, int vocab, int seq, std::int64_t hidden,
-              int batch, std::uint64_t seed)
+              int batch, std::uint64_t seed, Ends ends)
       : g_(g), seq_(seq), batch_(batch), bv_(vocab / g.q), bh_(hidden / g.q),
         rows_(static_cast<std::int64_t>(batch / g.q) * seq),
         wte_(Shared<T>::owned(params,
                               model::make_param<T>("wte", {vocab, hidden}, {g.i * bv_, g.j * bh_},
-                                                   {bv_, bh_}, 0.02, 0, seed))),
-        wpe_(Shared<T>::replicated(
-            params,
-            model::make_param<T>("wpe", {seq, hidden}, {0, g.j * bh_}, {seq, bh_}, 0.02, 0, seed),
-            g.col, nullptr, g.ws)),
-        tokens_(g.ws.tokens("cubelm::tokens", static_cast<std::int64_t>(batch) * seq)),
-        logits_(g.ws.matrix("cubelm::logits", rows_, bv_)), loss_(&g.row, &g.col, rows_, g.ws) {
+                                                   {bv_, bh_}, 0.02, 0, seed))) {
     const std::int64_t all = static_cast<std::int64_t>(batch) * seq;
-    g.ws.reserve(kPartial, std::max(all * bh_, rows_ * bv_));
-    g.ws.reserve(kWeight, bv_ * bh_);
-    g.ws.reserve(kAct, rows_ * bv_);
-    g.ws.reserve(kWeightPartial, bv_ * bh_);
-    g.ws.reserve(kWeightSum, bv_ * bh_);
+    if (ends != Ends::head) {
+      wpe_.emplace(Shared<T>::replicated(
+          params,
+          model::make_param<T>("wpe", {seq, hidden}, {0, g.j * bh_}, {seq, bh_}, 0.02, 0, seed),
+          g.col, nullptr, g.ws));
+      tokens_.emplace(g.ws.tokens("cubelm::tokens", all));
+      g.ws.reserve(kPartial, all * bh_);
+    }
+    if (ends != Ends::lookup) {
+      logits_ = g.ws.matrix("cubelm::logits", rows_, bv_);
+      loss_.emplace(&g.row, &g.col, rows_, g.ws);
+      g.ws.reserve(kPartial, rows_ * bv_);
+      g.ws.reserve(kWeight, bv_ * bh_);
+      g.ws.reserve(kAct, rows_ * bv_);
+      g.ws.reserve(kWeightPartial, bv_ * bh_);
+      g.ws.reserve(kWeightSum, bv_ * bh_);
+    }
   }
 
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                const Mat<T>& x) override {
     const int first = static_cast<int>(g_.i * bv_);
-    tokens_.set(tokens);
-    index_ = kernels::make_token_index(tokens, first, static_cast<int>(bv_));
+    const Tokens& ids = tokens_->set(tokens);
     // Every row of the micro-batch looked up in vocabulary block i; summing over the
     // column completes the rows, and each rank keeps its row block.
-    const Mat<T> part = g_.ws.scratch(kPartial, tokens_.view().extent(0), bh_);
-    kernels::embedding_lookup<T>(exec, tokens_.view(), wte_.param().mat(), first, part);
+    const Mat<T> part = g_.ws.scratch(kPartial, ids.extent(0), bh_);
+    kernels::embedding_lookup<T>(exec, ids, wte_.param().mat(), first, part);
     g_.col.reduce_scatter(exec, part, x);
-    kernels::position_add<T>(exec, wpe_.param().mat(), seq_, x);
+    kernels::position_add<T>(exec, wpe_->param().mat(), seq_, x);
   }
 
-  void backward(const ExecSpace& exec, const Mat<T>& dx) override {
-    const Mat<T> all = g_.ws.scratch(kPartial, tokens_.view().extent(0), bh_);
+  void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
+                const Mat<T>& dx) override {
+    const auto index =
+        kernels::make_token_index(tokens, static_cast<int>(g_.i * bv_), static_cast<int>(bv_));
+    const Mat<T> all = g_.ws.scratch(kPartial, static_cast<std::int64_t>(tokens.size()), bh_);
     g_.col.all_gather(exec, dx, all);
-    kernels::token_backward<T>(exec, index_, all, wte_.param().grad_mat());
-    kernels::position_backward<T>(exec, all, seq_, wpe_.param().grad_mat());
+    kernels::token_backward<T>(exec, index, all, wte_.param().grad_mat());
+    kernels::position_backward<T>(exec, all, seq_, wpe_->param().grad_mat());
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
@@ -176,8 +184,8 @@ public:
       g_.row.reduce(exec, part, logits_, m);
     }
     const int per = batch_ / g_.q;
-    const double sum = loss_(exec, logits_, static_cast<int>(g_.j * bv_),
-                             sequences(targets, seq_, g_.i * per, per), grad_scale);
+    const double sum = (*loss_)(exec, logits_, static_cast<int>(g_.j * bv_),
+                                sequences(targets, seq_, g_.i * per, per), grad_scale);
     if (grad_scale == T(0))
       return sum;
     // dh_ik = sum_m dlogits_im wte_mk; dwte_mk = sum_i dlogits_im^T h_ik.
@@ -196,11 +204,11 @@ private:
   Grid2D<T> g_;
   int seq_, batch_;
   std::int64_t bv_, bh_, rows_;
-  Shared<T> wte_, wpe_;
-  DeviceTokens tokens_;
-  kernels::TokenIndex index_;
+  Shared<T> wte_;
+  std::optional<Shared<T>> wpe_;
+  std::optional<DeviceTokens> tokens_;
   Mat<T> logits_;
-  VocabLoss<T> loss_;
+  std::optional<VocabLoss<T>> loss_;
 };
 
 template <class T>
@@ -236,11 +244,11 @@ public:
                                                features, rows, ws_);
   }
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
-                                          std::int64_t hidden, int batch,
-                                          std::uint64_t seed) override {
+                                          std::int64_t hidden, int batch, std::uint64_t seed,
+                                          Ends ends) override {
     CUBELM_ASSERT(vocab % grid_.q == 0 && hidden % grid_.q == 0 && batch % grid_.q == 0,
                   "2d: vocab_size, hidden and the micro-batch must be divisible by q");
-    return std::make_unique<Embedding2D<T>>(grid_, params, vocab, seq, hidden, batch, seed);
+    return std::make_unique<Embedding2D<T>>(grid_, params, vocab, seq, hidden, batch, seed, ends);
   }
   std::int64_t workspace_bytes() const override { return ws_.bytes(); }
 

@@ -148,69 +148,79 @@ template <class T>
 class Embedding3D final : public Embedding<T> {
 public:
   Embedding3D(const Cube<T>& cube, Params<T>& params, int vocab, int seq, std::int64_t hidden,
-              int batch, std::uint64_t seed)
+              int batch, std::uint64_t seed, Ends ends)
       : cube_(cube), seq_(seq), per_(batch / (cube.q * cube.q)), bv_(vocab / cube.q),
         bh_(hidden / cube.q), rows_(static_cast<std::int64_t>(per_) * seq),
+        lookup_(ends != Ends::head),
         wte_(Shared<T>::owned(
             params,
             model::make_param<T>(
                 "wte", {vocab, hidden},
                 {(cube.a->rank() * cube.q + cube.b->rank()) * (bv_ / cube.q), cube.c->rank() * bh_},
                 {bv_ / cube.q, bh_}, 0.02, 0, seed))),
-        wpe_(Shared<T>::replicated(params,
-                                   model::make_param<T>("wpe", {seq, hidden},
-                                                        {0, cube.c->rank() * bh_}, {seq, bh_}, 0.02,
-                                                        0, seed),
-                                   *cube.ab, cube.b, cube.ws)),
-        tokens_(cube.ws.tokens("cubelm::tokens", rows_ * cube.q)),
         wte_gathered_(cube.ws.matrix("cubelm::wte_gathered", bv_, bh_)),
-        wte_grad_(cube.ws.matrix("cubelm::wte_grad_gathered", bv_, bh_)),
-        logits_(cube.ws.matrix("cubelm::logits", rows_, bv_)),
-        loss_(cube.a, cube.bc, rows_, cube.ws) {
+        wte_grad_(cube.ws.matrix("cubelm::wte_grad_gathered", bv_, bh_)) {
     const std::int64_t q = cube.q;
-    cube.ws.reserve(kInput, rows_ * q * bh_);
-    cube.ws.reserve(kOutput, rows_ * q * std::max(bh_, bv_));
-    cube.ws.reserve(kInputGrad, rows_ * q * bh_);
+    Kokkos::deep_copy(wte_grad_, T(0));
     cube.ws.reserve(kWeightBlock, (bv_ / q) * bh_);
+    if (lookup_) {
+      wpe_.emplace(Shared<T>::replicated(params,
+                                         model::make_param<T>("wpe", {seq, hidden},
+                                                              {0, cube.c->rank() * bh_}, {seq, bh_},
+                                                              0.02, 0, seed),
+                                         *cube.ab, cube.b, cube.ws));
+      tokens_.emplace(cube.ws.tokens("cubelm::tokens", rows_ * q));
+      cube.ws.reserve(kInput, rows_ * q * bh_);
+      cube.ws.reserve(kOutput, rows_ * q * bh_);
+    }
+    if (ends != Ends::lookup) {
+      logits_ = cube.ws.matrix("cubelm::logits", rows_, bv_);
+      loss_.emplace(cube.a, cube.bc, rows_, cube.ws);
+      cube.ws.reserve(kInput, rows_ * q * bh_);
+      cube.ws.reserve(kOutput, rows_ * q * bv_);
+      cube.ws.reserve(kInputGrad, rows_ * q * bh_);
+    }
   }
 
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                const Mat<T>& x) override {
     const int q = cube_.q, first = static_cast<int>(cube_.a->rank() * bv_);
-    // Row block b of q: the sequences whose rows this rank's A axis shares.
-    const auto mine = sequences(tokens, seq_, cube_.b->rank() * per_ * q, per_ * q);
-    tokens_.set(mine);
-    index_ = kernels::make_token_index(mine, first, static_cast<int>(bv_));
+    // Row block b of q: the sequences whose rows this rank's A axis shares. The
+    // gathered wte stays for the head (parameters change only between steps).
+    const Tokens& ids = tokens_->set(mine(tokens));
     cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
     const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bh_);
-    kernels::embedding_lookup<T>(exec, tokens_.view(), wte_gathered_, first, part);
+    kernels::embedding_lookup<T>(exec, ids, wte_gathered_, first, part);
     cube_.a->reduce_scatter(exec, part, x);
-    kernels::position_add<T>(exec, wpe_.param().mat(), seq_, x);
+    kernels::position_add<T>(exec, wpe_->param().mat(), seq_, x);
   }
 
-  void backward(const ExecSpace& exec, const Mat<T>& dx) override {
+  void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
+                const Mat<T>& dx) override {
+    const auto index = kernels::make_token_index(
+        mine(tokens), static_cast<int>(cube_.a->rank() * bv_), static_cast<int>(bv_));
     const Mat<T> all = cube_.ws.scratch(kInput, rows_ * cube_.q, bh_);
     cube_.a->all_gather(exec, dx, all);
-    // wte_grad_ already holds the head's share (loss() runs first).
-    kernels::token_backward<T>(exec, index_, all, wte_grad_);
-    const Mat<T> block = cube_.ws.scratch(kWeightBlock, bv_ / cube_.q, bh_);
-    cube_.b->reduce_scatter(exec, wte_grad_, block);
-    add_to<T>(exec, block, wte_.param().grad_mat());
-    kernels::position_backward<T>(exec, all, seq_, wpe_.grad_mat(exec));
-    wpe_.reduce(exec);
+    // wte_grad_ may hold the head's share too (loss() adds to it and runs first).
+    kernels::token_backward<T>(exec, index, all, wte_grad_);
+    reduce_wte_grad(exec);
+    kernels::position_backward<T>(exec, all, seq_, wpe_->grad_mat(exec));
+    wpe_->reduce(exec);
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
               T grad_scale, const Mat<T>& dh) override {
     const int q = cube_.q;
+    if (!lookup_) // no forward here has gathered wte
+      cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
     const Mat<T> hg = cube_.ws.scratch(kInput, rows_ * q, bh_);
     cube_.a->all_gather(exec, h, hg);
     const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bv_);
     kernels::gemm<T>(exec, false, true, T(1), hg, wte_gathered_, T(0), part);
     cube_.c->reduce_scatter(exec, part, logits_);
     const int block = cube_.b->rank() * q + cube_.c->rank();
-    const double sum = loss_(exec, logits_, static_cast<int>(cube_.a->rank() * bv_),
-                             sequences(targets, seq_, block * per_, per_), grad_scale);
+    const double sum = (*loss_)(exec, logits_, static_cast<int>(cube_.a->rank() * bv_),
+                                sequences(targets, seq_, block * per_, per_), grad_scale);
     if (grad_scale == T(0))
       return sum;
     const Mat<T> dl = cube_.ws.scratch(kOutput, rows_ * q, bv_);
@@ -218,19 +228,35 @@ public:
     const Mat<T> dhg = cube_.ws.scratch(kInputGrad, rows_ * q, bh_);
     kernels::gemm<T>(exec, false, false, T(1), dl, wte_gathered_, T(0), dhg);
     cube_.a->reduce_scatter(exec, dhg, dh);
-    kernels::gemm<T>(exec, true, false, T(1), dl, hg, T(0), wte_grad_);
+    kernels::gemm<T>(exec, true, false, T(1), dl, hg, T(1), wte_grad_);
+    // With a lookup here, the lookup's backward (after every loss of the step) reduces it.
+    if (!lookup_)
+      reduce_wte_grad(exec);
     return sum;
   }
 
 private:
+  // Row block b of q of the micro-batch's token ids.
+  std::vector<std::int32_t> mine(const std::vector<std::int32_t>& tokens) const {
+    return sequences(tokens, seq_, cube_.b->rank() * per_ * cube_.q, per_ * cube_.q);
+  }
+  // The gathered-shape wte gradient, reduce-scattered over B into this rank's block.
+  void reduce_wte_grad(const ExecSpace& exec) {
+    const Mat<T> block = cube_.ws.scratch(kWeightBlock, bv_ / cube_.q, bh_);
+    cube_.b->reduce_scatter(exec, wte_grad_, block);
+    add_to<T>(exec, block, wte_.param().grad_mat());
+    Kokkos::deep_copy(exec, wte_grad_, T(0));
+  }
+
   Cube<T> cube_;
   int seq_, per_;
   std::int64_t bv_, bh_, rows_;
-  Shared<T> wte_, wpe_;
-  DeviceTokens tokens_;
-  kernels::TokenIndex index_;
+  bool lookup_;
+  Shared<T> wte_;
+  std::optional<Shared<T>> wpe_;
+  std::optional<DeviceTokens> tokens_;
   Mat<T> wte_gathered_, wte_grad_, logits_;
-  VocabLoss<T> loss_;
+  std::optional<VocabLoss<T>> loss_;
 };
 
 template <class T>
@@ -270,12 +296,12 @@ public:
                                                rows, ws_);
   }
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
-                                          std::int64_t hidden, int batch,
-                                          std::uint64_t seed) override {
+                                          std::int64_t hidden, int batch, std::uint64_t seed,
+                                          Ends ends) override {
     const int q2 = cube_.q * cube_.q;
     CUBELM_ASSERT(vocab % q2 == 0 && hidden % cube_.q == 0 && batch % q2 == 0,
                   "3d: vocab_size and the micro-batch must be divisible by q^2, hidden by q");
-    return std::make_unique<Embedding3D<T>>(cube_, params, vocab, seq, hidden, batch, seed);
+    return std::make_unique<Embedding3D<T>>(cube_, params, vocab, seq, hidden, batch, seed, ends);
   }
   std::int64_t workspace_bytes() const override { return ws_.bytes(); }
 

@@ -160,37 +160,46 @@ public:
   SplitLayerNorm(Shared<T> gamma, Shared<T> beta, const comm::Group* stats, std::int64_t features,
                  std::int64_t rows, Workspace<T>& ws)
       : gamma_(gamma), beta_(beta), stats_(stats != nullptr && stats->size() > 1 ? stats : nullptr),
-        features_(features), mean_(ws.vector("cubelm::ln_mean", rows)),
-        rstd_(ws.vector("cubelm::ln_rstd", rows)), sums_(ws.matrix("cubelm::ln_sums", rows, 2)) {}
+        features_(features), rows_(rows), sums_(ws.matrix("cubelm::ln_sums", rows, 2)) {}
 
-  void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y) override {
-    kernels::row_sum<T>(exec, x, mean_);
+  void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y,
+               const Vec<T>& saved) override {
+    const Vec<T> mean = part(saved, 0), rstd = part(saved, 1);
+    kernels::row_sum<T>(exec, x, mean);
     if (stats_ != nullptr)
-      stats_->all_reduce(exec, mean_);
-    kernels::row_centered_squares<T>(exec, x, mean_, features_, rstd_);
+      stats_->all_reduce(exec, mean);
+    kernels::row_centered_squares<T>(exec, x, mean, features_, rstd);
     if (stats_ != nullptr)
-      stats_->all_reduce(exec, rstd_);
+      stats_->all_reduce(exec, rstd);
     kernels::layernorm_normalize<T>(exec, x, features_, gamma_.gather(exec), beta_.gather(exec), y,
-                                    mean_, rstd_);
+                                    mean, rstd);
   }
-  void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy,
-                const Mat<T>& dx) override {
-    kernels::layernorm_backward_sums<T>(exec, dy, x, gamma_.values(), mean_, rstd_, sums_);
+  void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
+                const Vec<T>& saved) override {
+    const Vec<T> mean = part(saved, 0), rstd = part(saved, 1);
+    kernels::layernorm_backward_sums<T>(exec, dy, x, gamma_.values(), mean, rstd, sums_);
     if (stats_ != nullptr)
       stats_->all_reduce(exec, sums_);
-    kernels::layernorm_backward_input<T>(exec, dy, x, gamma_.values(), mean_, rstd_, sums_,
-                                         features_, dx);
-    kernels::layernorm_backward_params<T>(exec, dy, x, mean_, rstd_, gamma_.grad(exec),
+    kernels::layernorm_backward_input<T>(exec, dy, x, gamma_.values(), mean, rstd, sums_, features_,
+                                         dx);
+    kernels::layernorm_backward_params<T>(exec, dy, x, mean, rstd, gamma_.grad(exec),
                                           beta_.grad(exec));
     gamma_.reduce(exec);
     beta_.reduce(exec);
   }
 
 private:
+  // Means (k = 0) or reciprocal standard deviations (k = 1) of the caller's buffer.
+  Vec<T> part(const Vec<T>& saved, int k) const {
+    CUBELM_ASSERT(saved.extent_int(0) == 2 * rows_,
+                  "LayerNorm statistics buffer of " + std::to_string(saved.extent(0)) +
+                      " elements, expected 2 x " + std::to_string(rows_));
+    return Vec<T>(saved.data() + k * rows_, rows_);
+  }
+
   Shared<T> gamma_, beta_;
   const comm::Group* stats_;
-  std::int64_t features_;
-  Vec<T> mean_, rstd_;
+  std::int64_t features_, rows_;
   Mat<T> sums_;
 };
 

@@ -9,22 +9,48 @@
 #include "cubelm/tp/mode.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace cubelm::model {
 
-/// \brief The model's shards on one rank of a tensor-parallel group.
+/// \brief The part of the model one rank holds: its pipeline stage's chunks of layers.
+struct StageLayout {
+  /// Global layer ids of each local chunk, in model order; a chunk's layers are contiguous.
+  std::vector<std::vector<int>> chunks;
+  bool first = true;      ///< chunk 0 starts with the embedding lookup (virtual stage 0)
+  bool last = true;       ///< the last chunk ends with ln_f, the tied head and the loss
+  int slots = 1;          ///< activation sets: (micro-batch, chunk) pairs held at once
+  bool recompute = false; ///< keep only each layer's input; re-run its forward in backward
+
+  /// \brief All `layers` in one chunk, one slot: the whole model on one rank.
+  static StageLayout whole(int layers);
+  /// \brief Layers of the longest chunk.
+  int longest() const;
+};
+
+/// \brief The model's shards on one rank of a tensor-parallel group, for the
+/// layers of its pipeline stage.
+///
+/// A micro-batch's pass through a chunk keeps its activations in a slot (the
+/// caller assigns slots: one per (micro-batch, chunk) in flight). The residual
+/// stream between chunks is a matrix in the mode's layout: `input(slot)` is where
+/// a chunk's input goes (received from the previous stage) and `output(slot)` what
+/// its forward produced; backward reads the output's gradient from `output_grad()`
+/// and leaves the input's gradient in `input_grad(slot)`.
 template <class T>
 class ShardedGPT {
 public:
   /// \brief Registers this rank's parameter blocks and allocates activations for
   /// micro-batches of `batch` sequences (of which each activation holds mode.sequences(batch)).
-  ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_t seed, tp::Mode<T>& mode);
+  ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_t seed, tp::Mode<T>& mode,
+             StageLayout stage = {});
   ~ShardedGPT();
 
   const io::ModelConfig& config() const { return config_; }
+  const StageLayout& stage() const { return stage_; }
   tp::Params<T>& params() { return params_; }
   const tp::Params<T>& params() const { return params_; }
   /// \brief This rank's block of the parameter called `name` (InternalError if none).
@@ -35,27 +61,65 @@ public:
   /// \brief Sequences of the micro-batch in each of this rank's activations.
   int sequences() const { return sequences_; }
 
-  /// \brief Forward and loss of a micro-batch (`inputs`, `targets`: batch x seq_len ids, the
-  /// whole micro-batch on every rank of the group; each rank uses its share);
-  /// returns the sum of the token losses of the whole micro-batch (equal on the group).
-  /// With grad_scale != 0 also runs backward, adding grad_scale x d(loss sum) to the gradients.
+  /// \brief Where the input of a chunk without the embedding goes, for `slot`.
+  const Mat<T>& input(int slot) const;
+  /// \brief The output of the last forward in `slot` (chunks without the head).
+  const Mat<T>& output(int slot) const;
+  /// \brief Where the gradient of a chunk's output goes before its backward.
+  const Mat<T>& output_grad() const { return dx_; }
+  /// \brief The gradient of the chunk's input after the backward in `slot` (it
+  /// replaces the input, which backward no longer needs).
+  const Mat<T>& input_grad(int slot) const { return input(slot); }
+
+  /// \brief Forward of local chunk `chunk` for the micro-batch in `slot`; `inputs`
+  /// (batch x seq_len ids, the whole micro-batch) is read by the embedding only.
+  void forward(int chunk, int slot, const std::vector<std::int32_t>& inputs);
+  /// \brief Called after the gradient of a unit of parameters is complete for this
+  /// pass: a layer (its id), the embedding (-1) or ln_f and the head (layers).
+  using UnitDone = std::function<void(int unit)>;
+  /// \brief Backward of local chunk `chunk` for `slot`, adding grad_scale x d(loss sum) to
+  /// the gradients. The head's chunk computes the loss first (of `targets`) and returns
+  /// its sum over the micro-batch (equal on the tensor-parallel group); others return 0.
+  double backward(int chunk, int slot, const std::vector<std::int32_t>& inputs,
+                  const std::vector<std::int32_t>& targets, double grad_scale,
+                  const UnitDone& done = nullptr);
+  /// \brief The loss sum of the micro-batch in `slot` after the forward of the head's chunk.
+  double loss(int slot, const std::vector<std::int32_t>& targets);
+
+  /// \brief Forward and loss of a micro-batch through every chunk (a rank that holds the
+  /// whole model: first and last, a slot per chunk; `inputs`, `targets`: batch x seq_len
+  /// ids); returns the sum of the token losses (equal on the group). With grad_scale != 0
+  /// also runs backward, adding grad_scale x d(loss sum) to the gradients.
   double forward_backward(const std::vector<std::int32_t>& inputs,
                           const std::vector<std::int32_t>& targets, double grad_scale);
   void zero_grad();
 
 private:
   struct Layer;
-  void backward(const ExecSpace& exec);
+  struct Acts;
+  struct Slot;
+  void forward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x, const Mat<T>& x1,
+                     const Mat<T>& x2);
+  void backward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x, const Mat<T>& x1);
+  Acts make_acts() const;
+  Layer& layer(int id);
+  int chunk_length(int chunk) const;
 
   io::ModelConfig config_;
   tp::Mode<T>& mode_;
+  StageLayout stage_;
   int batch_, sequences_;
+  std::int64_t rows_, outer_, inner_, ffn_;
   tp::Params<T> params_;
   std::unique_ptr<tp::Embedding<T>> embedding_;
-  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<std::unique_ptr<Layer>> layers_; // this stage's layers, in model order
+  std::vector<int> layer_ids_;
   std::unique_ptr<tp::LayerNorm<T>> lnf_;
-  std::vector<Mat<T>> stream_; // residual stream, 2L + 1 states
-  Mat<T> lnf_out_, d_outer_, dx_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<std::size_t> out_index_; // per slot: the stream state its last forward wrote
+  std::unique_ptr<Acts> redo_;         // recompute: one layer's activations, re-made in backward
+  Mat<T> redo_x1_, redo_x2_;           // recompute: the layer's inner residual state and output
+  Mat<T> d_outer_, dx_;
   Mat<T> dq_, dk_, dv_, da_, dh_, dg_;
   kernels::Tensor4<T> dscratch_;
   kernels::AttentionWorkspace<T> work_;
@@ -65,9 +129,9 @@ private:
 /// \brief A model together with the process grid and mode it runs on.
 template <class T>
 struct GridModel {
-  /// \brief `layout` over the ranks of `comm`.
+  /// \brief `layout` over the ranks of `comm`; `stage`: the part of the model this rank holds.
   GridModel(const io::ModelConfig& config, int batch, std::uint64_t seed,
-            const comm::Layout& layout, const comm::Communicator& comm);
+            const comm::Layout& layout, const comm::Communicator& comm, StageLayout stage = {});
   /// \brief The whole model on this rank alone (MPI_COMM_SELF): references and tools.
   static GridModel single(const io::ModelConfig& config, int batch, std::uint64_t seed);
 

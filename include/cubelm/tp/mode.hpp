@@ -46,15 +46,24 @@ public:
 };
 
 /// \brief LayerNorm over the features of the residual stream (eps 1e-5).
+///
+/// The row statistics go to `saved` (2 x rows: the means, then the reciprocal
+/// standard deviations), which the caller owns and hands back to backward: one
+/// per micro-batch in flight.
 template <class T>
 class LayerNorm {
 public:
   virtual ~LayerNorm() = default;
-  virtual void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y) = 0;
+  virtual void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y,
+                       const Vec<T>& saved) = 0;
   /// \brief Adds the gamma/beta gradients; adds the input gradient to dx.
-  virtual void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy,
-                        const Mat<T>& dx) = 0;
+  virtual void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
+                        const Vec<T>& saved) = 0;
 };
+
+/// \brief Which ends of the model an Embedding serves: the token and position
+/// lookup (first pipeline stage), the tied head and loss (last stage), or both.
+enum class Ends { both, lookup, head };
 
 /// \brief Token and position embedding, the tied LM head and the cross-entropy,
 /// vocabulary-parallel: full logits are never gathered.
@@ -66,8 +75,9 @@ public:
   /// batch x seq ids).
   virtual void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                        const Mat<T>& x) = 0;
-  /// \brief Adds the wte and wpe gradients from dx (the tokens of the last forward).
-  virtual void backward(const ExecSpace& exec, const Mat<T>& dx) = 0;
+  /// \brief Adds the wte and wpe gradients from dx (`tokens`: those of the forward).
+  virtual void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
+                        const Mat<T>& dx) = 0;
   /// \brief Sum over the whole micro-batch of the token losses of logits = h wte^T
   /// (`targets`: the whole micro-batch),
   /// the same on every rank of the group. With grad_scale != 0, assigns dh and adds
@@ -101,9 +111,11 @@ public:
   virtual std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
                                                   std::int64_t features, std::int64_t rows) = 0;
   /// \brief `batch`: sequences per micro-batch (all of them, not this rank's share).
+  /// wte is registered for every `ends`; wpe and the lookup's buffers only with a
+  /// lookup, the logits and the loss's buffers only with a head.
   virtual std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
                                                   std::int64_t hidden, int batch,
-                                                  std::uint64_t seed) = 0;
+                                                  std::uint64_t seed, Ends ends) = 0;
   /// \brief Bytes of the buffers the mode's layers allocated (saved statistics, gathered
   /// blocks, logits, scratch shared by all layers).
   virtual std::int64_t workspace_bytes() const = 0;
