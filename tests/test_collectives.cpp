@@ -1,5 +1,6 @@
 // Collectives on Kokkos Views against closed forms, on the world and on every
-// sub-grid group the job size allows; odd and zero lengths; the traffic counters.
+// sub-grid group the job size allows; odd and zero lengths; the traffic counters;
+// the non-blocking operations against their blocking twins.
 
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/core/error.hpp"
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace cubelm;
@@ -292,4 +294,280 @@ TEST(Collectives, MisuseIsRefusedBeforeAnyCommunication) {
   EXPECT_THROW(g.all_reduce(exec, strided), InternalError);
   EXPECT_DOUBLE_EQ(counters->total_bytes(), 0.0);
   g.barrier(); // everyone is still in step
+}
+
+// ---- Non-blocking operations ----------------------------------------------
+
+namespace {
+
+// Views in memory space `M` filled on the host (the helpers above use View1 only).
+template <class T, class M>
+Kokkos::View<T*, Kokkos::LayoutRight, M> filled_in(std::size_t n,
+                                                   const std::function<T(std::size_t)>& f) {
+  Kokkos::View<T*, Kokkos::LayoutRight, M> v("v", n);
+  auto h = Kokkos::create_mirror_view(v);
+  for (std::size_t i = 0; i < n; ++i)
+    h(i) = f(i);
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+template <class V>
+std::vector<typename V::non_const_value_type> values(const V& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return {h.data(), h.data() + h.extent(0)};
+}
+
+// Every non-blocking collective against its blocking twin (and the closed
+// forms of the tests above), with all three in flight at once and completed
+// in reverse order, partly by polling test(). Values are small integers, so
+// the sums are exact whatever order the library adds in.
+template <class T, class Exec, class M>
+void nonblocking_collectives_match(const Group& g) {
+  const Exec exec;
+  using V = Kokkos::View<T*, Kokkos::LayoutRight, M>;
+  const int p = g.size();
+  const T r = static_cast<T>(g.rank());
+  for (std::size_t n : kLengths) {
+    SCOPED_TRACE(g.name() + " n=" + std::to_string(n));
+    auto sum_in = [&](std::size_t i) { return (r + 1) * static_cast<T>(i % 17 + 1); };
+    auto gather_in = [&](std::size_t i) { return 1000 * r + static_cast<T>(i % 97); };
+    V a = filled_in<T, M>(n, sum_in), b = filled_in<T, M>(n, sum_in);
+    V mx = filled_in<T, M>(n, gather_in), my = filled_in<T, M>(n, gather_in);
+    V gs = filled_in<T, M>(n, gather_in), ga("ga", n * p), gb("gb", n * p);
+    V rs = filled_in<T, M>(n * p, sum_in), ra("ra", n), rb("rb", n);
+
+    g.all_reduce(exec, a);
+    g.all_reduce(exec, mx, ReduceOp::max);
+    g.all_gather(exec, gs, ga);
+    g.reduce_scatter(exec, rs, ra);
+
+    std::vector<Request> in_flight;
+    in_flight.push_back(g.iall_reduce(exec, b));
+    in_flight.push_back(g.iall_reduce(exec, my, ReduceOp::max));
+    in_flight.push_back(g.iall_gather(exec, gs, gb));
+    in_flight.push_back(g.ireduce_scatter(exec, rs, rb));
+    for (const Request& q : in_flight)
+      EXPECT_EQ(q.active(), p > 1) << "a one-rank group completes at once";
+    while (!in_flight[3].test()) {
+    }
+    EXPECT_TRUE(in_flight[3].done());
+    for (auto it = in_flight.rbegin(); it != in_flight.rend(); ++it)
+      it->wait();
+    EXPECT_TRUE(test_all(in_flight));
+
+    ASSERT_EQ(values(b), values(a));
+    ASSERT_EQ(values(my), values(mx));
+    ASSERT_EQ(values(gb), values(ga));
+    ASSERT_EQ(values(rb), values(ra));
+    const auto s = values(b);
+    const T tri = static_cast<T>(p * (p + 1) / 2);
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(s[i], static_cast<T>(i % 17 + 1) * tri);
+  }
+}
+
+// Both directions of a ring posted before any wait, sends first: with blocking
+// calls and messages past the eager limit this would deadlock. A one-rank
+// group sends to itself.
+template <class T, class Exec, class M>
+void ring_both_directions(const Group& g) {
+  const Exec exec;
+  using V = Kokkos::View<T*, Kokkos::LayoutRight, M>;
+  const int p = g.size();
+  const int next = (g.rank() + 1) % p;
+  const int prev = (g.rank() + p - 1) % p;
+  const T me = static_cast<T>(g.rank());
+  for (std::size_t n : {std::size_t(0), std::size_t(7), std::size_t(1) << 15}) {
+    SCOPED_TRACE(g.name() + " n=" + std::to_string(n));
+    V to_next = filled_in<T, M>(n, [&](std::size_t i) { return me + static_cast<T>(i % 251); });
+    V to_prev = filled_in<T, M>(n, [&](std::size_t i) { return -me - static_cast<T>(i % 13); });
+    V from_prev("from_prev", n), from_next("from_next", n);
+    std::vector<Request> q;
+    q.push_back(g.isend(exec, to_next, next, 1));
+    q.push_back(g.isend(exec, to_prev, prev, 2));
+    q.push_back(g.irecv(exec, from_prev, prev, 1));
+    q.push_back(g.irecv(exec, from_next, next, 2));
+    while (!test_all(q)) {
+    }
+    const auto a = values(from_prev);
+    const auto b = values(from_next);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(a[i], static_cast<T>(prev) + static_cast<T>(i % 251));
+      ASSERT_EQ(b[i], -static_cast<T>(next) - static_cast<T>(i % 13));
+    }
+  }
+}
+
+// Runs `f<T, Exec, M>` on host Views, and on the default memory space when that differs.
+template <template <class, class, class> class F, class T>
+void on_host_and_default(const Group& g) {
+  F<T, HostExecSpace, Kokkos::HostSpace>::run(g);
+  if constexpr (!std::is_same_v<MemSpace, Kokkos::HostSpace>)
+    F<T, ExecSpace, MemSpace>::run(g);
+}
+template <class T, class E, class M>
+struct MatchBlocking {
+  static void run(const Group& g) { nonblocking_collectives_match<T, E, M>(g); }
+};
+template <class T, class E, class M>
+struct Ring {
+  static void run(const Group& g) { ring_both_directions<T, E, M>(g); }
+};
+
+} // namespace
+
+TEST(NonBlocking, CollectivesMatchTheirBlockingTwins) {
+  for_each_group([](const Group& g) {
+    on_host_and_default<MatchBlocking, float>(g);
+    on_host_and_default<MatchBlocking, double>(g);
+  });
+}
+
+TEST(NonBlocking, RingOfSendsAndReceivesInBothDirections) {
+  for_each_group([](const Group& g) {
+    on_host_and_default<Ring, float>(g);
+    on_host_and_default<Ring, double>(g);
+    g.barrier();
+  });
+}
+
+TEST(NonBlocking, TestTurnsTrueOnceThePartnerPosts) {
+  const Group g("probe", Communicator::world(), std::make_shared<TrafficCounters>());
+  const HostExecSpace exec;
+  const int p = g.size();
+  HostView1<double> in("in", 5), out("out", 5);
+  Kokkos::deep_copy(out, 1.0 + g.rank());
+  const int from = (g.rank() + p - 1) % p;
+  Request r = g.irecv(exec, in, from, 9);
+  EXPECT_TRUE(r.active());
+  // Every rank sends only after the barrier, so nothing can have arrived yet.
+  EXPECT_FALSE(r.test());
+  g.barrier();
+  Request s = g.isend(exec, out, (g.rank() + 1) % p, 9);
+  while (!r.test()) {
+  }
+  EXPECT_TRUE(r.done());
+  EXPECT_TRUE(r.test()); // again, harmlessly
+  s.wait();
+  EXPECT_TRUE(s.done());
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(in(i), 1.0 + from);
+}
+
+TEST(NonBlocking, DefaultMovedAndDroppedRequests) {
+  Request none;
+  EXPECT_TRUE(none.done());
+  EXPECT_FALSE(none.active());
+  EXPECT_TRUE(none.test());
+  none.wait();
+
+  const Group g("probe", Communicator::world(), std::make_shared<TrafficCounters>());
+  const HostExecSpace exec;
+  const int p = g.size();
+  HostView1<float> a("a", 3), b("b", 3);
+  Kokkos::deep_copy(a, static_cast<float>(g.rank()));
+  Request moved = g.iall_reduce(exec, a);
+  Request taken(std::move(moved));
+  EXPECT_TRUE(moved.done()); // NOLINT(bugprone-use-after-move): a moved-from Request is empty
+  EXPECT_EQ(taken.active(), p > 1);
+  // Move assignment completes the operation it replaces before taking the new one.
+  taken = g.iall_reduce(exec, b);
+  EXPECT_EQ(a(0), static_cast<float>(p * (p - 1) / 2));
+  taken.wait();
+
+  // Dropped without wait: the destructors wait, and the data arrives.
+  HostView1<float> in("in", 4), out("out", 4);
+  Kokkos::deep_copy(out, 3.0f + g.rank());
+  {
+    Request r = g.irecv(exec, in, (g.rank() + p - 1) % p);
+    Request s = g.isend(exec, out, (g.rank() + 1) % p);
+  }
+  EXPECT_EQ(in(3), 3.0f + (g.rank() + p - 1) % p);
+}
+
+TEST(NonBlocking, CountersEqualThoseOfTheBlockingCalls) {
+  const int p = world_size();
+  auto blocking = std::make_shared<TrafficCounters>();
+  auto nonblocking = std::make_shared<TrafficCounters>();
+  const Group gb("probe", Communicator::world(), blocking);
+  const Group gn("probe", Communicator::world(), nonblocking);
+  const HostExecSpace exec;
+  const std::size_t n = 13;
+  HostView1<double> v("v", n), big("big", n * p), empty("empty", 0);
+  const int next = (gb.rank() + 1) % p, prev = (gb.rank() + p - 1) % p;
+
+  gb.all_reduce(exec, v);
+  gb.all_reduce(exec, empty);
+  gb.all_gather(exec, v, big);
+  gb.reduce_scatter(exec, big, v);
+  if (p > 1) {
+    if (gb.rank() % 2 == 0) {
+      gb.send(exec, v, next);
+      gb.recv(exec, v, prev);
+    } else {
+      gb.recv(exec, v, prev);
+      gb.send(exec, v, next);
+    }
+  }
+
+  std::vector<Request> q;
+  q.push_back(gn.iall_reduce(exec, v));
+  q.push_back(gn.iall_reduce(exec, empty));
+  q.push_back(gn.iall_gather(exec, v, big));
+  wait_all(q);
+  gn.ireduce_scatter(exec, big, v).wait();
+  if (p > 1) {
+    HostView1<double> in("in", n);
+    Request r = gn.irecv(exec, in, prev);
+    gn.isend(exec, v, next).wait();
+    r.wait();
+  }
+
+  const auto want = blocking->entries();
+  const auto got = nonblocking->entries();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].kind, want[i].kind);
+    EXPECT_EQ(got[i].calls, want[i].calls) << kind_name(want[i].kind);
+    EXPECT_DOUBLE_EQ(got[i].bytes, want[i].bytes) << kind_name(want[i].kind);
+  }
+  EXPECT_DOUBLE_EQ(nonblocking->bytes("probe", Kind::all_reduce), 2.0 * (p - 1) * 8.0 * n / p);
+  EXPECT_EQ(nonblocking->calls("probe", Kind::all_reduce), 2u);
+}
+
+TEST(NonBlocking, OneRankGroupsCompleteAtOnceAndCountLikeBlocking) {
+  auto counters = std::make_shared<TrafficCounters>();
+  const Group self("self", Communicator::duplicate(MPI_COMM_SELF), counters);
+  const HostExecSpace exec;
+  HostView1<double> v("v", 6), out("out", 6);
+  Kokkos::deep_copy(v, 2.5);
+  Request r = self.iall_reduce(exec, v);
+  EXPECT_TRUE(r.done());
+  Request g = self.iall_gather(exec, v, out);
+  EXPECT_TRUE(g.done());
+  EXPECT_EQ(out(5), 2.5);
+  Kokkos::deep_copy(out, 0.0);
+  EXPECT_TRUE(self.ireduce_scatter(exec, v, out).done());
+  EXPECT_EQ(out(0), 2.5);
+  EXPECT_EQ(counters->calls("self", Kind::all_reduce), 1u);
+  EXPECT_EQ(counters->calls("self", Kind::all_gather), 1u);
+  EXPECT_EQ(counters->calls("self", Kind::reduce_scatter), 1u);
+  EXPECT_DOUBLE_EQ(counters->total_bytes(), 0.0);
+}
+
+TEST(NonBlocking, MisuseIsRefusedBeforeAnyCommunication) {
+  const int p = world_size();
+  auto counters = std::make_shared<TrafficCounters>();
+  const Group g("probe", Communicator::world(), counters);
+  const HostExecSpace exec;
+  HostView1<float> send("send", 4), wrong("wrong", 4 * p + 1);
+  EXPECT_THROW((void)g.iall_gather(exec, send, wrong), InternalError);
+  EXPECT_THROW((void)g.ireduce_scatter(exec, wrong, send), InternalError);
+  EXPECT_THROW((void)g.isend(exec, send, p), InternalError);
+  EXPECT_THROW((void)g.irecv(exec, send, -1), InternalError);
+  auto strided = Kokkos::subview(HostView2<float>("m", 4, 4), Kokkos::ALL(), 1);
+  EXPECT_THROW((void)g.iall_reduce(exec, strided), InternalError);
+  EXPECT_DOUBLE_EQ(counters->total_bytes(), 0.0);
+  g.barrier();
 }

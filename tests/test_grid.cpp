@@ -1,6 +1,7 @@
 // The process grid: coordinates and group membership of every rank for every
 // layout that fits the job, checked against the rank formulas of DESIGN §2
-// written out again here (w = t + tp (d + dp s); 2d t = i q + j; 3d t = a + q (b + q c)).
+// written out again here (w = t + tp (d + dp s); 2d t = i q + j; 3d t = a + q (b + q c)),
+// including the group of the first and last pipeline stage ("pp.ends").
 
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/core/error.hpp"
@@ -158,6 +159,15 @@ TEST(ProcessGrid, EveryLayoutOfThisJobHasTheRightGroups) {
     EXPECT_EQ(grid.dp().rank(), g.dp);
     EXPECT_EQ(grid.pp().rank(), g.pp);
 
+    // pp.ends: this (t, d) pipeline's first and last stage, first stage first;
+    // this rank alone on the other stages and when pp == 1.
+    std::vector<int> ends{me};
+    if (l.pp > 1 && (g.pp == 0 || g.pp == l.pp - 1))
+      ends = {g.tp + l.tp * g.dp, g.tp + l.tp * (g.dp + l.dp * (l.pp - 1))};
+    EXPECT_EQ(members(grid.embedding()), ends);
+    EXPECT_EQ(grid.embedding().rank(), g.pp == 0 || ends.size() == 1 ? 0 : 1);
+    EXPECT_EQ(grid.embedding().name(), "pp.ends");
+
     const int q = l.side();
     if (l.mode == TensorMode::d2) {
       const int i = g.tp / q, j = g.tp % q;
@@ -202,6 +212,33 @@ TEST(ProcessGrid, EveryLayoutOfThisJobHasTheRightGroups) {
     } else {
       EXPECT_THROW(grid.tp_axis(Axis::a), InternalError);
       EXPECT_THROW(grid.tp_plane(Plane::ab), InternalError);
+    }
+  }
+}
+
+TEST(ProcessGrid, EmbeddingGroupPairsTheEndsOfEachPipeline) {
+  const int n = world_size();
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  // pp = 1, 2 and 4 where the job allows, with the rest of the ranks in tp or dp.
+  for (int pp : {1, 2, 4}) {
+    if (n % pp != 0)
+      continue;
+    for (const Layout& l :
+         {Layout{n / pp, pp, 1, TensorMode::none}, Layout{1, pp, n / pp, TensorMode::d1}}) {
+      SCOPED_TRACE(l.describe());
+      const ProcessGrid grid(l, Communicator::world());
+      const int s = grid.coords().pp;
+      const bool end = pp > 1 && (s == 0 || s == pp - 1);
+      EXPECT_EQ(grid.embedding().size(), end ? 2 : 1);
+      // A tied-gradient sum: both ends get (first + 1) + (last + 1), the others their own.
+      const int first = grid.coords().tp + l.tp * grid.coords().dp;
+      const int last = first + l.tp * l.dp * (pp - 1);
+      Kokkos::View<double*, Kokkos::HostSpace> grad("grad", 3);
+      Kokkos::deep_copy(grad, me + 1.0);
+      grid.embedding().all_reduce(Kokkos::DefaultHostExecutionSpace(), grad);
+      EXPECT_EQ(grad(2), end ? first + last + 2.0 : me + 1.0);
+      EXPECT_EQ(grid.traffic().calls("pp.ends", Kind::all_reduce), 1u);
     }
   }
 }

@@ -18,6 +18,13 @@ ProcessGrid::ProcessGrid(const Layout& layout, const Communicator& world, CommOp
   tp_.emplace(make("tp", tp_block, g.tp));
   dp_.emplace(make("dp", g.tp + layout_.tp * g.pp, g.dp));
   pp_.emplace(make("pp", g.tp + layout_.tp * g.dp, g.pp));
+  // The first and last stage of one pipeline (same t and d) pair up, first
+  // stage first; every other rank, and every rank when pp == 1, is alone (a
+  // colour of its own past the dp*tp colours of the pairs).
+  const int last = layout_.pp - 1;
+  const bool at_an_end = last > 0 && (g.pp == 0 || g.pp == last);
+  embedding_.emplace(make(
+      "pp.ends", at_an_end ? g.tp + layout_.tp * g.dp : layout_.tp * layout_.dp + g.world, g.pp));
   const int q = layout_.side();
   if (layout_.mode == TensorMode::d2) {
     row_.emplace(make("tp.row", tp_block * q + g.row, g.col));

@@ -63,6 +63,41 @@ int mpi_count(std::size_t count, const char* what) {
   return static_cast<int>(count);
 }
 
+// One MPI request. It holds the communicator so that the communicator outlives
+// the request, and waits in its destructor when nobody completed it (unless
+// MPI is already finalized, when there is nothing left to wait for).
+class MpiPending final : public PendingOp {
+public:
+  explicit MpiPending(const Communicator& comm) : comm_(comm) {}
+  ~MpiPending() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized)
+      MpiPending::wait();
+  }
+  MpiPending(const MpiPending&) = delete;
+  MpiPending& operator=(const MpiPending&) = delete;
+
+  MPI_Request* handle() { return &request_; }
+
+  // MPI_Test and MPI_Wait set a completed request to MPI_REQUEST_NULL.
+  bool test() override {
+    if (request_ == MPI_REQUEST_NULL)
+      return true;
+    int flag = 0;
+    CUBELM_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    return flag != 0;
+  }
+  void wait() override {
+    if (request_ != MPI_REQUEST_NULL)
+      CUBELM_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+  }
+
+private:
+  Communicator comm_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
 class MpiBackend final : public Backend {
 public:
   explicit MpiBackend(const Communicator& comm) : comm_(comm) {}
@@ -106,6 +141,48 @@ public:
                               comm_.raw(), MPI_STATUS_IGNORE));
   }
   void barrier() override { CUBELM_MPI_CHECK(MPI_Barrier(comm_.raw())); }
+
+  std::unique_ptr<PendingOp> iall_reduce(const void* send, void* recv, std::size_t count,
+                                         DataType type, ReduceOp op, void*) override {
+    auto pending = std::make_unique<MpiPending>(comm_);
+    const void* in = send == recv ? MPI_IN_PLACE : send;
+    CUBELM_MPI_CHECK(MPI_Iallreduce(in, recv, mpi_count(count, "iall_reduce"), mpi_type(type),
+                                    mpi_op(op), comm_.raw(), pending->handle()));
+    return pending;
+  }
+  std::unique_ptr<PendingOp> iall_gather(const void* send, void* recv, std::size_t count_per_rank,
+                                         DataType type, void*) override {
+    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()), "iall_gather");
+    auto pending = std::make_unique<MpiPending>(comm_);
+    const int c = static_cast<int>(count_per_rank);
+    CUBELM_MPI_CHECK(MPI_Iallgather(send, c, mpi_type(type), recv, c, mpi_type(type), comm_.raw(),
+                                    pending->handle()));
+    return pending;
+  }
+  std::unique_ptr<PendingOp> ireduce_scatter(const void* send, void* recv,
+                                             std::size_t count_per_rank, DataType type, ReduceOp op,
+                                             void*) override {
+    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()), "ireduce_scatter");
+    auto pending = std::make_unique<MpiPending>(comm_);
+    CUBELM_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count_per_rank),
+                                               mpi_type(type), mpi_op(op), comm_.raw(),
+                                               pending->handle()));
+    return pending;
+  }
+  std::unique_ptr<PendingOp> isend(const void* data, std::size_t count, DataType type, int peer,
+                                   int tag, void*) override {
+    auto pending = std::make_unique<MpiPending>(comm_);
+    CUBELM_MPI_CHECK(MPI_Isend(data, mpi_count(count, "isend"), mpi_type(type), peer, tag,
+                               comm_.raw(), pending->handle()));
+    return pending;
+  }
+  std::unique_ptr<PendingOp> irecv(void* data, std::size_t count, DataType type, int peer, int tag,
+                                   void*) override {
+    auto pending = std::make_unique<MpiPending>(comm_);
+    CUBELM_MPI_CHECK(MPI_Irecv(data, mpi_count(count, "irecv"), mpi_type(type), peer, tag,
+                               comm_.raw(), pending->handle()));
+    return pending;
+  }
 
 private:
   Communicator comm_;

@@ -41,6 +41,22 @@ constexpr DataType data_type_of() {
     static_assert(sizeof(U) == 0, "cubelm::comm: unsupported element type for a collective");
 }
 
+/// \brief A backend operation in flight; Group wraps it in a cubelm::comm::Request.
+///
+/// test() and wait() complete the operation in the library (MPI_Test/MPI_Wait,
+/// or the CUDA event behind a stream-ordered NCCL call); either may be called
+/// again after completion and then returns at once. An implementation waits
+/// in its destructor when the operation is still pending, so no library
+/// handle (MPI_Request, cudaEvent_t) ever leaks.
+class PendingOp {
+public:
+  virtual ~PendingOp() = default;
+  /// \brief True when the operation is complete (completing it), false while in flight.
+  virtual bool test() = 0;
+  /// \brief Blocks until the operation is complete.
+  virtual void wait() = 0;
+};
+
 /// \brief One transport for the collectives of one group.
 ///
 /// Counts are in elements. `stream` is the native stream of the execution
@@ -65,6 +81,23 @@ public:
   virtual void recv(void* data, std::size_t count, DataType type, int peer, int tag,
                     void* stream) = 0;
   virtual void barrier() = 0;
+
+  // Non-blocking versions: the same buffers and counts as their blocking
+  // twins; the buffers must stay untouched (send) or unread (recv) until the
+  // returned operation completes. Stream-ordered backends enqueue on `stream`
+  // and complete when the stream has run the operation.
+  virtual std::unique_ptr<PendingOp> iall_reduce(const void* send, void* recv, std::size_t count,
+                                                 DataType type, ReduceOp op, void* stream) = 0;
+  virtual std::unique_ptr<PendingOp> iall_gather(const void* send, void* recv,
+                                                 std::size_t count_per_rank, DataType type,
+                                                 void* stream) = 0;
+  virtual std::unique_ptr<PendingOp> ireduce_scatter(const void* send, void* recv,
+                                                     std::size_t count_per_rank, DataType type,
+                                                     ReduceOp op, void* stream) = 0;
+  virtual std::unique_ptr<PendingOp> isend(const void* data, std::size_t count, DataType type,
+                                           int peer, int tag, void* stream) = 0;
+  virtual std::unique_ptr<PendingOp> irecv(void* data, std::size_t count, DataType type, int peer,
+                                           int tag, void* stream) = 0;
 };
 
 } // namespace cubelm::comm

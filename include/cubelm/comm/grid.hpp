@@ -11,6 +11,7 @@
 ///  - 3d: tp = q*q*q, t = a + q*(b + q*c); groups "tp.a", "tp.b", "tp.c" vary one
 ///        axis (ordered by it) and "tp.ab" (fixed c, order a + q*b), "tp.bc"
 ///        (fixed a, order b + q*c), "tp.ca" (fixed b, order c + q*a) are the planes.
+/// Across pipeline stages, "pp.ends" (embedding()) pairs stage 0 with stage pp-1.
 
 #include "cubelm/comm/group.hpp"
 #include "cubelm/comm/layout.hpp"
@@ -35,6 +36,11 @@ public:
   const Group& tp() const { return *tp_; }
   const Group& dp() const { return *dp_; }
   const Group& pp() const { return *pp_; }
+  /// \brief "pp.ends": the ranks with this rank's t and d on the first and on the
+  /// last pipeline stage, first stage = group rank 0 (they sum the gradient of
+  /// the word embedding tied between the two). Size 2 on those stages when
+  /// pp > 1; on the other stages, and for pp == 1, this rank alone.
+  const Group& embedding() const { return *embedding_; }
   /// \brief 2d only: the ranks of this rank's row / column.
   const Group& tp_row() const;
   const Group& tp_col() const;
@@ -51,7 +57,7 @@ private:
   Layout layout_;
   GridCoords coords_;
   std::shared_ptr<TrafficCounters> traffic_;
-  std::optional<Group> world_, tp_, dp_, pp_;
+  std::optional<Group> world_, tp_, dp_, pp_, embedding_;
   std::optional<Group> row_, col_;
   std::optional<Group> axis_[3], plane_[3];
 };

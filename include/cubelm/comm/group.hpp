@@ -8,9 +8,26 @@
 /// when cubelm is built with it, otherwise through MPI: directly when
 /// GPU-aware MPI is switched on (CommOptions), else staged through a host copy.
 /// Each call adds its modelled bytes sent to the group's TrafficCounters.
+///
+/// isend, irecv, iall_reduce, ireduce_scatter and iall_gather are the
+/// non-blocking twins of send, recv, all_reduce, reduce_scatter and
+/// all_gather: same arguments, same checks, same traffic accounting (counted
+/// when posted), and a Request (comm/request.hpp) that completes them. Until
+/// it completes, a View being sent must not be written and a View being
+/// received must not be read. Non-blocking collectives take the route of their
+/// blocking twins (NCCL enqueues them on the execution space's stream), and
+/// every rank must post a group's collectives in the same order. isend and
+/// irecv always go through MPI, also for device memory when NCCL is on
+/// (directly with GPU-aware MPI, else staged through a host copy): NCCL
+/// point-to-point calls on one stream cannot keep a send and a receive in
+/// flight independently of each other. So with NCCL on, a device View sent
+/// with isend must be received with irecv, and one sent with send with recv.
+/// The non-blocking calls are [[nodiscard]]: a Request dropped at once waits
+/// in its destructor, which makes the call blocking (and can deadlock a ring).
 
 #include "cubelm/comm/backend.hpp"
 #include "cubelm/comm/communicator.hpp"
+#include "cubelm/comm/request.hpp"
 #include "cubelm/comm/traffic.hpp"
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/error.hpp"
@@ -215,6 +232,94 @@ public:
     buf.copy_back();
   }
 
+  /// \brief Non-blocking all_reduce: `data` holds the reduction once the Request completes.
+  /// A one-rank group returns a complete Request.
+  template <class Exec, class V>
+  [[nodiscard]] Request iall_reduce(const Exec& exec, const V& data,
+                                    ReduceOp op = ReduceOp::sum) const {
+    detail::require_contiguous(data, name_, "iall_reduce");
+    using T = typename V::non_const_value_type;
+    const std::size_t n = data.span();
+    account(Kind::all_reduce, n * sizeof(T));
+    if (size() == 1)
+      return Request();
+    const Route route = route_for<V>();
+    detail::Staged<V> buf(data, route == Route::staged, true);
+    prepare(exec, route);
+    auto pending = backend(route).iall_reduce(buf.data(), buf.data(), n, data_type_of<T>(), op,
+                                              compat::native_stream(exec));
+    return Request(std::move(pending), [buf, data] {
+      buf.copy_back();
+      (void)data; // held until completion
+    });
+  }
+
+  /// \brief Non-blocking all_gather (same layout of recv).
+  template <class Exec, class VS, class VR>
+  [[nodiscard]] Request iall_gather(const Exec& exec, const VS& send, const VR& recv) const {
+    check_pair<VS, VR>(send, recv, "iall_gather");
+    using T = typename VR::non_const_value_type;
+    const std::size_t n = send.span();
+    CUBELM_ASSERT(recv.span() == n * static_cast<std::size_t>(size()),
+                  "group '" + name_ + "' iall_gather: recv has " + std::to_string(recv.span()) +
+                      " elements, expected " + std::to_string(size()) + " x " + std::to_string(n));
+    account(Kind::all_gather, n * sizeof(T));
+    return start_pair(exec, send, recv, [&](Backend& b, void* s, void* r, void* stream) {
+      return b.iall_gather(s, r, n, data_type_of<T>(), stream);
+    });
+  }
+
+  /// \brief Non-blocking reduce_scatter (recv gets block `rank()`).
+  template <class Exec, class VS, class VR>
+  [[nodiscard]] Request ireduce_scatter(const Exec& exec, const VS& send, const VR& recv,
+                                        ReduceOp op = ReduceOp::sum) const {
+    check_pair<VS, VR>(send, recv, "ireduce_scatter");
+    using T = typename VR::non_const_value_type;
+    const std::size_t n = recv.span();
+    CUBELM_ASSERT(send.span() == n * static_cast<std::size_t>(size()),
+                  "group '" + name_ + "' ireduce_scatter: send has " + std::to_string(send.span()) +
+                      " elements, expected " + std::to_string(size()) + " x " + std::to_string(n));
+    account(Kind::reduce_scatter, n * sizeof(T));
+    return start_pair(exec, send, recv, [&](Backend& b, void* s, void* r, void* stream) {
+      return b.ireduce_scatter(s, r, n, data_type_of<T>(), op, stream);
+    });
+  }
+
+  /// \brief Non-blocking send of `data` to group rank `peer`, always through MPI
+  /// (see the file comment); pair it with irecv.
+  template <class Exec, class V>
+  [[nodiscard]] Request isend(const Exec& exec, const V& data, int peer, int tag = 0) const {
+    detail::require_contiguous(data, name_, "isend");
+    check_peer(peer, "isend");
+    using T = typename V::non_const_value_type;
+    account(Kind::send, data.span() * sizeof(T));
+    const Route route = p2p_route_for<V>();
+    detail::Staged<V> buf(data, route == Route::staged, true);
+    exec.fence(); // MPI reads the buffer: the kernels producing it must be done
+    auto pending = host_backend_->isend(buf.data(), data.span(), data_type_of<T>(), peer, tag,
+                                        compat::native_stream(exec));
+    return Request(std::move(pending), [buf, data] { (void)buf, (void)data; });
+  }
+
+  /// \brief Non-blocking receive into `data` from group rank `peer`, always through MPI
+  /// (see the file comment); pair it with isend.
+  template <class Exec, class V>
+  [[nodiscard]] Request irecv(const Exec& exec, const V& data, int peer, int tag = 0) const {
+    detail::require_contiguous(data, name_, "irecv");
+    check_peer(peer, "irecv");
+    using T = typename V::non_const_value_type;
+    account(Kind::recv, data.span() * sizeof(T));
+    const Route route = p2p_route_for<V>();
+    detail::Staged<V> buf(data, route == Route::staged, false);
+    exec.fence(); // kernels still reading the old contents must be done before MPI writes
+    auto pending = host_backend_->irecv(buf.data(), data.span(), data_type_of<T>(), peer, tag,
+                                        compat::native_stream(exec));
+    return Request(std::move(pending), [buf, data] {
+      buf.copy_back();
+      (void)data;
+    });
+  }
+
   /// \brief Waits until every rank of the group arrives.
   void barrier() const;
 
@@ -230,6 +335,14 @@ private:
     return host_ok ? Route::host : device_route();
   }
   Route device_route() const;
+  /// Point-to-point non-blocking operations always use MPI: host memory as is,
+  /// device memory directly with GPU-aware MPI, else through a host copy.
+  template <class V>
+  Route p2p_route_for() const {
+    constexpr bool host_ok =
+        Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename V::memory_space>::accessible;
+    return host_ok ? Route::host : options_.gpu_aware_mpi ? Route::direct : Route::staged;
+  }
   Backend& backend(Route route) const;
   void account(Kind kind, std::size_t message_bytes) const;
   void check_peer(int peer, const char* op) const;
@@ -282,6 +395,25 @@ private:
     prepare(exec, route);
     call(backend(route), in.data(), out.data(), compat::native_stream(exec));
     out.copy_back();
+  }
+
+  // The non-blocking twin of run_pair. A one-rank group copies and completes at once.
+  template <class Exec, class VS, class VR, class F>
+  Request start_pair(const Exec& exec, const VS& send, const VR& recv, F&& call) const {
+    if (size() == 1) {
+      copy_flat(exec, send, recv);
+      exec.fence();
+      return Request();
+    }
+    const Route route = route_for<VS>();
+    detail::Staged<VS> in(send, route == Route::staged, true);
+    detail::Staged<VR> out(recv, route == Route::staged, false);
+    prepare(exec, route);
+    auto pending = call(backend(route), in.data(), out.data(), compat::native_stream(exec));
+    return Request(std::move(pending), [in, out, send, recv] {
+      out.copy_back();
+      (void)in, (void)send, (void)recv; // held until completion
+    });
   }
 
   std::string name_;
