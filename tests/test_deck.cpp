@@ -60,7 +60,7 @@ vocab_size = 512
 seq_len = 32
 hidden = 96
 heads = 6
-layers = 3
+layers = 4
 [parallel]
 tensor_mode = "2d"
 tensor_size = 4
@@ -156,10 +156,17 @@ TEST(Deck, RulesNameTheValueAndTheRule) {
              "train.global_batch = 8: must be divisible by parallel.data_size x "
              "parallel.microbatches = 3 x 1 = 3");
   EXPECT_HAS(error_of("[parallel]\nvirtual_stages = 2\n"), "needs schedule = \"interleaved\"");
-  EXPECT_HAS(error_of("[parallel]\nschedule = \"interleaved\"\npipeline_size = 4\n"
-                      "microbatches = 6\ndata_size = 1\ntensor_size = 1\n[train]\n"
-                      "global_batch = 12\n"),
-             "microbatches divisible by pipeline_size = 4");
+  EXPECT_HAS(error_of("[model]\nlayers = 8\n[parallel]\nschedule = \"interleaved\"\n"
+                      "pipeline_size = 4\nmicrobatches = 6\n[train]\nglobal_batch = 12\n"),
+             "parallel.microbatches = 6: schedule = \"interleaved\" needs microbatches divisible "
+             "by pipeline_size = 4");
+  EXPECT_HAS(error_of("[model]\nlayers = 6\n[parallel]\nschedule = \"interleaved\"\n"
+                      "pipeline_size = 2\nvirtual_stages = 2\nmicrobatches = 2\n[train]\n"
+                      "global_batch = 4\n"),
+             "model.layers = 6: schedule = \"interleaved\" needs layers divisible by "
+             "pipeline_size x virtual_stages = 2 x 2");
+  EXPECT_HAS(error_of("[model]\nlayers = 2\n[parallel]\npipeline_size = 4\n"),
+             "parallel.pipeline_size = 4: model.layers = 2: every pipeline stage needs a layer");
   EXPECT_HAS(error_of("[parallel]\nzero = 2\n"), "must be 0 (off) or 1");
   EXPECT_HAS(error_of("[parallel]\nsequence_parallel = true\n"), "only for tensor_mode = \"1d\"");
   EXPECT_HAS(error_of("[optimizer]\nlr = 1e-3\nmin_lr = 1e-2\n"), "must lie in [0, optimizer.lr]");

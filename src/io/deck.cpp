@@ -1,5 +1,7 @@
 #include "cubelm/io/deck.hpp"
 
+#include "cubelm/train/schedule.hpp"
+
 #include "cubelm/core/error.hpp"
 
 #include <toml++/toml.h>
@@ -297,11 +299,17 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   par.require(p.zero == 0 || p.zero == 1, "zero", "must be 0 (off) or 1 (sharded optimizer)");
   par.require(!p.sequence_parallel || p.tensor_mode == comm::TensorMode::d1, "sequence_parallel",
               "sequence parallelism exists only for tensor_mode = \"1d\"");
-  par.require(p.schedule != "interleaved" || p.microbatches % p.pipeline_size == 0, "microbatches",
-              "schedule = \"interleaved\" needs microbatches divisible by pipeline_size = " +
-                  std::to_string(p.pipeline_size));
   par.require(p.data_size >= 1, "data_size", "must be at least 1");
   par.require(p.pipeline_size >= 1, "pipeline_size", "must be at least 1");
+  if (p.pipeline_size >= 1 && p.microbatches >= 1 && p.virtual_stages >= 1) {
+    // The schedule's rules (train/schedule.hpp); model.layers is read already.
+    const train::PlanProblem bad =
+        train::check_plan(p.schedule, p.pipeline_size, p.microbatches, p.virtual_stages, m.layers);
+    if (bad.key.rfind("parallel.", 0) == 0)
+      par.fail(bad.key.substr(9).c_str(), bad.rule);
+    else if (!bad.key.empty()) // model.layers: reported with the pipeline it does not fit
+      par.fail("pipeline_size", bad.message());
+  }
   try {
     p.layout().validate();
   } catch (const Error& e) {

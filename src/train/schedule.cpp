@@ -1,0 +1,230 @@
+#include "cubelm/train/schedule.hpp"
+
+#include "cubelm/core/error.hpp"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace cubelm::train {
+
+int PipelinePlan::virtual_stages() const {
+  return schedule == "layered" ? layers : stages * chunks;
+}
+
+PlanProblem check_plan(const std::string& schedule, int stages, int micro, int virtual_stages,
+                       int layers) {
+  const std::string p = std::to_string(stages), m = std::to_string(micro);
+  const std::string v = std::to_string(virtual_stages), l = std::to_string(layers);
+  if (stages < 1)
+    return {"parallel.pipeline_size", p, "must be at least 1"};
+  if (micro < 1)
+    return {"parallel.microbatches", m, "must be at least 1"};
+  if (virtual_stages < 1)
+    return {"parallel.virtual_stages", v, "must be at least 1"};
+  if (schedule != "gpipe" && schedule != "1f1b" && schedule != "interleaved" &&
+      schedule != "layered")
+    return {"parallel.schedule", "\"" + schedule + "\"",
+            "must be \"gpipe\", \"1f1b\", \"interleaved\" or \"layered\""};
+  if (virtual_stages > 1 && schedule != "interleaved")
+    return {"parallel.virtual_stages", v,
+            "more than one virtual stage needs schedule = \"interleaved\""};
+  if (layers < stages)
+    return {"model.layers", l, "every pipeline stage needs a layer (pipeline_size = " + p + ")"};
+  if (schedule == "interleaved") {
+    if (micro % stages != 0)
+      return {"parallel.microbatches", m,
+              "schedule = \"interleaved\" needs microbatches divisible by pipeline_size = " + p};
+    if (layers % (stages * virtual_stages) != 0)
+      return {"model.layers", l,
+              "schedule = \"interleaved\" needs layers divisible by pipeline_size x "
+              "virtual_stages = " +
+                  p + " x " + v};
+  }
+  return {};
+}
+
+namespace {
+
+// Megatron-LM's interleaved order: the k-th forward (or backward) of a stage takes
+// micro-batches in groups of p per chunk.
+Action interleaved(int k, bool forward, int p, int v) {
+  const int group = k / p;
+  const int chunk = forward ? group % v : v - 1 - group % v;
+  return Action{forward ? Op::forward : Op::backward, (k / (p * v)) * p + k % p, chunk, -1};
+}
+
+std::vector<Action> order(const std::string& schedule, int stage, int p, int m, int v, int chunks) {
+  std::vector<Action> a;
+  auto f = [&](int micro, int chunk) { a.push_back({Op::forward, micro, chunk, -1}); };
+  auto b = [&](int micro, int chunk) { a.push_back({Op::backward, micro, chunk, -1}); };
+  if (schedule == "gpipe") {
+    for (int i = 0; i < m; ++i)
+      f(i, 0);
+    for (int i = 0; i < m; ++i)
+      b(i, 0);
+  } else if (schedule == "1f1b") {
+    const int warm = std::min(p - stage - 1, m);
+    for (int i = 0; i < warm; ++i)
+      f(i, 0);
+    for (int i = 0; i < m - warm; ++i) {
+      f(warm + i, 0);
+      b(i, 0);
+    }
+    for (int i = m - warm; i < m; ++i)
+      b(i, 0);
+  } else if (schedule == "interleaved") {
+    const int total = m * v;
+    const int warm = std::min((p - stage - 1) * 2 + (v - 1) * p, total);
+    for (int k = 0; k < warm; ++k)
+      a.push_back(interleaved(k, true, p, v));
+    for (int k = 0; k < total - warm; ++k) {
+      a.push_back(interleaved(warm + k, true, p, v));
+      a.push_back(interleaved(k, false, p, v));
+    }
+    for (int k = total - warm; k < total; ++k)
+      a.push_back(interleaved(k, false, p, v));
+  } else { // layered
+    for (int c = 0; c < chunks; ++c)
+      for (int i = 0; i < m; ++i)
+        f(i, c);
+    for (int c = chunks; c-- > 0;)
+      for (int i = 0; i < m; ++i)
+        b(i, c);
+  }
+  return a;
+}
+
+} // namespace
+
+PipelinePlan make_plan(const std::string& schedule, int stages, int micro, int virtual_stages,
+                       int layers) {
+  const PlanProblem problem = check_plan(schedule, stages, micro, virtual_stages, layers);
+  if (!problem.key.empty())
+    throw Error(problem.message(), true);
+  PipelinePlan plan;
+  plan.schedule = schedule;
+  plan.stages = stages;
+  plan.micro = micro;
+  plan.layers = layers;
+  const int p = stages;
+  plan.layers_of.resize(static_cast<std::size_t>(p));
+  if (schedule == "layered") {
+    plan.chunks = (layers + p - 1) / p;
+    for (int l = 0; l < layers; ++l)
+      plan.layers_of[static_cast<std::size_t>(l % p)].push_back({l});
+  } else {
+    plan.chunks = schedule == "interleaved" ? virtual_stages : 1;
+    // Virtual stage k gets L / (p v) layers, the first L % (p v) one more.
+    const int n = p * plan.chunks, base = layers / n, extra = layers % n;
+    int next = 0;
+    for (int k = 0; k < n; ++k) {
+      std::vector<int> ids;
+      for (int i = 0; i < base + (k < extra ? 1 : 0); ++i)
+        ids.push_back(next++);
+      plan.layers_of[static_cast<std::size_t>(k % p)].push_back(ids);
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    const int chunks = static_cast<int>(plan.layers_of[static_cast<std::size_t>(s)].size());
+    std::vector<Action> a = order(schedule, s, p, micro, plan.chunks, chunks);
+    // Slots from a free list; the last backward of every chunk.
+    std::vector<bool> busy;
+    std::map<std::pair<int, int>, int> held;
+    for (Action& x : a) {
+      if (x.op == Op::forward) {
+        const auto it = std::find(busy.begin(), busy.end(), false);
+        x.slot = static_cast<int>(it - busy.begin());
+        if (it == busy.end())
+          busy.push_back(true);
+        else
+          *it = true;
+        held[{x.micro, x.chunk}] = x.slot;
+      } else {
+        x.slot = held.at({x.micro, x.chunk});
+        busy[static_cast<std::size_t>(x.slot)] = false;
+      }
+    }
+    for (int c = 0; c < chunks; ++c)
+      for (auto it = a.rbegin(); it != a.rend(); ++it)
+        if (it->op == Op::backward && it->chunk == c) {
+          it->last_backward = true;
+          break;
+        }
+    plan.slots.push_back(static_cast<int>(busy.size()));
+    plan.actions.push_back(std::move(a));
+  }
+  return plan;
+}
+
+double Timeline::bubble(int stage) const {
+  const auto s = static_cast<std::size_t>(stage);
+  return busy[s] > 0 ? idle[s] / busy[s] : 0.0;
+}
+
+Timeline simulate(const PipelinePlan& plan, double forward_cost, double backward_cost) {
+  const int p = plan.stages, last = plan.virtual_stages() - 1;
+  Timeline t;
+  t.stages.resize(static_cast<std::size_t>(p));
+  t.busy.assign(static_cast<std::size_t>(p), 0.0);
+  t.idle.assign(static_cast<std::size_t>(p), 0.0);
+  t.peak_in_flight.assign(static_cast<std::size_t>(p), 0);
+  std::map<std::tuple<int, int, int>, double> end; // (op, micro, virtual stage) -> end time
+  std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
+  std::vector<double> free(static_cast<std::size_t>(p), 0.0);
+  std::vector<int> held(static_cast<std::size_t>(p), 0);
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      const auto si = static_cast<std::size_t>(s);
+      const auto& actions = plan.actions[si];
+      while (next[si] < actions.size()) {
+        const Action& a = actions[next[si]];
+        const int k = plan.virtual_stage(s, a.chunk);
+        const bool fwd = a.op == Op::forward;
+        std::tuple<int, int, int> dep;
+        bool needs = true;
+        if (fwd) {
+          needs = k > 0;
+          dep = {0, a.micro, k - 1};
+        } else {
+          dep = k == last ? std::make_tuple(0, a.micro, k) : std::make_tuple(1, a.micro, k + 1);
+        }
+        const auto found = end.find(dep);
+        if (needs && found == end.end())
+          break; // wait for another stage
+        const double ready = needs ? std::max(free[si], found->second) : free[si];
+        const double layers =
+            static_cast<double>(plan.layers_of[si][static_cast<std::size_t>(a.chunk)].size());
+        const double length = layers * (fwd ? forward_cost : backward_cost);
+        if (ready > free[si])
+          t.stages[si].push_back({Slot::idle, -1, -1, free[si], ready - free[si]});
+        t.stages[si].push_back(
+            {fwd ? Slot::forward : Slot::backward, a.micro, a.chunk, ready, length});
+        free[si] = ready + length;
+        t.busy[si] += length;
+        end[{fwd ? 0 : 1, a.micro, k}] = free[si];
+        held[si] += fwd ? 1 : -1;
+        t.peak_in_flight[si] = std::max(t.peak_in_flight[si], held[si]);
+        ++next[si];
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < p; ++s)
+    CUBELM_ASSERT(
+        next[static_cast<std::size_t>(s)] == plan.actions[static_cast<std::size_t>(s)].size(),
+        "pipeline schedule '" + plan.schedule + "' deadlocks at stage " + std::to_string(s));
+  for (double f : free)
+    t.makespan = std::max(t.makespan, f);
+  for (int s = 0; s < p; ++s) {
+    const auto si = static_cast<std::size_t>(s);
+    if (t.makespan > free[si])
+      t.stages[si].push_back({Slot::idle, -1, -1, free[si], t.makespan - free[si]});
+    t.idle[si] = t.makespan - t.busy[si];
+  }
+  return t;
+}
+
+} // namespace cubelm::train
