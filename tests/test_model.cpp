@@ -8,7 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <mpi.h>
+
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 
 using namespace cubelm;
@@ -126,4 +130,83 @@ TEST(Model, LossOfTheUntrainedModelIsNearLogVocab) {
   const double loss =
       gpt.forward_backward(random_tokens(n, 64, 5), random_tokens(n, 64, 6), 0.0) / n;
   EXPECT_NEAR(loss, std::log(64.0), 0.05);
+}
+
+namespace {
+
+// The model on this process alone, with `stage` (chunks, slots, recomputation).
+struct Alone {
+  Alone(const io::ModelConfig& c, int batch, StageLayout stage)
+      : grid(comm::Layout{}, comm::Communicator::duplicate(MPI_COMM_SELF)),
+        mode(tp::make_mode<double>(grid)), model(c, batch, 7, *mode, std::move(stage)) {}
+  comm::ProcessGrid grid;
+  std::unique_ptr<tp::Mode<double>> mode;
+  ShardedGPT<double> model;
+};
+
+std::vector<double> gradients(const ShardedGPT<double>& gpt) {
+  std::vector<double> all;
+  for (const auto& p : gpt.params()) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
+    all.insert(all.end(), h.data(), h.data() + h.extent(0));
+  }
+  return all;
+}
+
+void expect_same(const std::vector<double>& a, const std::vector<double>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  double top = 0;
+  for (const double x : b)
+    top = std::max(top, std::fabs(x));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], 1e-12 * top) << "element " << i;
+}
+
+} // namespace
+
+// Two micro-batches accumulated give the gradient of the whole batch.
+TEST(Model, MicroBatchAccumulationEqualsTheFullBatchGradient) {
+  const io::ModelConfig c = tiny();
+  const int n = 4 * c.seq_len, half = n / 2;
+  const auto in = random_tokens(n, c.vocab_size, 5), tgt = random_tokens(n, c.vocab_size, 6);
+  Alone full(c, 4, {}), micro(c, 2, {});
+  full.model.zero_grad();
+  micro.model.zero_grad();
+  const double whole = full.model.forward_backward(in, tgt, 1.0 / n);
+  double parts = 0;
+  for (int k = 0; k < 2; ++k)
+    parts += micro.model.forward_backward(
+        std::vector<std::int32_t>(in.begin() + k * half, in.begin() + (k + 1) * half),
+        std::vector<std::int32_t>(tgt.begin() + k * half, tgt.begin() + (k + 1) * half), 1.0 / n);
+  EXPECT_NEAR(parts, whole, 1e-12 * whole);
+  expect_same(gradients(micro.model), gradients(full.model));
+}
+
+// Chunks and recomputation change neither the loss nor a gradient; recomputation
+// keeps less: each layer's input instead of its activations.
+TEST(Model, ChunksAndRecomputationKeepTheGradients) {
+  io::ModelConfig c = tiny();
+  c.layers = 3;
+  const int n = 2 * c.seq_len;
+  const auto in = random_tokens(n, c.vocab_size, 8), tgt = random_tokens(n, c.vocab_size, 9);
+  StageLayout chunks;
+  chunks.chunks = {{0}, {1, 2}};
+  chunks.slots = 2;
+  StageLayout redo = StageLayout::whole(c.layers);
+  redo.recompute = true;
+  StageLayout both = chunks;
+  both.recompute = true;
+  Alone ref(c, 2, {});
+  ref.model.zero_grad();
+  const double loss = ref.model.forward_backward(in, tgt, 1.0 / n);
+  const auto expected = gradients(ref.model);
+  for (const StageLayout& s : {chunks, redo, both}) {
+    SCOPED_TRACE(std::string(s.recompute ? "recompute, " : "") + std::to_string(s.chunks.size()) +
+                 " chunk(s)");
+    Alone other(c, 2, s);
+    other.model.zero_grad();
+    EXPECT_NEAR(other.model.forward_backward(in, tgt, 1.0 / n), loss, 1e-12 * loss);
+    expect_same(gradients(other.model), expected);
+  }
+  EXPECT_LT(Alone(c, 2, redo).model.memory().activations, ref.model.memory().activations);
 }

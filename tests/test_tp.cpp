@@ -238,7 +238,7 @@ namespace {
 
 // docs/communication.md: bytes each rank sends in one step, per (group, kind), for a
 // deck with m micro-batches of N = micro T tokens. Elements are float32 (4 bytes);
-// the loss sums and the gradient norm are one double (8 bytes).
+// the loss sums are one double (8 bytes), the step's loss and squared norm two.
 struct Volume {
   std::uint64_t calls = 0;
   double bytes = 0;
@@ -256,12 +256,14 @@ Volumes closed_form(const io::Deck& deck) {
   auto add = [&](const char* group, Kind kind, double calls, double bytes) {
     v[{group, kind}] = Volume{static_cast<std::uint64_t>(calls), bytes};
   };
-  const double norm = 2.0 * (p - 1) / p * 8; // the gradient norm, once per step
+  // The loss and the squared gradient norm, once per step over the world (= tp here).
+  if (p > 1)
+    add("world", Kind::all_reduce, 1, 2.0 * (p - 1) / p * 16);
   switch (layout.mode) {
   case comm::TensorMode::none:
   case comm::TensorMode::d1:
-    add("tp", Kind::all_reduce, (4 + 4 * L) * m + 1,
-        2.0 * (p - 1) / p * (4.0 * m * ((2 + 4 * L) * N * H + 3 * N)) + norm);
+    add("tp", Kind::all_reduce, (4 + 4 * L) * m,
+        2.0 * (p - 1) / p * (4.0 * m * ((2 + 4 * L) * N * H + 3 * N)));
     break;
   case comm::TensorMode::d2: {
     const double c = (q - 1) / q, R = N / q;
@@ -277,7 +279,6 @@ Volumes closed_form(const io::Deck& deck) {
     add("tp.col", Kind::all_gather, m * (6 * L + 2 * (2 * L + 1) + 1), vectors);
     add("tp.col", Kind::reduce_scatter, m * (6 * L + 2 * (2 * L + 1) + 1), vectors);
     add("tp.col", Kind::all_reduce, m, m * 2 * c * 8);
-    add("tp", Kind::all_reduce, 1, norm);
     break;
   }
   case comm::TensorMode::d3: {
@@ -297,7 +298,6 @@ Volumes closed_form(const io::Deck& deck) {
     add("tp.bc", Kind::all_reduce, m * (4 * L + 1), m * (4 * plane * 7 * L * H / q + plane * 8));
     add("tp.ab", Kind::all_reduce, m * (2 * L + 2 * (2 * L + 1)),
         m * 4 * plane * (2 * L * H / q + 2 * (2 * L + 1) * H / q));
-    add("tp", Kind::all_reduce, 1, norm);
     break;
   }
   }
@@ -342,7 +342,7 @@ TEST(TensorParallel, MemoryPerRankMatchesTheEstimate) {
       const io::Deck deck = train_deck(layout, microbatches);
       train::Trainer t(deck);
       const model::Memory measured = t.memory();
-      const model::Memory estimate = model::estimate_memory(deck);
+      const model::Memory estimate = train::estimate_memory(deck);
       EXPECT_EQ(measured.parameters, estimate.parameters);
       EXPECT_EQ(measured.gradients, estimate.gradients);
       EXPECT_EQ(measured.optimizer, estimate.optimizer);

@@ -199,7 +199,4 @@ TEST(Train, UnavailableFeaturesAreRefused) {
   seq.parallel.tensor_mode = comm::TensorMode::d1;
   seq.parallel.sequence_parallel = true;
   EXPECT_NE(message(seq).find("parallel.sequence_parallel = true"), std::string::npos);
-  io::Deck rec = small_deck();
-  rec.parallel.recompute = "full";
-  EXPECT_NE(message(rec).find("parallel.recompute = \"full\""), std::string::npos);
 }

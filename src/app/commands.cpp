@@ -45,7 +45,7 @@ std::string human(double x) {
 }
 
 std::string memory_line(const io::Deck& deck) {
-  const model::Memory mem = model::estimate_memory(deck);
+  const model::Memory mem = train::estimate_memory(deck);
   char buf[200];
   std::snprintf(buf, sizeof(buf),
                 "memory     per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB, "

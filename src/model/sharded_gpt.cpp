@@ -242,6 +242,12 @@ const Mat<T>& ShardedGPT<T>::input(int slot) const {
 }
 
 template <class T>
+void ShardedGPT<T>::detach_input(int slot) {
+  CUBELM_ASSERT(slot >= 0 && slot < stage_.slots, "activation slot out of range");
+  slots_[static_cast<std::size_t>(slot)]->stream.front() = matrix<T>("cubelm::stream", rows_, outer_);
+}
+
+template <class T>
 const Mat<T>& ShardedGPT<T>::output(int slot) const {
   CUBELM_ASSERT(slot >= 0 && slot < stage_.slots, "activation slot out of range");
   // The output of the last forward: set by forward() (the chunk's length picks the state).

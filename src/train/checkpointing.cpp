@@ -2,6 +2,7 @@
 
 #include "cubelm/core/error.hpp"
 #include "cubelm/io/checkpoint.hpp"
+#include "cubelm/model/shape.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -91,8 +92,30 @@ void prune_checkpoints(const std::string& dir, int keep) {
   }
 }
 
-void save_checkpoint(const std::string& path, const io::Deck& deck, const model::ShardedGPT<real>& model,
-                     const std::vector<kernels::Vec<real>>* m,
+namespace {
+
+// Where each of the model's tensors is among this rank's parameters (-1: not here).
+// Every rank walks the whole model: creating and transferring datasets is collective.
+std::vector<std::pair<std::string, std::vector<std::uint64_t>>>
+all_tensors(const io::ModelConfig& config) {
+  std::vector<std::pair<std::string, std::vector<std::uint64_t>>> out;
+  for (const auto& [name, shape] : model::parameter_shapes(config))
+    out.emplace_back(name, std::vector<std::uint64_t>(shape.begin(), shape.end()));
+  return out;
+}
+
+int local_index(const model::ShardedGPT<real>& model, const std::string& name) {
+  const auto& params = model.params();
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (params[i].name == name)
+      return static_cast<int>(i);
+  return -1;
+}
+
+} // namespace
+
+void save_checkpoint(const std::string& path, const io::Deck& deck,
+                     const model::ShardedGPT<real>& model, const std::vector<kernels::Vec<real>>* m,
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm) {
   const fs::path parent = fs::path(path).parent_path();
@@ -102,12 +125,26 @@ void save_checkpoint(const std::string& path, const io::Deck& deck, const model:
   }
   io::CheckpointWriter w(path, comm);
   const auto& params = model.params();
-  for (std::size_t i = 0; i < params.size(); ++i)
-    write_tensor(w, "/model/" + params[i].name, params[i], &params[i].value);
-  for (std::size_t i = 0; i < params.size(); ++i)
-    write_tensor(w, "/optimizer/m/" + params[i].name, params[i], m ? &(*m)[i] : nullptr);
-  for (std::size_t i = 0; i < params.size(); ++i)
-    write_tensor(w, "/optimizer/v/" + params[i].name, params[i], v ? &(*v)[i] : nullptr);
+  const auto tensors = all_tensors(model.config());
+  const float nothing = 0.0f;
+  // The values, then AdamW's moments (zeros when there are none).
+  const std::pair<const char*, const std::vector<kernels::Vec<real>>*> parts[] = {
+      {"/model/", nullptr}, {"/optimizer/m/", m}, {"/optimizer/v/", v}};
+  for (std::size_t k = 0; k < 3; ++k)
+    for (const auto& [name, shape] : tensors) {
+      const int i = local_index(model, name);
+      const std::string path = parts[k].first + name;
+      if (i < 0) {
+        w.write(path, shape, io::Block::none(), &nothing);
+        continue;
+      }
+      const auto& p = params[static_cast<std::size_t>(i)];
+      const auto* moments = parts[k].second;
+      write_tensor(w, path, p,
+                   k == 0    ? &p.value
+                   : moments ? &(*moments)[static_cast<std::size_t>(i)]
+                             : nullptr);
+    }
   const std::int64_t tokens =
       static_cast<std::int64_t>(step) * deck.train.global_batch * deck.model.seq_len;
   w.set_attribute("/", "version", kCheckpointVersion);
@@ -137,10 +174,20 @@ int load_checkpoint(const std::string& path, model::ShardedGPT<real>& model,
                     std::to_string(model.config().layers) + " layers (" + extra + " exists)",
                 true);
   auto& params = model.params();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    read_tensor(r, "/model/" + params[i].name, params[i], params[i].value);
-    read_tensor(r, "/optimizer/m/" + params[i].name, params[i], m[i]);
-    read_tensor(r, "/optimizer/v/" + params[i].name, params[i], v[i]);
+  float nothing = 0.0f;
+  for (const auto& [name, shape] : all_tensors(model.config())) {
+    const int i = local_index(model, name);
+    if (i < 0) {
+      for (const char* group : {"/model/", "/optimizer/m/", "/optimizer/v/"}) {
+        r.expect_shape(group + name, shape);
+        r.read(group + name, io::Block::none(), &nothing);
+      }
+      continue;
+    }
+    const auto k = static_cast<std::size_t>(i);
+    read_tensor(r, "/model/" + name, params[k], params[k].value);
+    read_tensor(r, "/optimizer/m/" + name, params[k], m[k]);
+    read_tensor(r, "/optimizer/v/" + name, params[k], v[k]);
   }
   return static_cast<int>(r.int_attribute("/", "step"));
 }

@@ -58,7 +58,7 @@ std::string format_json(const StepMetrics& m) {
       << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms << ", \"tokens_per_s\": " << m.tokens_per_s
       << ", \"gflops_per_rank\": " << m.gflops_per_rank << ", \"mfu\": " << m.mfu
       << ", \"mem_bytes\": " << m.mem_bytes << ", \"comm_bytes\": " << m.comm_bytes
-      << ", \"comm\": {";
+      << ", \"wait_ms\": " << m.wait_ms << ", \"comm\": {";
   bool first = true;
   for (const auto& e : m.traffic) {
     if (e.calls == 0)
@@ -70,6 +70,9 @@ std::string format_json(const StepMetrics& m) {
   out << "}}";
   return out.str();
 }
+
+// Gradient bucket size for the data-parallel reduction.
+constexpr double kBucketBytes = 25e6;
 
 double measure_gemm_gflops() {
   const int n = 512;
@@ -90,32 +93,32 @@ double measure_gemm_gflops() {
 }
 
 namespace {
-// The layouts this version trains: tensor parallelism alone (pipeline and data
-// parallel training, sequence parallelism and recomputation are not part of it
-// yet); a deck asking for them is refused rather than run without them.
+// Sequence parallelism is not part of this version; a deck asking for it is
+// refused rather than run without it.
 comm::Layout trainable(const io::Deck& deck) {
-  const comm::Layout layout = deck.parallel.layout();
-  if (layout.dp != 1 || layout.pp != 1)
-    throw Error(deck.source + ": parallel layout " + layout.describe() +
-                    ": cubelm train runs tensor-parallel layouts only in this version "
-                    "(pipeline_size = data_size = 1)",
-                true);
   if (deck.parallel.sequence_parallel)
     throw Error(deck.source + ": parallel.sequence_parallel = true: this version has no "
                               "sequence parallelism; set it to false",
                 true);
-  if (deck.parallel.recompute != "none")
-    throw Error(deck.source + ": parallel.recompute = \"" + deck.parallel.recompute +
-                    "\": this version keeps all activations; set it to \"none\"",
-                true);
-  return layout;
+  return deck.parallel.layout();
+}
+
+PipelinePlan plan_of(const io::Deck& deck) {
+  const io::ParallelConfig& p = deck.parallel;
+  return make_plan(p.schedule, p.pipeline_size, p.microbatches, p.virtual_stages,
+                   deck.model.layers);
+}
+
+int stage_of(const io::Deck& deck, const comm::Communicator& comm) {
+  return comm::coords_of(trainable(deck), comm.rank()).pp;
 }
 } // namespace
 
 Trainer::Trainer(const io::Deck& deck, const comm::Communicator& comm)
-    : deck_(deck), comm_(comm),
+    : deck_(deck), comm_(comm), plan_(plan_of(deck)), timeline_(simulate(plan_)),
+      stage_(plan_, stage_of(deck, comm)),
       net_(deck.model, deck.micro_batch(), static_cast<std::uint64_t>(deck.train.seed),
-           trainable(deck), comm) {
+           trainable(deck), comm, stage_.layout(deck.parallel.recompute == "full")) {
   const io::DataConfig& d = deck.data;
   const io::ModelConfig& m = deck.model;
   if (d.format == "synthetic") {
@@ -128,10 +131,13 @@ Trainer::Trainer(const io::Deck& deck, const comm::Communicator& comm)
   sampler_ = io::make_sampler(d.sampler, static_cast<std::int64_t>(tokens_.size()),
                               deck.train.global_batch, m.seq_len,
                               static_cast<std::uint64_t>(deck.train.seed));
-  for (const auto& p : net_.model->params()) {
-    m_.emplace_back("cubelm::adam_m::" + p.name, p.size());
-    v_.emplace_back("cubelm::adam_v::" + p.name, p.size());
-  }
+  // Data-parallel replicas hold the same blocks: the first writes them.
+  if (net_.grid->dp().rank() != 0)
+    for (auto& p : net_.model->params())
+      p.writer = false;
+  dp_ = std::make_unique<DataParallel>(*net_.model, *net_.grid, kBucketBytes,
+                                       deck.parallel.zero == 1);
+  batches_.resize(static_cast<std::size_t>(deck.parallel.microbatches));
   peak_gflops_ = deck.log.peak_gflops;
 }
 
@@ -139,67 +145,65 @@ Trainer::~Trainer() = default;
 
 model::Memory Trainer::memory() const {
   model::Memory mem = net_.model->memory();
-  mem.optimizer = 2 * mem.parameters; // AdamW's m and v
+  mem.optimizer = dp_->optimizer_bytes();
   return mem;
 }
 
 void Trainer::save(const std::string& path) const {
-  save_checkpoint(path, deck_, *net_.model, &m_, &v_, step_, comm_);
+  const auto m = dp_->moments(0), v = dp_->moments(1);
+  save_checkpoint(path, deck_, *net_.model, &m, &v, step_, comm_);
 }
 
 void Trainer::resume(const std::string& path) {
-  step_ = load_checkpoint(path, *net_.model, m_, v_, comm_);
-}
-
-void Trainer::optimizer_step(double grad_norm, double lr) {
-  const ExecSpace exec;
-  const io::OptimizerConfig& o = deck_.optimizer;
-  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
-  const double clip = o.grad_clip > 0 ? o.grad_clip / (grad_norm + 1e-6) : 1.0;
-  auto& params = net_.model->params();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (clip < 1.0)
-      kernels::scale<real>(exec, params[i].grad, static_cast<real>(clip));
-    kernels::AdamW hp;
-    hp.lr = lr;
-    hp.beta1 = o.beta1;
-    hp.beta2 = o.beta2;
-    hp.eps = o.eps;
-    hp.weight_decay = params[i].decay ? o.weight_decay : 0.0;
-    hp.step = step_ + 1;
-    kernels::adamw_update<real>(exec, hp, params[i].value, params[i].grad, m_[i], v_[i]);
-  }
-  exec.fence();
+  auto m = dp_->moments(0), v = dp_->moments(1);
+  step_ = load_checkpoint(path, *net_.model, m, v, comm_);
+  dp_->set_moments(m, v);
 }
 
 StepMetrics Trainer::step() {
   Kokkos::Timer timer;
-  const ExecSpace exec;
   const int micro = deck_.micro_batch();
   const int seq = deck_.model.seq_len;
+  const int count = deck_.parallel.microbatches;
   const double tokens = static_cast<double>(deck_.train.global_batch) * seq;
   model::ShardedGPT<real>& model = *net_.model;
-  const comm::TrafficCounters& traffic = net_.grid->traffic();
+  const comm::ProcessGrid& grid = *net_.grid;
+  const comm::TrafficCounters& traffic = grid.traffic();
   const std::vector<comm::TrafficEntry> before = traffic.entries();
+  // Micro-batch k of data-parallel rank d: rows (d m + k) micro of the global batch.
+  const int d = grid.coords().dp;
+  for (int k = 0; k < count; ++k)
+    sampler_->fill_rows(tokens_, step_, (d * count + k) * micro, micro,
+                        batches_[static_cast<std::size_t>(k)]);
   model.zero_grad();
-  double loss_sum = 0;
-  for (int mb = 0; mb < deck_.parallel.microbatches; ++mb) {
-    sampler_->fill_rows(tokens_, step_, mb * micro, micro, batch_);
-    loss_sum += model.forward_backward(batch_.inputs, batch_.targets, 1.0 / tokens);
-  }
-  // Global norm: each element once (replicas are not counted), summed over the group.
-  auto& sq = grad_sq_;
-  sq(0) = 0;
-  for (const auto& p : model.params())
-    if (p.counted)
-      sq(0) += kernels::sum_squares<real>(exec, p.grad);
-  net_.grid->tp().all_reduce(HostExecSpace(), sq);
+  dp_->start_step();
+  const PipelineStage::Result run =
+      stage_.run(model, grid, batches_, 1.0 / tokens, [&](int unit) { dp_->unit_done(unit); });
+  dp_->finish();
+  // The loss (from the last stage, once per tensor-parallel group) and the squared
+  // gradient norm (each element once), summed over the world.
+  sums_(0) = model.stage().last && grid.tp().rank() == 0 ? run.loss_sum : 0.0;
+  sums_(1) = dp_->sum_squares();
+  if (grid.world().size() > 1)
+    grid.world().all_reduce(HostExecSpace(), sums_);
   StepMetrics m;
   m.step = step_;
-  m.loss = loss_sum / tokens;
-  m.grad_norm = std::sqrt(sq(0));
+  m.loss = sums_(0) / tokens;
+  m.grad_norm = std::sqrt(sums_(1));
   m.lr = learning_rate(deck_.optimizer, deck_.train.steps, step_);
-  optimizer_step(m.grad_norm, m.lr);
+  const io::OptimizerConfig& o = deck_.optimizer;
+  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
+  const double clip = o.grad_clip > 0 ? o.grad_clip / (m.grad_norm + 1e-6) : 1.0;
+  if (clip < 1.0)
+    dp_->scale(static_cast<real>(clip));
+  kernels::AdamW hp;
+  hp.lr = m.lr;
+  hp.beta1 = o.beta1;
+  hp.beta2 = o.beta2;
+  hp.eps = o.eps;
+  hp.weight_decay = o.weight_decay;
+  hp.step = step_ + 1;
+  dp_->update(hp);
   m.traffic = traffic.entries();
   for (auto& e : m.traffic) // this step's share: subtract what was counted before it
     for (const auto& b : before)
@@ -210,6 +214,7 @@ StepMetrics Trainer::step() {
   for (const auto& e : m.traffic)
     m.comm_bytes += e.bytes;
   m.ms = timer.seconds() * 1e3;
+  m.wait_ms = run.wait_s * 1e3;
   m.tokens_per_s = tokens / timer.seconds();
   // The model's FLOPs are shared by all ranks of the layout.
   m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9 /
@@ -262,6 +267,30 @@ int run_training(const io::Deck& deck, std::ostream& out) {
                 mem.parameters / 1048576.0, mem.gradients / 1048576.0, mem.optimizer / 1048576.0,
                 mem.activations / 1048576.0);
   say << line;
+  const PipelinePlan& plan = trainer.plan();
+  if (plan.stages > 1 || plan.chunks > 1 || deck.parallel.microbatches > 1) {
+    std::string idle, held;
+    for (int s = 0; s < plan.stages; ++s) {
+      std::snprintf(line, sizeof(line), "%s%.3f", s ? " " : "", trainer.timeline().bubble(s));
+      idle += line;
+      held += (s ? " " : "") +
+              std::to_string(trainer.timeline().peak_in_flight[static_cast<std::size_t>(s)]);
+    }
+    std::snprintf(line, sizeof(line),
+                  "pipeline: %s, %d stage(s) x %d chunk(s), %d micro-batches; idle/busy per stage "
+                  "(unit-cost model) %s; activation sets held per stage %s\n",
+                  plan.schedule.c_str(), plan.stages, plan.chunks, plan.micro, idle.c_str(),
+                  held.c_str());
+    say << line;
+  }
+  if (deck.parallel.data_size > 1) {
+    std::snprintf(line, sizeof(line),
+                  "data parallel: %d replicas, %s, %d gradient bucket(s) on rank 0\n",
+                  deck.parallel.data_size,
+                  deck.parallel.zero ? "ZeRO-1 (optimizer state sharded)" : "optimizer replicated",
+                  trainer.data_parallel().buckets());
+    say << line;
+  }
   const std::string from = resume_file(deck);
   if (!from.empty()) {
     trainer.resume(from);
@@ -286,11 +315,12 @@ int run_training(const io::Deck& deck, std::ostream& out) {
     say << "checkpoint " << path << "\n" << std::flush;
   };
   StepMetrics last;
-  double total_ms = 0;
+  double total_ms = 0, wait_ms = 0;
   const int first = trainer.steps_done();
   for (int s = first; s < steps; ++s) {
     last = trainer.step();
     total_ms += last.ms;
+    wait_ms += last.wait_ms;
     if (metrics.is_open())
       metrics << format_json(last) << "\n" << std::flush;
     if (s % deck.log.interval == 0 || s + 1 == steps)
@@ -300,6 +330,20 @@ int run_training(const io::Deck& deck, std::ostream& out) {
   }
   if (steps > first) {
     save(steps);
+    if (plan.stages > 1) {
+      // Wall-clock share of the step each stage spent waiting for its neighbours.
+      const comm::Group& pp = trainer.grid().pp();
+      Kokkos::View<double*, Kokkos::HostSpace> mine("cubelm::wait", 1),
+          all("cubelm::waits", pp.size());
+      mine(0) = total_ms > 0 ? wait_ms / total_ms : 0.0;
+      pp.all_gather(HostExecSpace(), mine, all);
+      say << "waiting for other stages (wall clock, share of step time):";
+      for (int s = 0; s < pp.size(); ++s) {
+        std::snprintf(line, sizeof(line), " stage %d %.1f%%", s, 100.0 * all(s));
+        say << line;
+      }
+      say << "\n";
+    }
     say << "communication of rank 0 over " << steps - first
         << " steps (modelled bytes sent, docs/communication.md):\n";
     for (const auto& e : trainer.traffic().entries())

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace cubelm::model {
 
@@ -22,6 +25,33 @@ inline std::int64_t parameter_count(const io::ModelConfig& m) {
   const std::int64_t h = m.hidden;
   return static_cast<std::int64_t>(m.vocab_size) * h + static_cast<std::int64_t>(m.seq_len) * h +
          m.layers * parameters_per_layer(m) + 2 * h;
+}
+
+/// \brief Every parameter of the model with its global shape (DESIGN §5 names, below
+/// /model), in a fixed order: wte, wpe, the layers, ln_f.
+inline std::vector<std::pair<std::string, std::vector<std::int64_t>>>
+parameter_shapes(const io::ModelConfig& m) {
+  const std::int64_t h = m.hidden;
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> all = {{"wte", {m.vocab_size, h}},
+                                                                        {"wpe", {m.seq_len, h}}};
+  for (int l = 0; l < m.layers; ++l) {
+    const std::string p = "layers/" + std::to_string(l) + "/";
+    for (const char* ln : {"ln1", "ln2"}) {
+      all.push_back({p + ln + "/gamma", {h}});
+      all.push_back({p + ln + "/beta", {h}});
+    }
+    for (const char* w : {"wq", "wk", "wv", "wo"})
+      all.push_back({p + "attn/" + w, {h, h}});
+    for (const char* b : {"bq", "bk", "bv", "bo"})
+      all.push_back({p + "attn/" + b, {h}});
+    all.push_back({p + "mlp/w1", {h, 4 * h}});
+    all.push_back({p + "mlp/b1", {4 * h}});
+    all.push_back({p + "mlp/w2", {4 * h, h}});
+    all.push_back({p + "mlp/b2", {h}});
+  }
+  all.push_back({"ln_f/gamma", {h}});
+  all.push_back({"ln_f/beta", {h}});
+  return all;
 }
 
 /// \brief Model FLOPs per token for forward + backward: 6 N + 12 L H T
@@ -40,93 +70,135 @@ struct Memory {
   std::int64_t total() const { return parameters + gradients + optimizer + activations; }
 };
 
+/// \brief What one pipeline stage holds, for sizing: its layers, its longest
+/// chunk, its activation slots, and whether it has the lookup and the head.
+struct StageShape {
+  int layers = 0;  ///< layers on the stage (all chunks)
+  int longest = 0; ///< layers of its longest chunk
+  int slots = 1;   ///< activation sets held at once
+  bool recompute = false;
+  bool first = true; ///< the embedding lookup (wte, wpe)
+  bool last = true;  ///< ln_f and the tied head (wte)
+  /// \brief The whole model on one stage, one slot.
+  static StageShape whole(const io::ModelConfig& m) {
+    return StageShape{m.layers, m.layers, 1, false, true, true};
+  }
+};
+
 /// \brief Parameter elements on one rank of the tensor-parallel group (`tp` ranks in
-/// `mode`; DESIGN §3 and docs/tensor-parallel.md for the layouts):
-///  - none/1d (p = tp): V H / p + T H + L (12 H^2 / p + 7 H / p + 6 H) + 2 H: vocabulary rows
-///    and weights split p ways; LayerNorms, wpe and the row-parallel biases replicated;
-///  - 2d (q^2 = tp): (V H + 12 L H^2 + 13 L H + 2 H) / q^2 + T H / q: every weight and vector
-///    in q^2 blocks; wpe holds a hidden block, replicated over the column;
-///  - 3d (q^3 = tp): (V H + 12 L H^2) / q^3 + (13 L + 2) H / q + T H / q: the weights fall as
-///    1/q^3; vectors and wpe hold a feature chunk, replicated over a plane.
-inline std::int64_t parameters_per_rank(const io::ModelConfig& m, comm::TensorMode mode, int tp) {
-  const std::int64_t h = m.hidden, v = m.vocab_size, t = m.seq_len, l = m.layers;
-  const std::int64_t matrices = v * h + 12 * l * h * h;
+/// `mode`; DESIGN §3 and docs/tensor-parallel.md for the layouts) for `stage`:
+///  - none/1d (p = tp): per layer 12 H^2 / p + 7 H / p + 6 H; wte V H / p, wpe T H, ln_f 2 H:
+///    vocabulary rows and weights split p ways; LayerNorms, wpe and the row-parallel
+///    biases replicated;
+///  - 2d (q^2 = tp): per layer (12 H^2 + 13 H) / q^2; wte V H / q^2, wpe T H / q (a hidden
+///    block, replicated over the column), ln_f 2 H / q^2;
+///  - 3d (q^3 = tp): per layer 12 H^2 / q^3 + 13 H / q; wte V H / q^3, wpe T H / q, ln_f
+///    2 H / q: the weights fall as 1/q^3; vectors and wpe hold a feature chunk, replicated
+///    over a plane.
+/// wte is held by the first stage (lookup) and by the last (head).
+inline std::int64_t parameters_per_rank(const io::ModelConfig& m, comm::TensorMode mode, int tp,
+                                        const StageShape& stage) {
+  const std::int64_t h = m.hidden, v = m.vocab_size, t = m.seq_len;
+  std::int64_t layer = 0, wte = 0, wpe = 0, lnf = 0;
   switch (mode) {
   case comm::TensorMode::d2: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
-    return (matrices + 13 * l * h + 2 * h) / (q * q) + t * h / q;
+    layer = (12 * h * h + 13 * h) / (q * q), wte = v * h / (q * q), wpe = t * h / q;
+    lnf = 2 * h / (q * q);
+    break;
   }
   case comm::TensorMode::d3: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
-    return matrices / (q * q * q) + (13 * l + 2) * h / q + t * h / q;
+    layer = 12 * h * h / (q * q * q) + 13 * h / q, wte = v * h / (q * q * q), wpe = t * h / q;
+    lnf = 2 * h / q;
+    break;
   }
   case comm::TensorMode::none:
   case comm::TensorMode::d1:
+    layer = 12 * h * h / tp + 7 * h / tp + 6 * h, wte = v * h / tp, wpe = t * h, lnf = 2 * h;
     break;
   }
-  const std::int64_t p = tp;
-  return v * h / p + t * h + l * (12 * h * h / p + 7 * h / p + 6 * h) + 2 * h;
+  return stage.layers * layer + (stage.first || stage.last ? wte : 0) + (stage.first ? wpe : 0) +
+         (stage.last ? lnf : 0);
 }
 
-/// \brief Activation elements on one rank for micro-batches of `micro` sequences: the
-/// model's saved activations and backward buffers, and the mode's own buffers (LayerNorm
-/// statistics, logits and cross-entropy rows, gathered blocks, scratch shared by all
-/// layers). N = micro T tokens; each rank holds n = N / tp_rows of them (1d: n = N, 2d:
-/// N / q, 3d: N / q^2), ho / hi the local columns of the residual stream and of the inside
-/// of a pair, s = (micro / tp_rows) (heads / split) T^2 attention scores. The model:
-/// L (2 n ho + 16 n hi + s) + (2L + 4) n ho + 16 n hi + s. The mode: docs/tensor-parallel.md.
+/// \brief The same for the whole model on one stage.
+inline std::int64_t parameters_per_rank(const io::ModelConfig& m, comm::TensorMode mode, int tp) {
+  return parameters_per_rank(m, mode, tp, StageShape::whole(m));
+}
+
+/// \brief Activation elements on one rank of `stage` for micro-batches of `micro`
+/// sequences: the model's saved activations and backward buffers, and the mode's own
+/// buffers (logits and cross-entropy rows, gathered blocks, scratch shared by all layers).
+/// N = micro T tokens; each rank holds n = N / tp_rows of them (1d: n = N, 2d: N / q,
+/// 3d: N / q^2), ho / hi the local columns of the residual stream and of the inside of a
+/// pair, s = (micro / tp_rows) (heads / split) T^2 attention scores. A layer's saved
+/// activations are A = 2 n ho + 16 n hi + s + 4 n (with the LayerNorm statistics). Per
+/// slot: (2c + 1) n ho of residual stream and c A (recomputation: (c + 1) n ho only), c the
+/// longest chunk, and on the last stage n ho + 2 n for ln_f; once: 2 n ho + 16 n hi + s of
+/// backward buffers, and with recomputation one A and 2 n ho to re-run a layer in. The
+/// mode's buffers: docs/tensor-parallel.md.
 inline std::int64_t activations_per_rank(const io::ModelConfig& m, comm::TensorMode mode, int tp,
-                                         int micro) {
-  const std::int64_t h = m.hidden, v = m.vocab_size, t = m.seq_len, l = m.layers;
+                                         int micro, const StageShape& stage) {
+  const std::int64_t h = m.hidden, v = m.vocab_size, t = m.seq_len;
   const std::int64_t big_n = static_cast<std::int64_t>(micro) * t;
+  const std::int64_t lns = 2 * stage.layers + (stage.last ? 1 : 0);
+  const bool any = stage.layers > 0, in = stage.first, out = stage.last;
+  auto when = [](bool c, std::int64_t x) { return c ? x : std::int64_t(0); };
   std::int64_t n = big_n, ho = h, hi = h, heads = m.heads, seqs = micro, extra = 0;
   switch (mode) {
   case comm::TensorMode::d2: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t split = q > 1 ? 1 : 0; // vectors: gathered block, partial, piece
     n = big_n / q, ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / q;
-    extra = (2 * l + 1) * (4 * n + split * 2 * (2 * h / q + h / (q * q))) +
-            l * split * (2 * 9 * h / q + 9 * h / (q * q)) + big_n + n * v / q + 5 * n +
-            std::max(n * 4 * h / q, n * v / q) +                  // broadcast activation
-            std::max(4 * h * h / (q * q), v * h / (q * q)) +      // broadcast weight
-            std::max({n * 4 * h / q, big_n * h / q, n * v / q}) + // partial products
-            2 * std::max(4 * h * h / (q * q), v * h / (q * q));   // weight partial, sum
+    const std::int64_t w4 = 4 * h * h / (q * q), wv = v * h / (q * q);
+    extra = lns * (2 * n + split * 2 * (2 * h / q + h / (q * q))) +
+            stage.layers * split * (2 * 9 * h / q + 9 * h / (q * q)) + when(in, big_n) +
+            when(out, n * v / q + 5 * n) +
+            std::max(when(any, n * 4 * h / q), when(out, n * v / q)) +   // kAct
+            std::max(when(any, w4), when(out, wv)) +                     // kWeight
+            std::max({when(any, n * 4 * h / q), when(in, big_n * h / q), //
+                      when(out, n * v / q)}) +                           // kPartial
+            2 * std::max(when(any, w4), when(out, wv));                  // partial, sum
     break;
   }
   case comm::TensorMode::d3: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t sum = q > 1 ? 1 : 0; // replicated vectors: a partial gradient
     n = big_n / (q * q), ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / (q * q);
-    extra = (2 * l + 1) * (4 * n + sum * 2 * h / q) + l * sum * 9 * h / q + sum * t * h / q +
-            n * q + 2 * (v / q) * (h / q) + n * v / q + 5 * n + 4 * n * h + // gathered input
-            4 * h * h / (q * q) +                                           // gathered weight
-            n * std::max(4 * h, v) +                                        // gathered output
-            4 * n * h +                                             // input-gradient partial
-            4 * h * h / (q * q) +                                   // weight-gradient partial
-            std::max(4 * h * h / (q * q * q), v * h / (q * q * q)); // its reduced block
+    const std::int64_t w4 = 4 * h * h / (q * q);
+    extra = lns * (2 * n + sum * 2 * h / q) + stage.layers * sum * 9 * h / q +
+            when(in, sum * t * h / q + n * q) + 2 * (v / q) * (h / q) +
+            when(out, n * v / q + 5 * n) +
+            std::max(when(any, 4 * n * h), when(in || out, n * h)) +              // kInput
+            when(any, w4) +                                                       // kWeight
+            std::max({when(any, 4 * n * h), when(in, n * h), when(out, n * v)}) + // kOutput
+            std::max(when(any, 4 * n * h), when(out, n * h)) +                    // kInputGrad
+            when(any, w4) +                                                       // kWeightGrad
+            std::max(when(any, 4 * h * h / (q * q * q)), v * h / (q * q * q));    // kWeightBlock
     break;
   }
   case comm::TensorMode::none:
   case comm::TensorMode::d1:
     hi = h / tp, heads = m.heads / tp;
-    extra = (2 * l + 1) * 4 * n + 6 * n + n * v / tp;
+    extra = lns * 2 * n + when(in, n) + when(out, 5 * n + n * v / tp);
     break;
   }
   const std::int64_t scores = seqs * heads * t * t;
-  return l * (2 * n * ho + 16 * n * hi + scores) + (2 * l + 4) * n * ho + 16 * n * hi + scores +
-         extra;
+  const std::int64_t layer = 2 * n * ho + 16 * n * hi + scores + 4 * n;
+  const std::int64_t c = stage.longest;
+  const std::int64_t per_slot =
+      (stage.recompute ? (c + 1) * n * ho : (2 * c + 1) * n * ho + c * layer) +
+      when(out, n * ho + 2 * n);
+  const std::int64_t once =
+      2 * n * ho + 16 * n * hi + scores + when(stage.recompute && c > 0, layer + 2 * n * ho);
+  return stage.slots * per_slot + once + extra;
 }
 
-/// \brief Memory per rank of a deck's layout (float32).
-inline Memory estimate_memory(const io::Deck& deck) {
-  const comm::TensorMode mode = deck.parallel.tensor_mode;
-  const int tp = deck.parallel.tensor_size;
-  Memory mem;
-  mem.parameters = 4 * parameters_per_rank(deck.model, mode, tp);
-  mem.gradients = mem.parameters;
-  mem.optimizer = 2 * mem.parameters;
-  mem.activations = 4 * activations_per_rank(deck.model, mode, tp, deck.micro_batch());
-  return mem;
+/// \brief The same for the whole model on one stage, one slot.
+inline std::int64_t activations_per_rank(const io::ModelConfig& m, comm::TensorMode mode, int tp,
+                                         int micro) {
+  return activations_per_rank(m, mode, tp, micro, StageShape::whole(m));
 }
 
 } // namespace cubelm::model

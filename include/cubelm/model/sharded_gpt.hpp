@@ -71,6 +71,10 @@ public:
   /// replaces the input, which backward no longer needs).
   const Mat<T>& input_grad(int slot) const { return input(slot); }
 
+  /// \brief Gives `slot` a new input buffer: the old one stays alive only as long as
+  /// something else (a send in flight) holds it.
+  void detach_input(int slot);
+
   /// \brief Forward of local chunk `chunk` for the micro-batch in `slot`; `inputs`
   /// (batch x seq_len ids, the whole micro-batch) is read by the embedding only.
   void forward(int chunk, int slot, const std::vector<std::int32_t>& inputs);

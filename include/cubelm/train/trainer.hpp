@@ -7,6 +7,9 @@
 #include "cubelm/io/data.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
+#include "cubelm/train/data_parallel.hpp"
+#include "cubelm/train/pipeline.hpp"
+#include "cubelm/train/schedule.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -32,7 +35,8 @@ struct StepMetrics {
   double gflops_per_rank = 0;
   double mfu = 0;
   std::int64_t mem_bytes = 0;
-  double comm_bytes = 0;                   ///< modelled bytes this rank sent in the step
+  double comm_bytes = 0; ///< modelled bytes this rank sent in the step
+  double wait_ms = 0;    ///< wall-clock time this rank waited for other pipeline stages
   std::vector<comm::TrafficEntry> traffic; ///< the same per group and collective kind
 };
 
@@ -71,18 +75,24 @@ public:
   bool is_root() const { return net_.grid->coords().world == 0; }
   /// \brief Sets the per-rank peak used for MFU.
   void set_peak_gflops(double peak) { peak_gflops_ = peak; }
+  /// \brief The pipeline schedule of every stage and its unit-cost timeline.
+  const PipelinePlan& plan() const { return plan_; }
+  const Timeline& timeline() const { return timeline_; }
+  const comm::ProcessGrid& grid() const { return *net_.grid; }
+  DataParallel& data_parallel() { return *dp_; }
 
 private:
-  void optimizer_step(double grad_norm, double lr);
-
   io::Deck deck_;
   comm::Communicator comm_;
   std::vector<std::int32_t> tokens_;
   std::unique_ptr<io::Sampler> sampler_;
+  PipelinePlan plan_;
+  Timeline timeline_;
+  PipelineStage stage_;
   model::GridModel<real> net_;
-  std::vector<kernels::Vec<real>> m_, v_;
-  io::Batch batch_;
-  Kokkos::View<double*, Kokkos::HostSpace> grad_sq_{"cubelm::grad_sq", 1};
+  std::unique_ptr<DataParallel> dp_;
+  std::vector<io::Batch> batches_;
+  Kokkos::View<double*, Kokkos::HostSpace> sums_{"cubelm::step_sums", 2}; // loss, grad^2
   int step_ = 0;
   double floor_ = -1;
   double peak_gflops_ = 0;

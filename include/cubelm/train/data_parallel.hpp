@@ -1,0 +1,85 @@
+#pragma once
+/// \file
+/// \brief Gradient buckets, their data-parallel reduction overlapped with the
+/// backward pass, the tied-embedding sum between the pipeline's ends, and AdamW on
+/// the optimizer state this rank owns (all of it, or its ZeRO-1 shard).
+///
+/// The parameters of a rank are moved into two flat buffers (values and
+/// gradients) laid out in the order their gradients complete in backward: ln_f
+/// and the head, the layers from the last to the first, the embedding. Buckets
+/// are runs of whole units (a layer, ln_f, the embedding) of at least
+/// `bucket_bytes`; the tied wte has a bucket of its own, at the start, so it lines
+/// up between the first and the last pipeline stage. A bucket's reduction starts
+/// (non-blocking) as soon as the backward pass has completed every unit in it.
+/// Without ZeRO the buckets are all-reduced over dp and every rank updates every
+/// element; with ZeRO-1 each bucket (padded to a multiple of dp) is
+/// reduce-scattered, rank d updates piece d with its own moments, and the
+/// updated values are all-gathered.
+
+#include "cubelm/comm/grid.hpp"
+#include "cubelm/kernels/optim.hpp"
+#include "cubelm/model/sharded_gpt.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace cubelm::train {
+
+class DataParallel {
+public:
+  /// \brief Takes over the storage of `model`'s parameters (they keep their values).
+  DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGrid& grid, double bucket_bytes,
+               bool zero);
+  ~DataParallel();
+
+  /// \brief Before the first backward of a step.
+  void start_step();
+  /// \brief The backward pass completed `unit` for the last time in this step
+  /// (ShardedGPT::UnitDone); starts the reduction of the buckets it completes.
+  void unit_done(int unit);
+  /// \brief Starts what has not started (units this step never reported), waits for
+  /// every reduction and sums wte over the pipeline's ends: afterwards each rank holds
+  /// the summed gradient of every element it updates.
+  void finish();
+
+  /// \brief Sum of squares of the gradient elements this rank accounts for in the global
+  /// norm (each element of the model once over the world).
+  double sum_squares() const;
+  /// \brief Multiplies the gradients this rank updates by `factor` (clipping).
+  void scale(real factor);
+  /// \brief AdamW on this rank's elements (the whole stage, or its ZeRO shard), then the
+  /// all-gather of the updated shards. `hp.weight_decay` is applied to matrices only.
+  void update(const kernels::AdamW& hp);
+
+  /// \brief AdamW moments m (which = 0) or v (which = 1) of every parameter of the stage,
+  /// in params() order, whole blocks (gathered over dp under ZeRO).
+  std::vector<kernels::Vec<real>> moments(int which) const;
+  /// \brief Sets the moments from whole blocks (each rank keeps its shard).
+  void set_moments(const std::vector<kernels::Vec<real>>& m,
+                   const std::vector<kernels::Vec<real>>& v);
+
+  /// \brief Bytes of the AdamW moments this rank holds (and, under ZeRO, the buffers of
+  /// its reduce-scattered gradient pieces).
+  std::int64_t optimizer_bytes() const;
+  /// \brief Buckets and their sizes, for reports and tests.
+  int buckets() const;
+  std::int64_t bucket_elements(int b) const;
+  bool zero() const { return zero_; }
+
+private:
+  struct Bucket;
+  struct Segment; // the part of one parameter inside this rank's shard of a bucket
+  void launch(Bucket& b);
+  kernels::Vec<real> range(const kernels::Vec<real>& all, std::int64_t first, std::int64_t n) const;
+
+  model::ShardedGPT<real>& model_;
+  const comm::ProcessGrid& grid_;
+  bool zero_;
+  int shards_; // dp under ZeRO, else 1
+  kernels::Vec<real> values_, grads_, m_, v_;
+  std::vector<Bucket> buckets_;
+  std::vector<Segment> segments_;
+  std::vector<std::int64_t> offset_; // per parameter: its first element in values_/grads_
+};
+
+} // namespace cubelm::train

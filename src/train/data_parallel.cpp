@@ -1,0 +1,282 @@
+#include "cubelm/train/data_parallel.hpp"
+
+#include "cubelm/core/error.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace cubelm::train {
+
+using kernels::Vec;
+
+struct DataParallel::Bucket {
+  std::int64_t first = 0, size = 0; // elements of values_/grads_, padded to a multiple of shards
+  std::int64_t moment_first = 0;    // this rank's piece in m_/v_
+  std::vector<int> units;           // distinct units whose gradients it holds
+  int remaining = 0;                // units not yet complete this step
+  bool started = false;
+  Vec<real> piece; // ZeRO: the reduce-scattered gradient piece, then values
+  comm::Request request;
+};
+
+struct DataParallel::Segment {
+  std::int64_t first, n, moment_first;
+  bool decay, counted;
+};
+
+namespace {
+
+// The unit whose completion makes a parameter's gradient final (see UnitDone).
+int unit_of(const std::string& name, bool lookup, int layers) {
+  if (name == "wte")
+    return lookup ? -1 : layers; // the head's copy is done with ln_f
+  if (name == "wpe")
+    return -1;
+  if (name.rfind("ln_f", 0) == 0)
+    return layers;
+  const std::string prefix = "layers/";
+  CUBELM_ASSERT(name.rfind(prefix, 0) == 0, "parameter '" + name + "' belongs to no unit");
+  return std::stoi(name.substr(prefix.size()));
+}
+
+} // namespace
+
+DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGrid& grid,
+                           double bucket_bytes, bool zero)
+    : model_(model), grid_(grid), zero_(zero), shards_(zero ? grid.dp().size() : 1) {
+  auto& params = model.params();
+  const int layers = model.config().layers;
+  const bool lookup = model.stage().first;
+  // Order: wte alone first, then units in the order backward completes them.
+  std::vector<std::size_t> order(params.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  auto key = [&](std::size_t i) {
+    return params[i].name == "wte" ? layers + 1 : unit_of(params[i].name, lookup, layers);
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return key(a) > key(b); });
+  const auto per_bucket =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_bytes / sizeof(real)));
+  offset_.assign(params.size(), 0);
+  std::int64_t total = 0;
+  std::vector<std::vector<std::size_t>> members;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const std::size_t i = order[k];
+    const bool new_unit = k == 0 || key(order[k - 1]) != key(i);
+    const bool alone = params[i].name == "wte" || (k > 0 && params[order[k - 1]].name == "wte");
+    if (buckets_.empty() || alone || (new_unit && buckets_.back().size >= per_bucket)) {
+      if (!buckets_.empty()) { // pad the finished bucket
+        Bucket& b = buckets_.back();
+        b.size = (b.size + shards_ - 1) / shards_ * shards_;
+        total = b.first + b.size;
+      }
+      buckets_.emplace_back();
+      buckets_.back().first = total;
+      members.emplace_back();
+    }
+    Bucket& b = buckets_.back();
+    offset_[i] = b.first + b.size;
+    b.size += params[i].size();
+    const int u = unit_of(params[i].name, lookup, layers);
+    if (std::find(b.units.begin(), b.units.end(), u) == b.units.end())
+      b.units.push_back(u);
+    members.back().push_back(i);
+  }
+  if (!buckets_.empty()) {
+    Bucket& b = buckets_.back();
+    b.size = (b.size + shards_ - 1) / shards_ * shards_;
+    total = b.first + b.size;
+  }
+  // Move the parameters into the flat buffers.
+  values_ = Vec<real>("cubelm::values", total);
+  grads_ = Vec<real>("cubelm::grads", total);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto& p = params[i];
+    const auto r = std::make_pair(offset_[i], offset_[i] + p.size());
+    Kokkos::deep_copy(Kokkos::subview(values_, r), p.value);
+    Kokkos::deep_copy(Kokkos::subview(grads_, r), p.grad);
+    p.value = Kokkos::subview(values_, r);
+    p.grad = Kokkos::subview(grads_, r);
+  }
+  // This rank's piece of every bucket, and the parameters' parts in it.
+  const int rank = zero ? grid.dp().rank() : 0;
+  std::int64_t moments = 0;
+  for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
+    Bucket& b = buckets_[bi];
+    const std::int64_t piece = b.size / shards_;
+    const std::int64_t lo = b.first + rank * piece, hi = lo + piece;
+    b.moment_first = moments;
+    if (zero && shards_ > 1)
+      b.piece = Vec<real>("cubelm::grad_piece", piece);
+    for (const std::size_t i : members[bi]) {
+      const std::int64_t a = std::max(lo, offset_[i]);
+      const std::int64_t e = std::min(hi, offset_[i] + params[i].size());
+      if (a < e)
+        segments_.push_back({a, e - a, moments + (a - lo), params[i].decay, params[i].counted});
+    }
+    moments += piece;
+  }
+  m_ = Vec<real>("cubelm::adam_m", moments);
+  v_ = Vec<real>("cubelm::adam_v", moments);
+}
+
+DataParallel::~DataParallel() {
+  for (auto& b : buckets_)
+    b.request.wait();
+}
+
+int DataParallel::buckets() const {
+  return static_cast<int>(buckets_.size());
+}
+
+std::int64_t DataParallel::bucket_elements(int b) const {
+  return buckets_.at(static_cast<std::size_t>(b)).size;
+}
+
+std::int64_t DataParallel::optimizer_bytes() const {
+  std::int64_t n = 2 * m_.extent_int(0);
+  for (const auto& b : buckets_)
+    n += b.piece.extent_int(0);
+  return n * static_cast<std::int64_t>(sizeof(real));
+}
+
+Vec<real> DataParallel::range(const Vec<real>& all, std::int64_t first, std::int64_t n) const {
+  return Kokkos::subview(all, std::make_pair(first, first + n));
+}
+
+void DataParallel::start_step() {
+  for (auto& b : buckets_) {
+    b.request.wait();
+    b.started = false;
+    b.remaining = static_cast<int>(b.units.size());
+  }
+}
+
+void DataParallel::launch(Bucket& b) {
+  b.started = true;
+  const comm::Group& dp = grid_.dp();
+  if (dp.size() == 1)
+    return;
+  const ExecSpace exec;
+  const Vec<real> grads = range(grads_, b.first, b.size);
+  if (zero_)
+    b.request = dp.ireduce_scatter(exec, grads, b.piece);
+  else
+    b.request = dp.iall_reduce(exec, grads);
+}
+
+void DataParallel::unit_done(int unit) {
+  for (auto& b : buckets_)
+    if (!b.started && std::find(b.units.begin(), b.units.end(), unit) != b.units.end() &&
+        --b.remaining == 0)
+      launch(b);
+}
+
+void DataParallel::finish() {
+  const ExecSpace exec;
+  for (auto& b : buckets_)
+    if (!b.started)
+      launch(b);
+  const int rank = zero_ ? grid_.dp().rank() : 0;
+  for (auto& b : buckets_) {
+    b.request.wait();
+    if (zero_ && grid_.dp().size() > 1)
+      Kokkos::deep_copy(exec, range(grads_, b.first + rank * (b.size / shards_), b.size / shards_),
+                        b.piece);
+  }
+  // The tied wte: the lookup's and the head's gradients, summed between the ends.
+  const comm::Group& ends = grid_.embedding();
+  if (ends.size() > 1 && !buckets_.empty()) {
+    const Bucket& b = buckets_.front();
+    const std::int64_t piece = b.size / shards_;
+    ends.all_reduce(exec, range(grads_, b.first + rank * piece, piece));
+  }
+  exec.fence();
+}
+
+double DataParallel::sum_squares() const {
+  if (!zero_ && grid_.dp().rank() != 0)
+    return 0.0; // identical on every dp rank: counted once
+  const ExecSpace exec;
+  double sum = 0;
+  for (const auto& s : segments_)
+    if (s.counted)
+      sum += kernels::sum_squares<real>(exec, range(grads_, s.first, s.n));
+  return sum;
+}
+
+void DataParallel::scale(real factor) {
+  const ExecSpace exec;
+  for (const auto& s : segments_)
+    kernels::scale<real>(exec, range(grads_, s.first, s.n), factor);
+  exec.fence();
+}
+
+void DataParallel::update(const kernels::AdamW& hp) {
+  const ExecSpace exec;
+  for (const auto& s : segments_) {
+    kernels::AdamW h = hp;
+    h.weight_decay = s.decay ? hp.weight_decay : 0.0;
+    kernels::adamw_update<real>(exec, h, range(values_, s.first, s.n), range(grads_, s.first, s.n),
+                                range(m_, s.moment_first, s.n), range(v_, s.moment_first, s.n));
+  }
+  const comm::Group& dp = grid_.dp();
+  if (zero_ && dp.size() > 1) {
+    const std::int64_t rank = dp.rank();
+    for (auto& b : buckets_) {
+      const std::int64_t piece = b.size / shards_;
+      Kokkos::deep_copy(exec, b.piece, range(values_, b.first + rank * piece, piece));
+      b.request = dp.iall_gather(exec, b.piece, range(values_, b.first, b.size));
+    }
+    for (auto& b : buckets_)
+      b.request.wait();
+  }
+  exec.fence();
+}
+
+std::vector<Vec<real>> DataParallel::moments(int which) const {
+  const ExecSpace exec;
+  const Vec<real>& mine = which == 0 ? m_ : v_;
+  // The moments of every element of the stage, laid out as values_.
+  Vec<real> full = mine;
+  const comm::Group& dp = grid_.dp();
+  if (zero_ && dp.size() > 1) {
+    full = Vec<real>("cubelm::moments_gathered", values_.extent(0));
+    for (const auto& b : buckets_)
+      dp.all_gather(exec, range(mine, b.moment_first, b.size / shards_),
+                    range(full, b.first, b.size));
+  }
+  std::vector<Vec<real>> out;
+  const auto& params = model_.params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Vec<real> copy("cubelm::moment", params[i].size());
+    Kokkos::deep_copy(exec, copy, range(full, offset_[i], params[i].size()));
+    out.push_back(copy);
+  }
+  exec.fence();
+  return out;
+}
+
+void DataParallel::set_moments(const std::vector<Vec<real>>& m, const std::vector<Vec<real>>& v) {
+  const ExecSpace exec;
+  const auto& params = model_.params();
+  CUBELM_ASSERT(m.size() == params.size() && v.size() == params.size(),
+                "set_moments needs one block per parameter");
+  const int rank = zero_ ? grid_.dp().rank() : 0;
+  for (int which = 0; which < 2; ++which) {
+    const auto& from = which == 0 ? m : v;
+    Vec<real> full("cubelm::moments_whole", values_.extent(0));
+    for (std::size_t i = 0; i < params.size(); ++i)
+      Kokkos::deep_copy(exec, range(full, offset_[i], params[i].size()), from[i]);
+    const Vec<real>& mine = which == 0 ? m_ : v_;
+    for (const auto& b : buckets_) {
+      const std::int64_t piece = b.size / shards_;
+      Kokkos::deep_copy(exec, range(mine, b.moment_first, piece),
+                        range(full, b.first + rank * piece, piece));
+    }
+  }
+  exec.fence();
+}
+
+} // namespace cubelm::train

@@ -1,0 +1,224 @@
+// Pipeline and data parallelism composed with the tensor-parallel modes: every
+// schedule and layout the world size fits trains with the single-process
+// run's losses (full batch, one micro-batch), a checkpoint written by the most
+// parallel layout resumes on one process, and each stage holds the activation
+// sets its schedule needs.
+
+#include "cubelm/model/shape.hpp"
+#include "cubelm/train/trainer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <mpi.h>
+
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+using namespace cubelm;
+
+namespace {
+
+struct Case {
+  const char* mode; // tensor_mode
+  int tp, pp, dp;
+  const char* schedule;
+  int virtual_stages, microbatches, zero;
+  const char* recompute;
+};
+
+std::string describe(const Case& c) {
+  return std::string(c.mode) + " tp" + std::to_string(c.tp) + " pp" + std::to_string(c.pp) + " dp" +
+         std::to_string(c.dp) + " " + c.schedule + " v" + std::to_string(c.virtual_stages) + " m" +
+         std::to_string(c.microbatches) + (c.zero ? " zero" : "") + " recompute=" + c.recompute;
+}
+
+// Four sequences per micro-batch (2D and 3D split them over the group).
+int global_batch(const Case& c) {
+  return 4 * c.dp * c.microbatches;
+}
+
+io::Deck deck(const Case& c, int layers = 4) {
+  const std::string text = std::string(R"([model]
+vocab_size = 32
+seq_len = 8
+hidden = 16
+heads = 4
+layers = )") + std::to_string(layers) +
+                           R"(
+[parallel]
+tensor_mode = ")" + c.mode +
+                           R"("
+tensor_size = )" + std::to_string(c.tp) +
+                           "\npipeline_size = " + std::to_string(c.pp) +
+                           "\ndata_size = " + std::to_string(c.dp) + "\nschedule = \"" +
+                           c.schedule + "\"\nvirtual_stages = " + std::to_string(c.virtual_stages) +
+                           "\nmicrobatches = " + std::to_string(c.microbatches) +
+                           "\nzero = " + std::to_string(c.zero) + "\nrecompute = \"" + c.recompute +
+                           R"("
+[train]
+steps = 10
+global_batch = )" + std::to_string(global_batch(c)) +
+                           R"(
+seed = 5
+[optimizer]
+lr = 1e-2
+warmup_steps = 2
+grad_clip = 1.0
+[data]
+synthetic_tokens = 5000
+[log]
+peak_gflops = 1.0
+)";
+  return io::parse_deck(text, "pipeline.toml");
+}
+
+// The reference: one process, the whole global batch as one micro-batch.
+Case single() {
+  return Case{"none", 1, 1, 1, "1f1b", 1, 1, 0, "none"};
+}
+
+// The layouts of the whole world the tests run.
+std::vector<Case> cases() {
+  switch (comm::Communicator::world().size()) {
+  case 2:
+    return {{"none", 1, 2, 1, "gpipe", 1, 4, 0, "none"},
+            {"none", 1, 2, 1, "1f1b", 1, 4, 0, "none"},
+            {"none", 1, 2, 1, "interleaved", 2, 4, 0, "none"},
+            {"none", 1, 2, 1, "layered", 1, 4, 0, "none"},
+            {"none", 1, 2, 1, "1f1b", 1, 4, 0, "full"},
+            {"none", 1, 1, 2, "1f1b", 1, 2, 0, "none"},
+            {"none", 1, 1, 2, "1f1b", 1, 2, 1, "none"},
+            {"none", 1, 1, 2, "layered", 1, 3, 1, "full"}};
+  case 4:
+    return {{"1d", 2, 2, 1, "1f1b", 1, 4, 0, "none"},
+            {"none", 1, 2, 2, "interleaved", 2, 2, 1, "none"},
+            {"none", 1, 4, 1, "gpipe", 1, 4, 0, "none"},
+            {"none", 1, 4, 1, "layered", 1, 5, 0, "full"},
+            {"2d", 4, 1, 1, "layered", 1, 2, 0, "none"},
+            {"none", 1, 1, 4, "1f1b", 1, 1, 1, "none"}};
+  case 8:
+    return {{"1d", 2, 2, 2, "1f1b", 1, 2, 1, "none"},
+            {"2d", 4, 2, 1, "1f1b", 1, 2, 0, "none"},
+            {"3d", 8, 1, 1, "layered", 1, 2, 0, "full"},
+            {"none", 1, 4, 2, "1f1b", 1, 4, 0, "none"},
+            {"none", 1, 1, 8, "layered", 1, 2, 1, "none"}};
+  default:
+    return {};
+  }
+}
+
+comm::Communicator self() {
+  return comm::Communicator::duplicate(MPI_COMM_SELF);
+}
+
+std::string temp_path(const char* stem) {
+  long long id = static_cast<long long>(::getpid());
+  MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  return (std::filesystem::temp_directory_path() / (stem + std::to_string(id) + ".h5")).string();
+}
+
+} // namespace
+
+// Every schedule and layout: the single-process losses within 1e-4 relative over
+// 10 AdamW steps (with clipping), and the same gradient norm.
+TEST(Pipeline, EveryLayoutTrainsLikeTheSingleProcess) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    train::Trainer group(deck(c));
+    io::Deck ref = deck(single());
+    ref.train.global_batch = global_batch(c);
+    train::Trainer one(ref, self());
+    for (int s = 0; s < 10; ++s) {
+      const auto a = group.step(), b = one.step();
+      EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
+      EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-3 * b.grad_norm) << "step " << s;
+    }
+  }
+}
+
+// Messages too large for MPI's eager protocol (a send completes only when the
+// receiver takes it): interleaved over every rank must not wait on itself.
+TEST(Pipeline, LargeMessagesDoNotDeadlock) {
+  const int p = comm::Communicator::world().size();
+  const Case c{"none", 1, p, 1, "interleaved", 2, 2 * p, 0, "none"};
+  SCOPED_TRACE(describe(c));
+  auto big = [&](io::Deck d) {
+    d.model.hidden = 64;
+    d.model.seq_len = 32;
+    return d;
+  };
+  train::Trainer group(big(deck(c, 4 * p)));
+  io::Deck ref = big(deck(single(), 4 * p));
+  ref.train.global_batch = global_batch(c);
+  train::Trainer one(ref, self());
+  for (int s = 0; s < 2; ++s) {
+    const auto a = group.step(), b = one.step();
+    EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
+  }
+}
+
+// With the stages on different ranks, each holds exactly the activation sets the
+// schedule's unit-cost timeline has in flight.
+TEST(Pipeline, StagesHoldThePeakInFlightActivationSets) {
+  for (const Case& c : cases()) {
+    if (c.pp == 1)
+      continue;
+    SCOPED_TRACE(describe(c));
+    train::Trainer t(deck(c));
+    const int stage = t.grid().coords().pp;
+    EXPECT_EQ(t.model().stage().slots,
+              t.timeline().peak_in_flight[static_cast<std::size_t>(stage)]);
+  }
+}
+
+// The estimate `cubelm check` prints equals what the ranks of each stage allocate
+// (under ZeRO up to the padding of each gradient bucket to a multiple of dp).
+TEST(Pipeline, MemoryPerRankMatchesTheEstimate) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    const io::Deck d = deck(c);
+    train::Trainer t(d);
+    const model::Memory measured = t.memory();
+    const model::Memory estimate = train::estimate_memory(d, t.grid().coords().pp);
+    EXPECT_EQ(measured.parameters, estimate.parameters);
+    EXPECT_EQ(measured.gradients, estimate.gradients);
+    EXPECT_EQ(measured.activations, estimate.activations);
+    const std::int64_t padding = c.zero ? 12 * t.data_parallel().buckets() * c.dp : 0;
+    EXPECT_LE(estimate.optimizer, measured.optimizer);
+    EXPECT_LE(measured.optimizer, estimate.optimizer + padding);
+    if (c.zero) // a 1/dp shard of the moments, and the gradient pieces
+      EXPECT_LE(measured.optimizer, 3 * (measured.parameters / c.dp) + padding);
+  }
+}
+
+// The most parallel layout of this world saves; one process resumes with the same
+// losses (the ZeRO shards and the pipeline stages write one layout-free file).
+TEST(Pipeline, CheckpointResumesOnOneProcess) {
+  const auto all = cases();
+  if (all.empty())
+    GTEST_SKIP() << "no layout for this world size";
+  const comm::Communicator world = comm::Communicator::world();
+  const Case c = all.front();
+  SCOPED_TRACE(describe(c));
+  const std::string path = temp_path("cubelm_test_pipeline_");
+  train::Trainer group(deck(c));
+  for (int s = 0; s < 3; ++s)
+    group.step();
+  group.save(path);
+  std::vector<double> losses;
+  for (int s = 3; s < 6; ++s)
+    losses.push_back(group.step().loss);
+  if (world.rank() == 0) {
+    io::Deck ref = deck(single());
+    ref.train.global_batch = global_batch(c);
+    train::Trainer one(ref, self());
+    one.resume(path);
+    EXPECT_EQ(one.steps_done(), 3);
+    for (int s = 3; s < 6; ++s)
+      EXPECT_NEAR(one.step().loss, losses[s - 3], 1e-4 * losses[s - 3]) << "step " << s;
+  }
+  MPI_Barrier(world.raw());
+  if (world.rank() == 0)
+    std::filesystem::remove(path);
+}
