@@ -158,6 +158,26 @@ TEST(Pipeline, LargeMessagesDoNotDeadlock) {
   }
 }
 
+// Small buckets: one per layer (and ln_f, wpe, and wte alone), each reduced as soon
+// as the layered backward pass has finished that layer; the same losses.
+TEST(Pipeline, PerLayerBucketsReduceAsLayersFinish) {
+  const int d = comm::Communicator::world().size();
+  const Case c{"none", 1, 1, d, "layered", 1, 2, 1, "none"};
+  SCOPED_TRACE(describe(c));
+  io::Deck small = deck(c);
+  small.parallel.bucket_mb = 1e-6;
+  train::Trainer group(small);
+  EXPECT_EQ(group.data_parallel().buckets(), small.model.layers + 3);
+  io::Deck ref = deck(single());
+  ref.train.global_batch = global_batch(c);
+  train::Trainer one(ref, self());
+  for (int s = 0; s < 3; ++s) {
+    const auto a = group.step(), b = one.step();
+    EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
+    EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-3 * b.grad_norm) << "step " << s;
+  }
+}
+
 // With the stages on different ranks, each holds exactly the activation sets the
 // schedule's unit-cost timeline has in flight.
 TEST(Pipeline, StagesHoldThePeakInFlightActivationSets) {
@@ -219,6 +239,37 @@ TEST(Pipeline, CheckpointResumesOnOneProcess) {
       EXPECT_NEAR(one.step().loss, losses[s - 3], 1e-4 * losses[s - 3]) << "step " << s;
   }
   MPI_Barrier(world.raw());
+  if (world.rank() == 0)
+    std::filesystem::remove(path);
+}
+
+// The other way: one process saves, every layout of this world resumes from the
+// file (each ZeRO shard and pipeline stage reads its part) with the losses of the
+// process that wrote it.
+TEST(Pipeline, EveryLayoutResumesAOneProcessCheckpoint) {
+  const comm::Communicator world = comm::Communicator::world();
+  const std::string path = temp_path("cubelm_test_pipeline_single_");
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    io::Deck ref = deck(single());
+    ref.train.global_batch = global_batch(c);
+    std::vector<double> losses(3, 0.0);
+    if (world.rank() == 0) {
+      train::Trainer one(ref, self());
+      for (int s = 0; s < 2; ++s)
+        one.step();
+      one.save(path);
+      for (auto& l : losses)
+        l = one.step().loss;
+    }
+    MPI_Bcast(losses.data(), 3, MPI_DOUBLE, 0, world.raw());
+    train::Trainer group(deck(c));
+    group.resume(path);
+    EXPECT_EQ(group.steps_done(), 2);
+    for (int s = 0; s < 3; ++s)
+      EXPECT_NEAR(group.step().loss, losses[s], 1e-4 * losses[s]) << "step " << s + 2;
+    MPI_Barrier(world.raw());
+  }
   if (world.rank() == 0)
     std::filesystem::remove(path);
 }

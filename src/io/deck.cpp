@@ -292,6 +292,8 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   par.get("zero", p.zero);
   par.get("sequence_parallel", p.sequence_parallel);
   par.choice("recompute", p.recompute, {"none", "full"});
+  par.get("bucket_mb", p.bucket_mb);
+  par.require(p.bucket_mb > 0, "bucket_mb", "must be positive (MB per gradient bucket)");
   par.require(p.virtual_stages >= 1, "virtual_stages", "must be at least 1");
   par.require(p.virtual_stages == 1 || p.schedule == "interleaved", "virtual_stages",
               "more than one virtual stage needs schedule = \"interleaved\"");

@@ -71,9 +71,6 @@ std::string format_json(const StepMetrics& m) {
   return out.str();
 }
 
-// Gradient bucket size for the data-parallel reduction.
-constexpr double kBucketBytes = 25e6;
-
 double measure_gemm_gflops() {
   const int n = 512;
   kernels::Mat<real> a("a", n, n), b("b", n, n), c("c", n, n);
@@ -135,7 +132,7 @@ Trainer::Trainer(const io::Deck& deck, const comm::Communicator& comm)
   if (net_.grid->dp().rank() != 0)
     for (auto& p : net_.model->params())
       p.writer = false;
-  dp_ = std::make_unique<DataParallel>(*net_.model, *net_.grid, kBucketBytes,
+  dp_ = std::make_unique<DataParallel>(*net_.model, *net_.grid, deck.parallel.bucket_mb * 1e6,
                                        deck.parallel.zero == 1);
   batches_.resize(static_cast<std::size_t>(deck.parallel.microbatches));
   peak_gflops_ = deck.log.peak_gflops;

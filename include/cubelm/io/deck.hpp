@@ -33,6 +33,7 @@ struct ParallelConfig {
   int zero = 0;
   bool sequence_parallel = false;
   std::string recompute = "none"; ///< none | full
+  double bucket_mb = 25.0;        ///< data-parallel gradient bucket size (MB, 10^6 bytes)
 
   /// \brief The process grid these keys describe.
   comm::Layout layout() const;
