@@ -8,6 +8,8 @@
 #include "cubelm/core/environment.hpp"
 #include "cubelm/core/types.hpp"
 
+#include "bench_mpi.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -16,12 +18,6 @@ namespace {
 
 std::unique_ptr<cubelm::comm::Group> g_world;
 constexpr int kIterations = 40;
-
-class SilentReporter : public benchmark::BenchmarkReporter {
-public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
 
 void bytes_sent(benchmark::State& state, const cubelm::comm::TrafficCounters& before_after,
                 double before) {
@@ -66,16 +62,10 @@ BENCHMARK(BM_Broadcast)->RangeMultiplier(16)->Range(1 << 10, 1 << 22)->Iteration
 int main(int argc, char** argv) {
   cubelm::Environment env(argc, argv);
   {
-    g_world = std::make_unique<cubelm::comm::Group>(
-        "world", cubelm::comm::Communicator::world(),
-        std::make_shared<cubelm::comm::TrafficCounters>());
-    benchmark::Initialize(&argc, argv);
-    if (env.world_rank() == 0) {
-      benchmark::RunSpecifiedBenchmarks();
-    } else {
-      SilentReporter silent;
-      benchmark::RunSpecifiedBenchmarks(&silent);
-    }
+    g_world =
+        std::make_unique<cubelm::comm::Group>("world", cubelm::comm::Communicator::world(),
+                                              std::make_shared<cubelm::comm::TrafficCounters>());
+    cubelm::perf::run_benchmarks(env.world_rank(), argc, argv);
     g_world.reset();
   }
   return 0;

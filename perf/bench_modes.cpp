@@ -12,6 +12,8 @@
 #include "cubelm/io/deck.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "bench_mpi.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -21,12 +23,6 @@
 namespace {
 
 constexpr int kSteps = 5;
-
-class SilentReporter : public benchmark::BenchmarkReporter {
-public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
 
 std::string model_section() {
   const char* env = std::getenv("CUBELM_BENCH_MODEL");
@@ -91,13 +87,7 @@ int main(int argc, char** argv) {
       reg("train_step/2d", "2d");
     if (world > 1 && is_power(world, 3))
       reg("train_step/3d", "3d");
-    benchmark::Initialize(&argc, argv);
-    if (env.world_rank() == 0) {
-      benchmark::RunSpecifiedBenchmarks();
-    } else {
-      SilentReporter silent;
-      benchmark::RunSpecifiedBenchmarks(&silent);
-    }
+    cubelm::perf::run_benchmarks(env.world_rank(), argc, argv);
   }
   return 0;
 }

@@ -14,6 +14,8 @@
 #include "cubelm/io/deck.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "bench_mpi.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -23,12 +25,6 @@
 namespace {
 
 constexpr int kSteps = 5;
-
-class SilentReporter : public benchmark::BenchmarkReporter {
-public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
 
 cubelm::io::Deck deck(const char* schedule, int stages) {
   const bool interleaved = std::string(schedule) == "interleaved";
@@ -75,13 +71,7 @@ int main(int argc, char** argv) {
           ->Iterations(kSteps)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
-    benchmark::Initialize(&argc, argv);
-    if (env.world_rank() == 0) {
-      benchmark::RunSpecifiedBenchmarks();
-    } else {
-      SilentReporter silent;
-      benchmark::RunSpecifiedBenchmarks(&silent);
-    }
+    cubelm::perf::run_benchmarks(env.world_rank(), argc, argv);
   }
   return 0;
 }

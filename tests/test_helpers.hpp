@@ -1,10 +1,16 @@
 #pragma once
 // Small helpers shared by the model tests.
 
+#include "cubelm/comm/communicator.hpp"
 #include "cubelm/io/deck.hpp"
 
+#include <mpi.h>
+
 #include <cstdint>
+#include <filesystem>
 #include <random>
+#include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace cubelm::testing {
@@ -27,6 +33,18 @@ inline std::vector<std::int32_t> random_tokens(int n, int vocab, unsigned seed) 
   for (auto& x : t)
     x = static_cast<std::int32_t>(gen() % vocab);
   return t;
+}
+
+/// This process alone, as a communicator (single-process references).
+inline comm::Communicator self() {
+  return comm::Communicator::duplicate(MPI_COMM_SELF);
+}
+
+/// A file name in the temporary directory, the same on every rank (rank 0's pid).
+inline std::string temp_path(const char* stem) {
+  long long id = static_cast<long long>(::getpid());
+  MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  return (std::filesystem::temp_directory_path() / (stem + std::to_string(id) + ".h5")).string();
 }
 
 } // namespace cubelm::testing

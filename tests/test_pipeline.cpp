@@ -7,6 +7,8 @@
 #include "cubelm/model/shape.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "test_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -108,15 +110,8 @@ std::vector<Case> cases() {
   }
 }
 
-comm::Communicator self() {
-  return comm::Communicator::duplicate(MPI_COMM_SELF);
-}
-
-std::string temp_path(const char* stem) {
-  long long id = static_cast<long long>(::getpid());
-  MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-  return (std::filesystem::temp_directory_path() / (stem + std::to_string(id) + ".h5")).string();
-}
+using cubelm::testing::self;
+using cubelm::testing::temp_path;
 
 } // namespace
 

@@ -168,15 +168,8 @@ io::Deck single_deck() {
   return train_deck(comm::TensorMode::none, 1);
 }
 
-comm::Communicator self() {
-  return comm::Communicator::duplicate(MPI_COMM_SELF);
-}
-
-std::string temp_path(const char* stem) {
-  long long id = static_cast<long long>(::getpid());
-  MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-  return (std::filesystem::temp_directory_path() / (stem + std::to_string(id) + ".h5")).string();
-}
+using cubelm::testing::self;
+using cubelm::testing::temp_path;
 
 } // namespace
 
