@@ -49,10 +49,28 @@ std::string memory_line(const io::Deck& deck) {
   char buf[200];
   std::snprintf(buf, sizeof(buf),
                 "memory     per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB, "
-                "activations %.2f MiB (estimate)\n",
+                "activations %.2f MiB (estimate%s)\n",
                 mem.parameters / 1048576.0, mem.gradients / 1048576.0, mem.optimizer / 1048576.0,
-                mem.activations / 1048576.0);
-  return buf;
+                mem.activations / 1048576.0,
+                deck.parallel.pipeline_size > 1 ? ", fullest pipeline stage" : "");
+  std::string out = buf;
+  const io::ParallelConfig& p = deck.parallel;
+  if (p.pipeline_size > 1 || p.microbatches > 1) {
+    // The schedule under the unit-cost model (docs/pipeline.md).
+    const train::PipelinePlan plan = train::make_plan(p.schedule, p.pipeline_size, p.microbatches,
+                                                      p.virtual_stages, deck.model.layers);
+    const train::Timeline t = train::simulate(plan);
+    out += "pipeline   idle/busy per stage (unit-cost model):";
+    for (int s = 0; s < plan.stages; ++s) {
+      std::snprintf(buf, sizeof(buf), " %.3f", t.bubble(s));
+      out += buf;
+    }
+    out += "; activation sets held:";
+    for (int n : t.peak_in_flight)
+      out += " " + std::to_string(n);
+    out += "\n";
+  }
+  return out;
 }
 
 } // namespace
