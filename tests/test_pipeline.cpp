@@ -211,8 +211,7 @@ TEST(Pipeline, MemoryPerRankMatchesTheEstimate) {
 // losses (the ZeRO shards and the pipeline stages write one layout-free file).
 TEST(Pipeline, CheckpointResumesOnOneProcess) {
   const auto all = cases();
-  if (all.empty())
-    GTEST_SKIP() << "no layout for this world size";
+  ASSERT_FALSE(all.empty()) << "test_pipeline runs at 2, 4 or 8 ranks";
   const comm::Communicator world = comm::Communicator::world();
   const Case c = all.front();
   SCOPED_TRACE(describe(c));
