@@ -178,6 +178,46 @@ TEST(Deck, RulesNameTheValueAndTheRule) {
   EXPECT_HAS(error_of("[log]\ninterval = 0\n"), "log.interval = 0: must be at least 1");
 }
 
+// The pipeline rules are the schedule's own (train::check_plan), reported at the
+// line of the parallel key, with its value, or its default when the deck omits it.
+TEST(Deck, PipelineRulesAreTheSchedulesRules) {
+  EXPECT_HAS(error_of("[parallel]\npipeline_size = 0\n"),
+             "deck.toml:2: parallel.pipeline_size = 0: must be at least 1");
+  EXPECT_HAS(error_of("[parallel]\nmicrobatches = 0\n"),
+             "deck.toml:2: parallel.microbatches = 0: must be at least 1");
+  EXPECT_HAS(error_of("[parallel]\nvirtual_stages = 0\n"),
+             "deck.toml:2: parallel.virtual_stages = 0: must be at least 1");
+  EXPECT_HAS(error_of("[parallel]\nschedule = \"layered\"\nvirtual_stages = 2\n"),
+             "deck.toml:3: parallel.virtual_stages = 2: more than one virtual stage needs "
+             "schedule = \"interleaved\"");
+  // interleaved, microbatches % pipeline_size != 0 (here the default 1)
+  EXPECT_HAS(error_of("[model]\nlayers = 4\n[parallel]\nschedule = \"interleaved\"\n"
+                      "pipeline_size = 2\nvirtual_stages = 2\n"),
+             "deck.toml: parallel.microbatches = 1 (default): schedule = \"interleaved\" needs "
+             "microbatches divisible by pipeline_size = 2");
+  EXPECT_HAS(error_of("[model]\nlayers = 8\n[parallel]\nschedule = \"interleaved\"\n"
+                      "pipeline_size = 4\nmicrobatches = 6\n[train]\nglobal_batch = 12\n"),
+             "deck.toml:6: parallel.microbatches = 6: schedule = \"interleaved\"");
+  // interleaved, layers % (pipeline_size x virtual_stages) != 0 (here the default 2 layers)
+  EXPECT_HAS(error_of("[parallel]\nschedule = \"interleaved\"\npipeline_size = 2\n"
+                      "virtual_stages = 2\nmicrobatches = 2\n[train]\nglobal_batch = 4\n"),
+             "deck.toml:3: parallel.pipeline_size = 2: model.layers = 2: schedule = "
+             "\"interleaved\" needs layers divisible by pipeline_size x virtual_stages = 2 x 2");
+  // layers < pipeline_size, for every schedule
+  for (const char* s : {"gpipe", "1f1b", "interleaved", "layered"})
+    EXPECT_HAS(error_of(std::string("[model]\nlayers = 3\n[parallel]\nschedule = \"") + s +
+                        "\"\npipeline_size = 4\nmicrobatches = 4\n[train]\nglobal_batch = 4\n"),
+               "deck.toml:5: parallel.pipeline_size = 4: model.layers = 3: every pipeline stage "
+               "needs a layer (pipeline_size = 4)");
+  // Uneven stages are fine for the schedules that allow them.
+  for (const char* s : {"gpipe", "1f1b", "layered"}) {
+    const Deck d = parse_deck(std::string("[model]\nlayers = 5\n[parallel]\nschedule = \"") + s +
+                              "\"\npipeline_size = 3\nmicrobatches = 2\n[train]\n"
+                              "global_batch = 4\n");
+    EXPECT_EQ(d.parallel.pipeline_size, 3);
+  }
+}
+
 TEST(Deck, TensorLayoutRulesSuggestSizesThatFit) {
   EXPECT_HAS(error_of("[model]\nheads = 6\nhidden = 48\nvocab_size = 96\n[parallel]\n"
                       "tensor_mode = \"1d\"\ntensor_size = 4\n"),

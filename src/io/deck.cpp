@@ -138,11 +138,16 @@ public:
     }
   }
 
-  [[noreturn]] void fail(const char* key, const std::string& rule) const {
+  /// Fails naming the key, its line and value; `fallback` is the value shown
+  /// (as the default) when the deck does not set the key.
+  [[noreturn]] void fail(const char* key, const std::string& rule,
+                         const std::string& fallback = "") const {
     const toml::node* n = table_ ? table_->get(key) : nullptr;
     std::string msg = location(n) + name_ + "." + key;
     if (n)
       msg += " = " + value_text(*n);
+    else if (!fallback.empty())
+      msg += " = " + fallback + " (default)";
     throw Error(msg + ": " + rule, true);
   }
 
@@ -294,23 +299,20 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   par.choice("recompute", p.recompute, {"none", "full"});
   par.get("bucket_mb", p.bucket_mb);
   par.require(p.bucket_mb > 0, "bucket_mb", "must be positive (MB per gradient bucket)");
-  par.require(p.virtual_stages >= 1, "virtual_stages", "must be at least 1");
-  par.require(p.virtual_stages == 1 || p.schedule == "interleaved", "virtual_stages",
-              "more than one virtual stage needs schedule = \"interleaved\"");
-  par.require(p.microbatches >= 1, "microbatches", "must be at least 1");
   par.require(p.zero == 0 || p.zero == 1, "zero", "must be 0 (off) or 1 (sharded optimizer)");
   par.require(!p.sequence_parallel || p.tensor_mode == comm::TensorMode::d1, "sequence_parallel",
               "sequence parallelism exists only for tensor_mode = \"1d\"");
   par.require(p.data_size >= 1, "data_size", "must be at least 1");
-  par.require(p.pipeline_size >= 1, "pipeline_size", "must be at least 1");
-  if (p.pipeline_size >= 1 && p.microbatches >= 1 && p.virtual_stages >= 1) {
-    // The schedule's rules (train/schedule.hpp); model.layers is read already.
+  {
+    // The schedule's rules (train/schedule.hpp: pipeline_size, microbatches and
+    // virtual_stages at least 1, a layer per stage, the interleaved divisibility);
+    // model.layers is read already.
     const train::PlanProblem bad =
         train::check_plan(p.schedule, p.pipeline_size, p.microbatches, p.virtual_stages, m.layers);
     if (bad.key.rfind("parallel.", 0) == 0)
-      par.fail(bad.key.substr(9).c_str(), bad.rule);
+      par.fail(bad.key.substr(9).c_str(), bad.rule, bad.value);
     else if (!bad.key.empty()) // model.layers: reported with the pipeline it does not fit
-      par.fail("pipeline_size", bad.message());
+      par.fail("pipeline_size", bad.message(), std::to_string(p.pipeline_size));
   }
   try {
     p.layout().validate();
