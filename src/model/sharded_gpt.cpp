@@ -143,7 +143,6 @@ ShardedGPT<T>::ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_
     }
     slots_.push_back(std::move(slot));
   }
-  out_index_.assign(static_cast<std::size_t>(stage_.slots), 0);
   if (stage_.recompute && c > 0) {
     redo_ = std::make_unique<Acts>(make_acts());
     redo_x1_ = matrix<T>("cubelm::redo_x1", rows_, outer_);
@@ -244,15 +243,16 @@ const Mat<T>& ShardedGPT<T>::input(int slot) const {
 template <class T>
 void ShardedGPT<T>::detach_input(int slot) {
   CUBELM_ASSERT(slot >= 0 && slot < stage_.slots, "activation slot out of range");
-  slots_[static_cast<std::size_t>(slot)]->stream.front() = matrix<T>("cubelm::stream", rows_, outer_);
+  slots_[static_cast<std::size_t>(slot)]->stream.front() =
+      matrix<T>("cubelm::stream", rows_, outer_);
 }
 
 template <class T>
-const Mat<T>& ShardedGPT<T>::output(int slot) const {
+const Mat<T>& ShardedGPT<T>::output(int chunk, int slot) const {
   CUBELM_ASSERT(slot >= 0 && slot < stage_.slots, "activation slot out of range");
-  // The output of the last forward: set by forward() (the chunk's length picks the state).
+  const int c = chunk_length(chunk);
   return slots_[static_cast<std::size_t>(slot)]
-      ->stream[out_index_.at(static_cast<std::size_t>(slot))];
+      ->stream[static_cast<std::size_t>(stage_.recompute ? c : 2 * c)];
 }
 
 template <class T>
@@ -307,10 +307,8 @@ void ShardedGPT<T>::forward(int chunk, int slot, const std::vector<std::int32_t>
     else
       forward_layer(exec, y, s.acts[i], s.stream[2 * i], s.stream[2 * i + 1], s.stream[2 * i + 2]);
   }
-  out_index_.at(static_cast<std::size_t>(slot)) = stage_.recompute ? c : 2 * c;
   if (head)
-    lnf_->forward(exec, s.stream[out_index_[static_cast<std::size_t>(slot)]], s.lnf_out, s.lnf);
-  exec.fence();
+    lnf_->forward(exec, output(chunk, slot), s.lnf_out, s.lnf);
 }
 
 template <class T>
@@ -319,7 +317,6 @@ double ShardedGPT<T>::loss(int slot, const std::vector<std::int32_t>& targets) {
   const ExecSpace exec;
   const double sum = embedding_->loss(exec, slots_.at(static_cast<std::size_t>(slot))->lnf_out,
                                       targets, T(0), d_outer_);
-  exec.fence();
   return sum;
 }
 
@@ -332,12 +329,11 @@ double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32
   Slot& s = *slots_.at(static_cast<std::size_t>(slot));
   const bool embed = stage_.first && chunk == 0;
   const bool head = stage_.last && chunk + 1 == static_cast<int>(stage_.chunks.size());
-  const std::size_t out = stage_.recompute ? c : 2 * c;
   double sum = 0;
   if (head) {
     sum = embedding_->loss(exec, s.lnf_out, targets, T(grad_scale), d_outer_);
     Kokkos::deep_copy(exec, dx_, T(0));
-    lnf_->backward(exec, s.stream[out], d_outer_, dx_, s.lnf);
+    lnf_->backward(exec, output(chunk, slot), d_outer_, dx_, s.lnf);
     if (done)
       done(config_.layers);
   }
@@ -361,7 +357,6 @@ double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32
   } else {
     Kokkos::deep_copy(exec, s.stream[0], dx_);
   }
-  exec.fence();
   return sum;
 }
 
@@ -378,7 +373,7 @@ double ShardedGPT<T>::forward_backward(const std::vector<std::int32_t>& inputs,
                     " token ids");
   for (int k = 0; k < n; ++k) {
     if (k > 0)
-      Kokkos::deep_copy(input(k), output(k - 1));
+      Kokkos::deep_copy(input(k), output(k - 1, k - 1));
     forward(k, k, inputs);
   }
   if (grad_scale == 0.0)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 namespace cubelm::train {
 
@@ -94,8 +95,8 @@ void prune_checkpoints(const std::string& dir, int keep) {
 
 namespace {
 
-// Where each of the model's tensors is among this rank's parameters (-1: not here).
-// Every rank walks the whole model: creating and transferring datasets is collective.
+// Every tensor of the model with its global shape. Every rank walks the whole model: creating and
+// transferring datasets is collective.
 std::vector<std::pair<std::string, std::vector<std::uint64_t>>>
 all_tensors(const io::ModelConfig& config) {
   std::vector<std::pair<std::string, std::vector<std::uint64_t>>> out;
@@ -104,12 +105,13 @@ all_tensors(const io::ModelConfig& config) {
   return out;
 }
 
-int local_index(const model::ShardedGPT<real>& model, const std::string& name) {
+// Index of each of this rank's parameters by name.
+std::map<std::string, std::size_t> local_indices(const model::ShardedGPT<real>& model) {
+  std::map<std::string, std::size_t> index;
   const auto& params = model.params();
   for (std::size_t i = 0; i < params.size(); ++i)
-    if (params[i].name == name)
-      return static_cast<int>(i);
-  return -1;
+    index[params[i].name] = i;
+  return index;
 }
 
 } // namespace
@@ -126,24 +128,22 @@ void save_checkpoint(const std::string& path, const io::Deck& deck,
   io::CheckpointWriter w(path, comm);
   const auto& params = model.params();
   const auto tensors = all_tensors(model.config());
+  const auto index = local_indices(model);
   const float nothing = 0.0f;
   // The values, then AdamW's moments (zeros when there are none).
   const std::pair<const char*, const std::vector<kernels::Vec<real>>*> parts[] = {
       {"/model/", nullptr}, {"/optimizer/m/", m}, {"/optimizer/v/", v}};
   for (std::size_t k = 0; k < 3; ++k)
     for (const auto& [name, shape] : tensors) {
-      const int i = local_index(model, name);
+      const auto it = index.find(name);
       const std::string path = parts[k].first + name;
-      if (i < 0) {
+      if (it == index.end()) {
         w.write(path, shape, io::Block::none(), &nothing);
         continue;
       }
-      const auto& p = params[static_cast<std::size_t>(i)];
+      const auto& p = params[it->second];
       const auto* moments = parts[k].second;
-      write_tensor(w, path, p,
-                   k == 0    ? &p.value
-                   : moments ? &(*moments)[static_cast<std::size_t>(i)]
-                             : nullptr);
+      write_tensor(w, path, p, k == 0 ? &p.value : moments ? &(*moments)[it->second] : nullptr);
     }
   const std::int64_t tokens =
       static_cast<std::int64_t>(step) * deck.train.global_batch * deck.model.seq_len;
@@ -175,16 +175,17 @@ int load_checkpoint(const std::string& path, model::ShardedGPT<real>& model,
                 true);
   auto& params = model.params();
   float nothing = 0.0f;
+  const auto index = local_indices(model);
   for (const auto& [name, shape] : all_tensors(model.config())) {
-    const int i = local_index(model, name);
-    if (i < 0) {
+    const auto it = index.find(name);
+    if (it == index.end()) {
       for (const char* group : {"/model/", "/optimizer/m/", "/optimizer/v/"}) {
         r.expect_shape(group + name, shape);
         r.read(group + name, io::Block::none(), &nothing);
       }
       continue;
     }
-    const auto k = static_cast<std::size_t>(i);
+    const std::size_t k = it->second;
     read_tensor(r, "/model/" + name, params[k], params[k].value);
     read_tensor(r, "/optimizer/m/" + name, params[k], m[k]);
     read_tensor(r, "/optimizer/v/" + name, params[k], v[k]);

@@ -210,7 +210,6 @@ void DataParallel::scale(real factor) {
   const ExecSpace exec;
   for (const auto& s : segments_)
     kernels::scale<real>(exec, range(grads_, s.first, s.n), factor);
-  exec.fence();
 }
 
 void DataParallel::update(const kernels::AdamW& hp) {

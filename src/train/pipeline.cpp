@@ -29,6 +29,9 @@ PipelineStage::PipelineStage(const PipelinePlan& plan, int stage) : plan_(plan),
   release_.assign(n, -1);
   release_local_.assign(n, -1);
   local_source_.assign(n, -1);
+  // The plan's slot rule (Action::slot: lowest free at the forward, freed after the
+  // backward) plus one the plan cannot know: with one stage, a chunk's input gradient
+  // stays in its slot until the previous chunk's backward, on this rank, has read it.
   std::map<std::pair<int, int>, int> slot_of;
   std::vector<bool> busy;
   for (std::size_t i = 0; i < n; ++i) {
@@ -116,14 +119,14 @@ PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
       }
       if (!plan_.first(stage_, a.chunk)) {
         if (local_source_[i] >= 0)
-          Kokkos::deep_copy(exec, model.input(s), model.output(local_source_[i]));
+          Kokkos::deep_copy(exec, model.input(s), model.output(a.chunk - 1, local_source_[i]));
         else
           wait_for(
               [&] { pp.irecv(exec, model.input(s), prev, tag(false, a.micro, vs - 1)).wait(); });
       }
       model.forward(a.chunk, s, batch.inputs);
       if (!plan_.last(stage_, a.chunk) && !local_next(plan_, stage_, a.chunk))
-        fwd = pp.isend(exec, model.output(s), next, tag(false, a.micro, vs));
+        fwd = pp.isend(exec, model.output(a.chunk, s), next, tag(false, a.micro, vs));
     } else {
       if (!plan_.last(stage_, a.chunk)) {
         if (release_local_[i] >= 0)

@@ -152,7 +152,12 @@ void Trainer::save(const std::string& path) const {
 }
 
 void Trainer::resume(const std::string& path) {
-  auto m = dp_->moments(0), v = dp_->moments(1);
+  // Whole blocks for the reader; each rank then keeps its own part.
+  std::vector<kernels::Vec<real>> m, v;
+  for (const auto& p : net_.model->params()) {
+    m.emplace_back("cubelm::moment", p.size());
+    v.emplace_back("cubelm::moment", p.size());
+  }
   step_ = load_checkpoint(path, *net_.model, m, v, comm_);
   dp_->set_moments(m, v);
 }

@@ -37,8 +37,8 @@ struct StageLayout {
 /// A micro-batch's pass through a chunk keeps its activations in a slot (the
 /// caller assigns slots: one per (micro-batch, chunk) in flight). The residual
 /// stream between chunks is a matrix in the mode's layout: `input(slot)` is where
-/// a chunk's input goes (received from the previous stage) and `output(slot)` what
-/// its forward produced; backward reads the output's gradient from `output_grad()`
+/// a chunk's input goes (received from the previous stage) and `output(chunk, slot)`
+/// what its forward produced; backward reads the output's gradient from `output_grad()`
 /// and leaves the input's gradient in `input_grad(slot)`.
 template <class T>
 class ShardedGPT {
@@ -63,8 +63,8 @@ public:
 
   /// \brief Where the input of a chunk without the embedding goes, for `slot`.
   const Mat<T>& input(int slot) const;
-  /// \brief The output of the last forward in `slot` (chunks without the head).
-  const Mat<T>& output(int slot) const;
+  /// \brief The output of chunk `chunk`'s forward in `slot` (chunks without the head).
+  const Mat<T>& output(int chunk, int slot) const;
   /// \brief Where the gradient of a chunk's output goes before its backward.
   const Mat<T>& output_grad() const { return dx_; }
   /// \brief The gradient of the chunk's input after the backward in `slot` (it
@@ -75,7 +75,9 @@ public:
   /// something else (a send in flight) holds it.
   void detach_input(int slot);
 
-  /// \brief Forward of local chunk `chunk` for the micro-batch in `slot`; `inputs`
+  /// \brief Forward of local chunk `chunk` for the micro-batch in `slot` (enqueued on the
+  /// default execution space instance, like backward: collectives and sends fence it);
+  /// `inputs`
   /// (batch x seq_len ids, the whole micro-batch) is read by the embedding only.
   void forward(int chunk, int slot, const std::vector<std::int32_t>& inputs);
   /// \brief Called after the gradient of a unit of parameters is complete for this
@@ -120,9 +122,8 @@ private:
   std::vector<int> layer_ids_;
   std::unique_ptr<tp::LayerNorm<T>> lnf_;
   std::vector<std::unique_ptr<Slot>> slots_;
-  std::vector<std::size_t> out_index_; // per slot: the stream state its last forward wrote
-  std::unique_ptr<Acts> redo_;         // recompute: one layer's activations, re-made in backward
-  Mat<T> redo_x1_, redo_x2_;           // recompute: the layer's inner residual state and output
+  std::unique_ptr<Acts> redo_; // recompute: one layer's activations, re-made in backward
+  Mat<T> redo_x1_, redo_x2_;   // recompute: the layer's inner residual state and output
   Mat<T> d_outer_, dx_;
   Mat<T> dq_, dk_, dv_, da_, dh_, dg_;
   kernels::Tensor4<T> dscratch_;
