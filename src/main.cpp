@@ -84,6 +84,12 @@ int main(int argc, char** argv) {
         std::printf("%s", cubelm::app::version_text().c_str());
       return 0;
     }
+    if (*check || *train || *init) {
+      // Once per node, before any work: a bad placement costs speed, not results.
+      for (const std::string& w : env.placement_warnings())
+        std::fprintf(stderr, "cubelm: warning: %s\n", w.c_str());
+      std::fflush(stderr);
+    }
     if (*check)
       return cubelm::app::run_check(check_deck, env);
     if (*train)

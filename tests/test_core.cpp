@@ -3,11 +3,13 @@
 #include "cubelm/comm/traffic.hpp"
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/core/placement.hpp"
 #include "cubelm/core/types.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 using namespace cubelm;
 
@@ -88,4 +90,90 @@ TEST(Traffic, CountersAccumulatePerGroupAndKind) {
   c.reset();
   EXPECT_DOUBLE_EQ(c.total_bytes(), 0);
   EXPECT_TRUE(c.entries().empty());
+}
+
+namespace {
+RankPlacement placed(int rank, int threads, std::vector<int> cpus, bool pins = false,
+                     bool yields = false) {
+  RankPlacement p;
+  p.rank = rank;
+  p.threads = threads;
+  p.cpus = std::move(cpus);
+  p.pins_threads = pins;
+  p.yields = yields;
+  return p;
+}
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& w : v)
+    s += w + "\n";
+  return s;
+}
+} // namespace
+
+TEST(Placement, CpuListsCompressRuns) {
+  EXPECT_EQ(cpu_list({}), "");
+  EXPECT_EQ(cpu_list({3}), "3");
+  EXPECT_EQ(cpu_list({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
+}
+
+TEST(Placement, SoundLayoutsGiveNoWarning) {
+  // One rank per core pair, each bound to its own cores, threads pinned inside.
+  EXPECT_TRUE(
+      placement_warnings({placed(0, 2, {0, 1}, true), placed(1, 2, {2, 3}, true)}, "n").empty());
+  // One process using the whole node.
+  EXPECT_TRUE(placement_warnings({placed(0, 4, {0, 1, 2, 3}, true)}, "n").empty());
+  // Unbound single-threaded ranks that fit, OpenMP not pinning.
+  EXPECT_TRUE(placement_warnings({placed(0, 1, {0, 1}), placed(1, 1, {0, 1})}, "n").empty());
+}
+
+TEST(Placement, MoreThreadsThanCoresIsNamedWithAFairShare) {
+  // What an unplaced launch of 4 ranks does on 2 cores: 2 threads each, pinned.
+  std::vector<RankPlacement> node;
+  for (int r = 0; r < 4; ++r)
+    node.push_back(placed(r, 2, {0, 1}, true));
+  const std::string w = joined(placement_warnings(node, "node7"));
+  EXPECT_NE(w.find("node7: 4 ranks run 8 threads in all on 2 CPUs"), std::string::npos) << w;
+  EXPECT_NE(w.find("Give each rank 1 thread"), std::string::npos) << w;
+  // ...and the pinned threads of ranks 0 and 1 start on the same core.
+  EXPECT_NE(w.find("ranks 0 and 1 may both run on CPUs 0-1"), std::string::npos) << w;
+
+  const std::string eight = joined(placement_warnings(
+      {placed(0, 16, {0, 1, 2, 3, 4, 5, 6, 7}), placed(1, 16, {0, 1, 2, 3, 4, 5, 6, 7})}, "n"));
+  EXPECT_NE(eight.find("Give each rank 4 threads"), std::string::npos) << eight;
+  EXPECT_NE(eight.find("--map-by slot:PE=4"), std::string::npos) << eight;
+}
+
+TEST(Placement, OversubscribedSingleThreadedRanksAskForYielding) {
+  std::vector<RankPlacement> busy, yielding;
+  for (int r = 0; r < 8; ++r) {
+    busy.push_back(placed(r, 1, {0, 1}));
+    yielding.push_back(placed(r, 1, {0, 1}, false, true));
+  }
+  const std::string w = joined(placement_warnings(busy, "n"));
+  EXPECT_NE(w.find("8 ranks share 2 CPUs (oversubscribed) and MPI busy-polls"), std::string::npos)
+      << w;
+  EXPECT_NE(w.find("OMPI_MCA_mpi_yield_when_idle=1"), std::string::npos) << w;
+  const std::string y = joined(placement_warnings(yielding, "n"));
+  EXPECT_NE(y.find("8 ranks share 2 CPUs (oversubscribed; waiting ranks yield"), std::string::npos)
+      << y;
+  EXPECT_EQ(y.find("busy-polls"), std::string::npos) << y;
+}
+
+TEST(Placement, RankBoundToFewerCoresThanThreads) {
+  // Enough cores on the node (7 threads, 10 CPUs), but rank 1 got a single core for its 4 threads.
+  const std::string w = joined(placement_warnings(
+      {placed(0, 2, {0, 1, 2, 3}), placed(1, 4, {4}), placed(2, 1, {5, 6, 7, 8, 9})}, "n"));
+  EXPECT_NE(w.find("rank 1 runs 4 threads on CPU 4"), std::string::npos) << w;
+  EXPECT_EQ(w.find("rank 0 "), std::string::npos) << w;
+  EXPECT_EQ(w.find("in all"), std::string::npos) << w;
+}
+
+TEST(Placement, PinnedThreadsOfRanksSharingCpus) {
+  // Two single-threaded ranks fit on 2 cores, but OMP_PROC_BIND pins both to CPU 0.
+  const std::string w =
+      joined(placement_warnings({placed(0, 1, {0, 1}, true), placed(1, 1, {0, 1}, true)}, "n"));
+  EXPECT_NE(w.find("OpenMP pins threads"), std::string::npos) << w;
+  EXPECT_NE(w.find("OMP_PROC_BIND=false"), std::string::npos) << w;
+  EXPECT_TRUE(placement_warnings({placed(0, 1, {0}, true), placed(1, 1, {1}, true)}, "n").empty());
 }

@@ -1,10 +1,12 @@
 #include "cubelm/core/environment.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/core/placement.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -12,6 +14,9 @@
 
 #ifdef KOKKOS_ENABLE_CUDA
 #include <cuda_runtime.h>
+#endif
+#ifdef KOKKOS_ENABLE_OPENMP
+#include <omp.h>
 #endif
 
 namespace cubelm {
@@ -46,6 +51,27 @@ int pick_device() {
 }
 #endif
 
+// The CPUs the launcher gave this process. With thread binding on, the OpenMP
+// runtime pins the initial thread to its first place as the program loads, so
+// the thread's own mask no longer says; the places still list every CPU.
+std::vector<int> launch_cpus() {
+#ifdef KOKKOS_ENABLE_OPENMP
+  const int places = omp_get_num_places();
+  if (places > 0) {
+    std::vector<int> cpus;
+    for (int p = 0; p < places; ++p) {
+      std::vector<int> ids(static_cast<std::size_t>(omp_get_place_num_procs(p)));
+      omp_get_place_proc_ids(p, ids.data());
+      cpus.insert(cpus.end(), ids.begin(), ids.end());
+    }
+    std::sort(cpus.begin(), cpus.end());
+    cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+    return cpus;
+  }
+#endif
+  return allowed_cpus();
+}
+
 } // namespace
 
 Environment::Environment(int& argc, char**& argv) {
@@ -63,6 +89,8 @@ Environment::Environment(int& argc, char**& argv) {
   CUBELM_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   CUBELM_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   CUBELM_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+
+  launch_cpus_ = launch_cpus();
 
   if (!Kokkos::is_initialized()) {
     // Kokkos sees only its own --kokkos-* options: Kokkos 3.x also answers
@@ -91,6 +119,52 @@ Environment::Environment(int& argc, char**& argv) {
     if (!is_kokkos_argument(argv[i]))
       argv[kept++] = argv[i];
   argc = kept;
+}
+
+std::vector<std::string> Environment::placement_warnings() const {
+  MPI_Comm node = MPI_COMM_NULL;
+  CUBELM_MPI_CHECK(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  int local = 0, locals = 1;
+  CUBELM_MPI_CHECK(MPI_Comm_rank(node, &local));
+  CUBELM_MPI_CHECK(MPI_Comm_size(node, &locals));
+
+  // One record per rank: world rank, threads, pins, yields, CPU count, then the CPUs.
+  constexpr int head = 5;
+  std::vector<int> mine{rank_, static_cast<int>(Kokkos::DefaultHostExecutionSpace().concurrency()),
+                        openmp_pins_threads() ? 1 : 0, mpi_yields_when_idle() ? 1 : 0,
+                        static_cast<int>(launch_cpus_.size())};
+  mine.insert(mine.end(), launch_cpus_.begin(), launch_cpus_.end());
+  const int count = static_cast<int>(mine.size());
+  std::vector<int> counts(local == 0 ? locals : 0), offsets(counts.size());
+  CUBELM_MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, node));
+  int total = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    offsets[i] = total;
+    total += counts[i];
+  }
+  std::vector<int> all(static_cast<std::size_t>(total));
+  CUBELM_MPI_CHECK(MPI_Gatherv(mine.data(), count, MPI_INT, all.data(), counts.data(),
+                               offsets.data(), MPI_INT, 0, node));
+  CUBELM_MPI_CHECK(MPI_Comm_free(&node));
+  if (local != 0)
+    return {};
+
+  std::vector<RankPlacement> ranks;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const int* r = all.data() + offsets[i];
+    RankPlacement p;
+    p.rank = r[0];
+    p.threads = r[1];
+    p.pins_threads = r[2] != 0;
+    p.yields = r[3] != 0;
+    p.cpus.assign(r + head, r + head + r[4]);
+    ranks.push_back(std::move(p));
+  }
+  char host[MPI_MAX_PROCESSOR_NAME] = {0};
+  int length = 0;
+  CUBELM_MPI_CHECK(MPI_Get_processor_name(host, &length));
+  return cubelm::placement_warnings(ranks, std::string(host, static_cast<std::size_t>(length)));
 }
 
 Environment::~Environment() {

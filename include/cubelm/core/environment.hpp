@@ -2,6 +2,9 @@
 /// \file
 /// \brief The one RAII object that brings MPI and Kokkos up and down in order.
 
+#include <string>
+#include <vector>
+
 namespace cubelm {
 
 /// \brief MPI_Init_thread, then Kokkos::initialize; the reverse on destruction.
@@ -24,12 +27,19 @@ public:
   /// \brief Thread support MPI granted (MPI_THREAD_* constant).
   int thread_level() const { return thread_level_; }
 
+  /// \brief Collective over MPI_COMM_WORLD: what is wrong with the placement of
+  /// the ranks and threads of this rank's node (see core/placement.hpp). The
+  /// first rank of each node gets the node's warnings, the others nothing.
+  std::vector<std::string> placement_warnings() const;
+
 private:
   bool owns_mpi_ = false;
   bool owns_kokkos_ = false;
   int rank_ = 0;
   int size_ = 1;
   int thread_level_ = 0;
+  // The CPUs the launcher gave this process (not the pinned main thread's).
+  std::vector<int> launch_cpus_;
 };
 
 } // namespace cubelm
