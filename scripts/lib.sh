@@ -44,8 +44,60 @@ cubelm_timed() {
   return "$rc"
 }
 
-# Open MPI refuses to run as root and to oversubscribe cores unless told.
+# Open MPI refuses to run as root unless told.
 cubelm_mpi_env() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  export OMPI_MCA_rmaps_base_oversubscribe=1
+}
+
+# Physical cores this process may use: the CPUs of its affinity mask (nproc)
+# divided by the hardware threads per core.
+cubelm_cores() {
+  local cpus smt
+  cpus=$(nproc)
+  smt=$(lscpu 2>/dev/null | awk -F: '/^Thread\(s\) per core/ { gsub(/ /, "", $2); print $2 }')
+  [ -n "$smt" ] && [ "$smt" -ge 1 ] 2>/dev/null || smt=1
+  local cores=$((cpus / smt))
+  [ "$cores" -ge 1 ] || cores=1
+  echo "$cores"
+}
+
+# cubelm_place RANKS: placement of RANKS ranks on this node (docs/launching.md).
+# Exports the OpenMP settings and sets CUBELM_LAUNCH to the launch command
+# (mpiexec with its mapping and binding options; empty for one rank).
+#   ranks <= cores: each rank gets cores/ranks threads bound to as many cores
+#                   of its own (--map-by slot:PE=n --bind-to core)
+#   ranks >  cores: one thread each, no binding, and Open MPI told to yield
+#                   the core while it waits (it busy-polls otherwise)
+# An OMP_NUM_THREADS, OMP_PROC_BIND or OMP_PLACES already set is kept.
+cubelm_place() {
+  local ranks=$1 cores threads
+  cores=$(cubelm_cores)
+  CUBELM_LAUNCH=()
+  if [ "$ranks" -le 1 ]; then
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$cores}
+    export OMP_PROC_BIND=${OMP_PROC_BIND:-spread} OMP_PLACES=${OMP_PLACES:-cores}
+    CUBELM_PLACEMENT="1 rank, $OMP_NUM_THREADS threads on $cores cores"
+    return
+  fi
+  local openmpi=0
+  mpiexec --version 2>/dev/null | grep -q -E 'Open MPI|OpenRTE' && openmpi=1
+  CUBELM_LAUNCH=(mpiexec -n "$ranks")
+  if [ "$ranks" -le "$cores" ]; then
+    threads=${OMP_NUM_THREADS:-$((cores / ranks))}
+    export OMP_NUM_THREADS=$threads
+    if [ $((ranks * threads)) -le "$cores" ]; then
+      export OMP_PROC_BIND=${OMP_PROC_BIND:-close} OMP_PLACES=${OMP_PLACES:-cores}
+      [ "$openmpi" = 1 ] && CUBELM_LAUNCH+=(--map-by "slot:PE=$threads" --bind-to core)
+      CUBELM_PLACEMENT="$ranks ranks x $threads threads, each bound to $threads of $cores cores"
+    else
+      export OMP_PROC_BIND=${OMP_PROC_BIND:-false}
+      [ "$openmpi" = 1 ] && CUBELM_LAUNCH+=(--bind-to none)
+      CUBELM_PLACEMENT="$ranks ranks x $threads threads on $cores cores (OMP_NUM_THREADS as given; unbound)"
+    fi
+  else
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_PROC_BIND=${OMP_PROC_BIND:-false}
+    export OMPI_MCA_mpi_yield_when_idle=1
+    [ "$openmpi" = 1 ] && CUBELM_LAUNCH+=(--oversubscribe --bind-to none)
+    CUBELM_PLACEMENT="$ranks ranks on $cores cores (oversubscribed): 1 thread each, unbound, yielding when idle"
+  fi
 }
