@@ -3,6 +3,7 @@
 
 find_package(Kokkos 3.4 REQUIRED)
 find_package(KokkosKernels REQUIRED)
+include(CubelmKokkosKernels)
 message(STATUS "cubelm: Kokkos ${Kokkos_VERSION} from ${Kokkos_DIR}")
 message(STATUS "cubelm: KokkosKernels ${KokkosKernels_VERSION} from ${KokkosKernels_DIR}")
 

@@ -22,4 +22,5 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/cubelmConfigVersion
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/cubelmConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/cubelmConfigVersion.cmake
               cmake/FindNCCL.cmake
+              cmake/CubelmKokkosKernels.cmake
         DESTINATION ${CUBELM_CMAKE_DIR})

@@ -219,7 +219,7 @@ public:
 
 private:
   Tokens dev_;
-  Tokens::HostMirror host_;
+  Tokens::host_mirror_type host_;
 };
 
 /// Vocabulary-parallel cross-entropy on logits [rows, slice] of the vocabulary slice
