@@ -32,7 +32,7 @@ std::string model_section() {
   return "vocab_size = 1024\nseq_len = 128\nhidden = 256\nheads = 8\nlayers = 2\n";
 }
 
-cubelm::io::Deck deck(const char* mode, int tp) {
+cubelm::Deck deck(const char* mode, int tp) {
   const std::string text = "[model]\n" + model_section() + "[parallel]\ntensor_mode = \"" + mode +
                            "\"\ntensor_size = " + std::to_string(tp) +
                            "\n[train]\nsteps = 1000\nglobal_batch = 16\nseed = 1\n"

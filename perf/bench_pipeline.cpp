@@ -12,6 +12,7 @@
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/environment.hpp"
 #include "cubelm/io/deck.hpp"
+#include "cubelm/model/memory.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "bench_mpi.hpp"
@@ -26,7 +27,7 @@ namespace {
 
 constexpr int kSteps = 5;
 
-cubelm::io::Deck deck(const char* schedule, int stages) {
+cubelm::Deck deck(const char* schedule, int stages) {
   const bool interleaved = std::string(schedule) == "interleaved";
   const std::string text =
       "[model]\nvocab_size = 1024\nseq_len = 128\nhidden = 256\nheads = 8\nlayers = " +
@@ -39,7 +40,7 @@ cubelm::io::Deck deck(const char* schedule, int stages) {
 
 void BM_Schedule(benchmark::State& state, const char* schedule) {
   const int world = cubelm::comm::Communicator::world().size();
-  const cubelm::io::Deck d = deck(schedule, world);
+  const cubelm::Deck d = deck(schedule, world);
   cubelm::train::Trainer trainer(d);
   trainer.step(); // warm-up
   double wait = 0, total = 0;
@@ -56,7 +57,7 @@ void BM_Schedule(benchmark::State& state, const char* schedule) {
   state.counters["idle/busy"] = bubble;
   state.counters["wait_share_rank0"] = total > 0 ? wait / total : 0.0;
   state.counters["est_MiB/rank_max"] =
-      static_cast<double>(cubelm::train::estimate_memory(d).total()) / 1048576.0;
+      static_cast<double>(cubelm::model::estimate_memory(d).total()) / 1048576.0;
   state.counters["MiB_rank0"] = static_cast<double>(trainer.memory().total()) / 1048576.0;
   state.counters["act_sets_rank0"] = trainer.model().stage().slots;
 }

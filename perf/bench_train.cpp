@@ -52,7 +52,7 @@ std::string deck_text(int layers, int hidden, int heads, int seq, int vocab, int
 }
 
 void train_step(benchmark::State& state, const std::string& text) {
-  const cubelm::io::Deck deck = cubelm::io::parse_deck(text, "bench");
+  const cubelm::Deck deck = cubelm::io::parse_deck(text, "bench");
   cubelm::train::Trainer trainer(deck);
   trainer.step(); // warm-up: first-touch of every buffer
   for (auto _ : state)

@@ -1,6 +1,7 @@
 // The input deck: defaults, every key, and each kind of error message
 // (which must name the file, the line, the key, the value and the rule).
 
+#include "cubelm/comm/layout.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/io/deck.hpp"
 
@@ -38,9 +39,9 @@ TEST(Deck, EmptyDeckGivesTheDocumentedDefaults) {
   EXPECT_EQ(d.model.hidden, 64);
   EXPECT_EQ(d.model.heads, 4);
   EXPECT_EQ(d.model.layers, 2);
-  EXPECT_EQ(d.parallel.tensor_mode, comm::TensorMode::none);
-  EXPECT_EQ(d.parallel.layout().world_size(), 1);
-  EXPECT_EQ(d.parallel.schedule, "1f1b");
+  EXPECT_EQ(d.parallel.tensor_mode, TensorMode::none);
+  EXPECT_EQ(comm::layout_of(d.parallel).world_size(), 1);
+  EXPECT_EQ(d.parallel.schedule, Schedule::one_f_one_b);
   EXPECT_EQ(d.train.global_batch, 8);
   EXPECT_EQ(d.micro_batch(), 8);
   EXPECT_DOUBLE_EQ(d.optimizer.lr, 6e-4);
@@ -102,11 +103,11 @@ metrics = "m.jsonl"
   EXPECT_EQ(d.text, text);
   EXPECT_EQ(d.source, "full.toml");
   EXPECT_EQ(d.model.hidden, 96);
-  EXPECT_EQ(d.parallel.tensor_mode, comm::TensorMode::d2);
-  EXPECT_EQ(d.parallel.layout().world_size(), 16);
+  EXPECT_EQ(d.parallel.tensor_mode, TensorMode::d2);
+  EXPECT_EQ(comm::layout_of(d.parallel).world_size(), 16);
   EXPECT_EQ(d.parallel.virtual_stages, 2);
   EXPECT_EQ(d.parallel.zero, 1);
-  EXPECT_EQ(d.parallel.recompute, "full");
+  EXPECT_EQ(d.parallel.recompute, Recompute::full);
   EXPECT_EQ(d.train.seed, 99);
   EXPECT_EQ(d.micro_batch(), 2);
   EXPECT_DOUBLE_EQ(d.optimizer.min_lr, 0.0); // integer accepted for a float key
@@ -178,7 +179,7 @@ TEST(Deck, RulesNameTheValueAndTheRule) {
   EXPECT_HAS(error_of("[log]\ninterval = 0\n"), "log.interval = 0: must be at least 1");
 }
 
-// The pipeline rules are the schedule's own (train::check_plan), reported at the
+// The pipeline rules are the schedule's own (plan::check_plan), reported at the
 // line of the parallel key, with its value, or its default when the deck omits it.
 TEST(Deck, PipelineRulesAreTheSchedulesRules) {
   EXPECT_HAS(error_of("[parallel]\npipeline_size = 0\n"),

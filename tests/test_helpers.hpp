@@ -16,8 +16,8 @@
 namespace cubelm::testing {
 
 /// A model shape for tests: `vocab` tokens, context 4, 2 layers.
-inline io::ModelConfig tiny_model(int vocab, int hidden, int heads) {
-  io::ModelConfig c;
+inline ModelConfig tiny_model(int vocab, int hidden, int heads) {
+  ModelConfig c;
   c.vocab_size = vocab;
   c.seq_len = 4;
   c.hidden = hidden;

@@ -20,7 +20,7 @@ using namespace cubelm::model;
 
 namespace {
 
-io::ModelConfig tiny() {
+ModelConfig tiny() {
   return cubelm::testing::tiny_model(11, 8, 2);
 }
 
@@ -43,7 +43,7 @@ TEST(Model, ParameterNamesShapesAndCount) {
 }
 
 TEST(Model, InitialisationFollowsTheRules) {
-  io::ModelConfig c = tiny();
+  ModelConfig c = tiny();
   c.hidden = 64;
   c.layers = 4;
   auto na = GridModel<double>::single(c, 1, 42), nb = GridModel<double>::single(c, 1, 42),
@@ -76,7 +76,7 @@ TEST(Model, InitialisationFollowsTheRules) {
 }
 
 TEST(Model, EveryGradientMatchesFiniteDifferences) {
-  const io::ModelConfig c = tiny();
+  const ModelConfig c = tiny();
   const int batch = 2;
   auto net = GridModel<double>::single(c, batch, 7);
   auto& gpt = *net.model;
@@ -122,7 +122,7 @@ TEST(Model, EveryGradientMatchesFiniteDifferences) {
 }
 
 TEST(Model, LossOfTheUntrainedModelIsNearLogVocab) {
-  io::ModelConfig c = tiny();
+  ModelConfig c = tiny();
   c.vocab_size = 64;
   auto net = GridModel<float>::single(c, 4, 11);
   auto& gpt = *net.model;
@@ -136,7 +136,7 @@ namespace {
 
 // The model on this process alone, with `stage` (chunks, slots, recomputation).
 struct Alone {
-  Alone(const io::ModelConfig& c, int batch, StageLayout stage)
+  Alone(const ModelConfig& c, int batch, StageLayout stage)
       : grid(comm::Layout{}, comm::Communicator::duplicate(MPI_COMM_SELF)),
         mode(tp::make_mode<double>(grid)), model(c, batch, 7, *mode, std::move(stage)) {}
   comm::ProcessGrid grid;
@@ -166,7 +166,7 @@ void expect_same(const std::vector<double>& a, const std::vector<double>& b) {
 
 // Two micro-batches accumulated give the gradient of the whole batch.
 TEST(Model, MicroBatchAccumulationEqualsTheFullBatchGradient) {
-  const io::ModelConfig c = tiny();
+  const ModelConfig c = tiny();
   const int n = 4 * c.seq_len, half = n / 2;
   const auto in = random_tokens(n, c.vocab_size, 5), tgt = random_tokens(n, c.vocab_size, 6);
   Alone full(c, 4, {}), micro(c, 2, {});
@@ -185,7 +185,7 @@ TEST(Model, MicroBatchAccumulationEqualsTheFullBatchGradient) {
 // Chunks and recomputation change neither the loss nor a gradient; recomputation
 // keeps less: each layer's input instead of its activations.
 TEST(Model, ChunksAndRecomputationKeepTheGradients) {
-  io::ModelConfig c = tiny();
+  ModelConfig c = tiny();
   c.layers = 3;
   const int n = 2 * c.seq_len;
   const auto in = random_tokens(n, c.vocab_size, 8), tgt = random_tokens(n, c.vocab_size, 9);

@@ -4,7 +4,7 @@
 // parallel layout resumes on one process, and each stage holds the activation
 // sets its schedule needs.
 
-#include "cubelm/model/shape.hpp"
+#include "cubelm/model/memory.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "test_helpers.hpp"
@@ -40,7 +40,7 @@ int global_batch(const Case& c) {
   return 4 * c.dp * c.microbatches;
 }
 
-io::Deck deck(const Case& c, int layers = 4) {
+Deck deck(const Case& c, int layers = 4) {
   const std::string text = std::string(R"([model]
 vocab_size = 32
 seq_len = 8
@@ -121,7 +121,7 @@ TEST(Pipeline, EveryLayoutTrainsLikeTheSingleProcess) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(describe(c));
     train::Trainer group(deck(c));
-    io::Deck ref = deck(single());
+    Deck ref = deck(single());
     ref.train.global_batch = global_batch(c);
     train::Trainer one(ref, self());
     for (int s = 0; s < 10; ++s) {
@@ -138,13 +138,13 @@ TEST(Pipeline, LargeMessagesDoNotDeadlock) {
   const int p = comm::Communicator::world().size();
   const Case c{"none", 1, p, 1, "interleaved", 2, 2 * p, 0, "none"};
   SCOPED_TRACE(describe(c));
-  auto big = [&](io::Deck d) {
+  auto big = [&](Deck d) {
     d.model.hidden = 64;
     d.model.seq_len = 32;
     return d;
   };
   train::Trainer group(big(deck(c, 4 * p)));
-  io::Deck ref = big(deck(single(), 4 * p));
+  Deck ref = big(deck(single(), 4 * p));
   ref.train.global_batch = global_batch(c);
   train::Trainer one(ref, self());
   for (int s = 0; s < 2; ++s) {
@@ -159,11 +159,11 @@ TEST(Pipeline, PerLayerBucketsReduceAsLayersFinish) {
   const int d = comm::Communicator::world().size();
   const Case c{"none", 1, 1, d, "layered", 1, 2, 1, "none"};
   SCOPED_TRACE(describe(c));
-  io::Deck small = deck(c);
+  Deck small = deck(c);
   small.parallel.bucket_mb = 1e-6;
   train::Trainer group(small);
   EXPECT_EQ(group.data_parallel().buckets(), small.model.layers + 3);
-  io::Deck ref = deck(single());
+  Deck ref = deck(single());
   ref.train.global_batch = global_batch(c);
   train::Trainer one(ref, self());
   for (int s = 0; s < 3; ++s) {
@@ -192,10 +192,10 @@ TEST(Pipeline, StagesHoldThePeakInFlightActivationSets) {
 TEST(Pipeline, MemoryPerRankMatchesTheEstimate) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(describe(c));
-    const io::Deck d = deck(c);
+    const Deck d = deck(c);
     train::Trainer t(d);
     const model::Memory measured = t.memory();
-    const model::Memory estimate = train::estimate_memory(d, t.grid().coords().pp);
+    const model::Memory estimate = model::estimate_memory(d, t.grid().coords().pp);
     EXPECT_EQ(measured.parameters, estimate.parameters);
     EXPECT_EQ(measured.gradients, estimate.gradients);
     EXPECT_EQ(measured.activations, estimate.activations);
@@ -224,7 +224,7 @@ TEST(Pipeline, CheckpointResumesOnOneProcess) {
   for (int s = 3; s < 6; ++s)
     losses.push_back(group.step().loss);
   if (world.rank() == 0) {
-    io::Deck ref = deck(single());
+    Deck ref = deck(single());
     ref.train.global_batch = global_batch(c);
     train::Trainer one(ref, self());
     one.resume(path);
@@ -245,7 +245,7 @@ TEST(Pipeline, EveryLayoutResumesAOneProcessCheckpoint) {
   const std::string path = temp_path("cubelm_test_pipeline_single_");
   for (const Case& c : cases()) {
     SCOPED_TRACE(describe(c));
-    io::Deck ref = deck(single());
+    Deck ref = deck(single());
     ref.train.global_batch = global_batch(c);
     std::vector<double> losses(3, 0.0);
     if (world.rank() == 0) {

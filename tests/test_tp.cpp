@@ -4,7 +4,7 @@
 // single-process model's (the same code on MPI_COMM_SELF, itself checked against
 // finite differences in test_model; double precision, and float within 1e-5).
 
-#include "cubelm/model/shape.hpp"
+#include "cubelm/model/memory.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -25,7 +25,7 @@ using namespace cubelm;
 
 namespace {
 
-io::ModelConfig tiny() {
+ModelConfig tiny() {
   return cubelm::testing::tiny_model(32, 16, 8);
 }
 
@@ -57,26 +57,26 @@ block_of(const std::vector<double>& full, const std::vector<std::int64_t>& shape
 std::vector<comm::Layout> layouts() {
   const int p = comm::Communicator::world().size();
   std::vector<comm::Layout> out;
-  out.push_back(comm::Layout{1, 1, p, p == 1 ? comm::TensorMode::none : comm::TensorMode::d1});
+  out.push_back(comm::Layout{1, 1, p, p == 1 ? TensorMode::none : TensorMode::d1});
   if (p == 4)
-    out.push_back(comm::Layout{1, 1, p, comm::TensorMode::d2});
+    out.push_back(comm::Layout{1, 1, p, TensorMode::d2});
   if (p == 8)
-    out.push_back(comm::Layout{1, 1, p, comm::TensorMode::d3});
+    out.push_back(comm::Layout{1, 1, p, TensorMode::d3});
   return out;
 }
 
 template <class T>
 void check_equivalence(const comm::Layout& layout, double loss_tol, double grad_tol) {
-  SCOPED_TRACE(comm::mode_name(layout.mode));
+  SCOPED_TRACE(mode_name(layout.mode));
   const comm::ProcessGrid grid(layout, comm::Communicator::world());
-  const io::ModelConfig c = tiny();
+  const ModelConfig c = tiny();
   const int batch = 4, n = batch * c.seq_len;
   const std::uint64_t seed = 77;
   auto single = model::GridModel<T>::single(c, batch, seed);
   auto& reference = *single.model;
   auto mode = tp::make_mode<T>(grid);
   model::ShardedGPT<T> sharded(c, batch, seed, *mode);
-  ASSERT_STREQ(mode->name(), comm::mode_name(layout.mode));
+  ASSERT_STREQ(mode->name(), mode_name(layout.mode));
 
   const auto in = random_tokens(n, c.vocab_size, 1), tgt = random_tokens(n, c.vocab_size, 2);
   for (int pass = 0; pass < 2; ++pass) { // the second pass accumulates onto the first
@@ -130,7 +130,7 @@ TEST(TensorParallel, MatchesTheSingleProcessModelInFloat) {
 
 namespace {
 
-io::Deck train_deck(comm::TensorMode mode, int tp, int microbatches = 1) {
+Deck train_deck(TensorMode mode, int tp, int microbatches = 1) {
   const std::string text = R"([model]
 vocab_size = 32
 seq_len = 8
@@ -138,7 +138,7 @@ hidden = 16
 heads = 8
 layers = 2
 [parallel]
-tensor_mode = ")" + std::string(comm::mode_name(mode)) +
+tensor_mode = ")" + std::string(mode_name(mode)) +
                            R"("
 tensor_size = )" + std::to_string(tp) +
                            R"(
@@ -160,12 +160,12 @@ peak_gflops = 1.0
   return io::parse_deck(text, "tp.toml");
 }
 
-io::Deck train_deck(const comm::Layout& layout, int microbatches = 1) {
+Deck train_deck(const comm::Layout& layout, int microbatches = 1) {
   return train_deck(layout.mode, layout.tp, microbatches);
 }
 
-io::Deck single_deck() {
-  return train_deck(comm::TensorMode::none, 1);
+Deck single_deck() {
+  return train_deck(TensorMode::none, 1);
 }
 
 using cubelm::testing::self;
@@ -175,7 +175,7 @@ using cubelm::testing::temp_path;
 
 TEST(TensorParallel, TenAdamWStepsMatchTheSingleProcessRun) {
   for (const auto& layout : layouts()) {
-    SCOPED_TRACE(comm::mode_name(layout.mode));
+    SCOPED_TRACE(mode_name(layout.mode));
     train::Trainer group(train_deck(layout)), single(single_deck(), self());
     for (int s = 0; s < 10; ++s) {
       const auto a = group.step(), b = single.step();
@@ -195,7 +195,7 @@ TEST(TensorParallel, CheckpointResumesUnderOtherLayouts) {
   const comm::Communicator world = comm::Communicator::world();
   const std::string path = temp_path("cubelm_test_tp_");
   const comm::Layout layout = layouts().back();
-  SCOPED_TRACE(comm::mode_name(layout.mode));
+  SCOPED_TRACE(mode_name(layout.mode));
   train::Trainer group(train_deck(layout));
   for (int s = 0; s < 3; ++s)
     group.step();
@@ -208,7 +208,7 @@ TEST(TensorParallel, CheckpointResumesUnderOtherLayouts) {
   const bool pair = world.size() >= 2 && world.rank() < 2;
   const comm::Communicator two = world.split(pair ? 0 : 1, world.rank());
   if (pair) {
-    train::Trainer oned(train_deck(comm::TensorMode::d1, 2), two);
+    train::Trainer oned(train_deck(TensorMode::d1, 2), two);
     oned.resume(path);
     EXPECT_EQ(oned.steps_done(), 3);
     for (int s = 3; s < 6; ++s)
@@ -238,9 +238,9 @@ struct Volume {
 };
 using Volumes = std::map<std::pair<std::string, comm::Kind>, Volume>;
 
-Volumes closed_form(const io::Deck& deck) {
+Volumes closed_form(const Deck& deck) {
   using comm::Kind;
-  const comm::Layout layout = deck.parallel.layout();
+  const comm::Layout layout = comm::layout_of(deck.parallel);
   const double m = deck.parallel.microbatches, L = deck.model.layers, H = deck.model.hidden;
   const double V = deck.model.vocab_size, T = deck.model.seq_len;
   const double N = static_cast<double>(deck.micro_batch()) * T;
@@ -253,12 +253,12 @@ Volumes closed_form(const io::Deck& deck) {
   if (p > 1)
     add("world", Kind::all_reduce, 1, 2.0 * (p - 1) / p * 16);
   switch (layout.mode) {
-  case comm::TensorMode::none:
-  case comm::TensorMode::d1:
+  case TensorMode::none:
+  case TensorMode::d1:
     add("tp", Kind::all_reduce, (4 + 4 * L) * m,
         2.0 * (p - 1) / p * (4.0 * m * ((2 + 4 * L) * N * H + 3 * N)));
     break;
-  case comm::TensorMode::d2: {
+  case TensorMode::d2: {
     const double c = (q - 1) / q, R = N / q;
     add("tp.row", Kind::broadcast, m * (8 * L * q + q), m * 4 * c * (14 * L * H * R + R * V));
     add("tp.row", Kind::reduce, m * (4 * L * q + q), m * 4 * c * (7 * L * H * R + R * V));
@@ -274,7 +274,7 @@ Volumes closed_form(const io::Deck& deck) {
     add("tp.col", Kind::all_reduce, m, m * 2 * c * 8);
     break;
   }
-  case comm::TensorMode::d3: {
+  case TensorMode::d3: {
     const double k = q - 1, R = N / (q * q), plane = 2 * (q * q - 1) / (q * q);
     add("tp.a", Kind::all_gather, m * (6 * L + 2), m * 4 * k * R * H / q * (6 * L + 2));
     add("tp.a", Kind::reduce_scatter, m * (4 * L + 2), m * 4 * k * R * H / q * (4 * L + 2));
@@ -303,9 +303,9 @@ Volumes closed_form(const io::Deck& deck) {
 TEST(TensorParallel, BytesSentPerStepFollowTheClosedForm) {
   for (const auto& layout : layouts())
     for (int microbatches : {1, 2}) {
-      SCOPED_TRACE(std::string(comm::mode_name(layout.mode)) + ", " + std::to_string(microbatches) +
+      SCOPED_TRACE(std::string(mode_name(layout.mode)) + ", " + std::to_string(microbatches) +
                    " micro-batches");
-      const io::Deck deck = train_deck(layout, microbatches);
+      const Deck deck = train_deck(layout, microbatches);
       train::Trainer t(deck);
       const auto m = t.step();
       const Volumes expected = closed_form(deck);
@@ -331,11 +331,11 @@ TEST(TensorParallel, BytesSentPerStepFollowTheClosedForm) {
 TEST(TensorParallel, MemoryPerRankMatchesTheEstimate) {
   for (const auto& layout : layouts())
     for (int microbatches : {1, 2}) {
-      SCOPED_TRACE(comm::mode_name(layout.mode));
-      const io::Deck deck = train_deck(layout, microbatches);
+      SCOPED_TRACE(mode_name(layout.mode));
+      const Deck deck = train_deck(layout, microbatches);
       train::Trainer t(deck);
       const model::Memory measured = t.memory();
-      const model::Memory estimate = train::estimate_memory(deck);
+      const model::Memory estimate = model::estimate_memory(deck);
       EXPECT_EQ(measured.parameters, estimate.parameters);
       EXPECT_EQ(measured.gradients, estimate.gradients);
       EXPECT_EQ(measured.optimizer, estimate.optimizer);
@@ -348,10 +348,10 @@ TEST(TensorParallel, MemoryPerRankMatchesTheEstimate) {
 // blocks' matrices) fall as 1/q^3 and the vectors and wpe as 1/q.
 TEST(TensorParallel, ParameterMemoryFallsWithTheMode) {
   for (const auto& layout : layouts()) {
-    SCOPED_TRACE(comm::mode_name(layout.mode));
-    const io::Deck deck = train_deck(layout);
+    SCOPED_TRACE(mode_name(layout.mode));
+    const Deck deck = train_deck(layout);
     train::Trainer t(deck);
-    const io::ModelConfig& c = deck.model;
+    const ModelConfig& c = deck.model;
     const std::int64_t H = c.hidden, V = c.vocab_size, T = c.seq_len, L = c.layers;
     const std::int64_t weights = V * H + 12 * L * H * H, vectors = (13 * L + 2) * H;
     std::int64_t w = 0, vec = 0, pos = 0;
@@ -359,12 +359,12 @@ TEST(TensorParallel, ParameterMemoryFallsWithTheMode) {
       (p.name == "wpe" ? pos : p.shape.size() == 2 ? w : vec) += p.size();
     const std::int64_t q = layout.side(), p = layout.tp;
     switch (layout.mode) {
-    case comm::TensorMode::d3:
+    case TensorMode::d3:
       EXPECT_EQ(w * q * q * q, weights);
       EXPECT_EQ(vec * q, vectors);
       EXPECT_EQ(pos * q, T * H);
       break;
-    case comm::TensorMode::d2:
+    case TensorMode::d2:
       EXPECT_EQ(w * q * q, weights);
       EXPECT_EQ(vec * q * q, vectors);
       EXPECT_EQ(pos * q, T * H);

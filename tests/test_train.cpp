@@ -17,7 +17,7 @@ using namespace cubelm;
 
 namespace {
 
-io::Deck small_deck(int microbatches = 1, int steps = 60) {
+Deck small_deck(int microbatches = 1, int steps = 60) {
   std::string text = R"(
 [model]
 vocab_size = 32
@@ -50,7 +50,7 @@ peak_gflops = 1.0
 } // namespace
 
 TEST(Train, LearningRateScheduleClosedForm) {
-  io::OptimizerConfig o;
+  OptimizerConfig o;
   o.lr = 1.0;
   o.min_lr = 0.1;
   o.warmup_steps = 4;
@@ -149,7 +149,7 @@ TEST(Train, CheckpointOfAnotherShapeIsRefused) {
   const std::string path = temp_file("shape.h5");
   train::Trainer t(small_deck(1, 2));
   t.save(path);
-  io::Deck other = small_deck(1, 2);
+  Deck other = small_deck(1, 2);
   other.model.hidden = 64;
   train::Trainer u(other);
   try {
@@ -161,7 +161,7 @@ TEST(Train, CheckpointOfAnotherShapeIsRefused) {
     EXPECT_NE(m.find("/model/wte has shape [32, 32], the deck needs [32, 64]"), std::string::npos)
         << m;
   }
-  io::Deck fewer = small_deck(1, 2);
+  Deck fewer = small_deck(1, 2);
   fewer.model.layers = 1;
   train::Trainer w(fewer);
   EXPECT_THROW(w.resume(path), Error);
@@ -187,7 +187,7 @@ TEST(Train, CheckpointFilesAreFoundAndPruned) {
 // What this version cannot do is refused with the key, the value and the remedy,
 // not run without it.
 TEST(Train, UnavailableFeaturesAreRefused) {
-  auto message = [](const io::Deck& deck) {
+  auto message = [](const Deck& deck) {
     try {
       train::Trainer t(deck);
     } catch (const Error& e) {
@@ -195,8 +195,8 @@ TEST(Train, UnavailableFeaturesAreRefused) {
     }
     return std::string("no error");
   };
-  io::Deck seq = small_deck();
-  seq.parallel.tensor_mode = comm::TensorMode::d1;
+  Deck seq = small_deck();
+  seq.parallel.tensor_mode = TensorMode::d1;
   seq.parallel.sequence_parallel = true;
   EXPECT_NE(message(seq).find("parallel.sequence_parallel = true"), std::string::npos);
 }

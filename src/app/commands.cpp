@@ -3,7 +3,7 @@
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/version.hpp"
 #include "cubelm/io/data.hpp"
-#include "cubelm/model/shape.hpp"
+#include "cubelm/model/memory.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -44,8 +44,8 @@ std::string human(double x) {
   return buf;
 }
 
-std::string memory_line(const io::Deck& deck) {
-  const model::Memory mem = train::estimate_memory(deck);
+std::string memory_line(const Deck& deck) {
+  const model::Memory mem = model::estimate_memory(deck);
   char buf[200];
   std::snprintf(buf, sizeof(buf),
                 "memory     per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB, "
@@ -54,12 +54,11 @@ std::string memory_line(const io::Deck& deck) {
                 mem.activations / 1048576.0,
                 deck.parallel.pipeline_size > 1 ? ", fullest pipeline stage" : "");
   std::string out = buf;
-  const io::ParallelConfig& p = deck.parallel;
+  const ParallelConfig& p = deck.parallel;
   if (p.pipeline_size > 1 || p.microbatches > 1) {
     // The schedule under the unit-cost model (docs/pipeline.md).
-    const train::PipelinePlan plan = train::make_plan(p.schedule, p.pipeline_size, p.microbatches,
-                                                      p.virtual_stages, deck.model.layers);
-    const train::Timeline t = train::simulate(plan);
+    const plan::PipelinePlan plan = plan::make_plan(p, deck.model);
+    const plan::Timeline t = plan::simulate(plan);
     out += "pipeline   idle/busy per stage (unit-cost model):";
     for (int s = 0; s < plan.stages; ++s) {
       std::snprintf(buf, sizeof(buf), " %.3f", t.bubble(s));
@@ -97,18 +96,19 @@ std::string version_text() {
   return out.str();
 }
 
-std::string describe(const io::Deck& deck) {
-  const io::ModelConfig& m = deck.model;
-  const io::ParallelConfig& p = deck.parallel;
-  const comm::Layout layout = p.layout();
+std::string describe(const Deck& deck) {
+  const ModelConfig& m = deck.model;
+  const ParallelConfig& p = deck.parallel;
+  const comm::Layout layout = comm::layout_of(p);
   const double tokens = static_cast<double>(deck.train.global_batch) * m.seq_len;
   std::ostringstream out;
   out << "model      vocab " << m.vocab_size << ", context " << m.seq_len << ", hidden " << m.hidden
       << ", heads " << m.heads << ", layers " << m.layers << ": "
       << human(static_cast<double>(model::parameter_count(m))) << " parameters\n"
       << "layout     " << layout.describe() << ": " << layout.world_size() << " process"
-      << (layout.world_size() == 1 ? "" : "es") << ", schedule " << p.schedule << ", microbatches "
-      << p.microbatches << ", zero " << p.zero << ", recompute " << p.recompute << "\n"
+      << (layout.world_size() == 1 ? "" : "es") << ", schedule " << schedule_name(p.schedule)
+      << ", microbatches " << p.microbatches << ", zero " << p.zero << ", recompute "
+      << recompute_name(p.recompute) << "\n"
       << "batch      " << deck.train.global_batch << " sequences/step = " << p.data_size
       << " (data) x " << p.microbatches << " (microbatches) x " << deck.micro_batch()
       << " (micro-batch); " << human(tokens) << " tokens/step, " << deck.train.steps << " steps\n"
@@ -123,8 +123,8 @@ std::string describe(const io::Deck& deck) {
 }
 
 int run_check(const std::string& deck_path, const Environment& env) {
-  const io::Deck deck = io::load_deck(deck_path);
-  const comm::Layout layout = deck.parallel.layout();
+  const Deck deck = io::load_deck(deck_path);
+  const comm::Layout layout = comm::layout_of(deck.parallel);
   // On one process this is a dry check of the deck; under mpiexec the job
   // itself must fit the layout.
   if (env.world_size() > 1)
@@ -139,8 +139,8 @@ int run_check(const std::string& deck_path, const Environment& env) {
 }
 
 int run_train(const std::string& deck_path, const Environment& env) {
-  const io::Deck deck = io::load_deck(deck_path);
-  deck.parallel.layout().validate_for_world(env.world_size());
+  const Deck deck = io::load_deck(deck_path);
+  comm::layout_of(deck.parallel).validate_for_world(env.world_size());
   return train::run_training(deck, std::cout);
 }
 
@@ -156,12 +156,12 @@ int run_data(const std::vector<std::string>& inputs, const std::string& output,
 }
 
 int run_init(const std::string& deck_path, const std::string& output, const Environment& env) {
-  const io::Deck deck = io::load_deck(deck_path);
-  deck.parallel.layout().validate_for_world(env.world_size());
+  const Deck deck = io::load_deck(deck_path);
+  comm::layout_of(deck.parallel).validate_for_world(env.world_size());
   // Parameters depend only on (seed, name, index): one micro-batch row of activations suffices.
   const model::GridModel<real> net(deck.model, deck.micro_batch(),
                                    static_cast<std::uint64_t>(deck.train.seed),
-                                   deck.parallel.layout(), comm::Communicator::world());
+                                   comm::layout_of(deck.parallel), comm::Communicator::world());
   train::save_checkpoint(output, deck, *net.model, nullptr, nullptr, 0,
                          comm::Communicator::world());
   if (env.world_rank() == 0)

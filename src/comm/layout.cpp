@@ -7,30 +7,13 @@
 
 namespace cubelm::comm {
 
-const char* mode_name(TensorMode mode) {
-  switch (mode) {
-  case TensorMode::none:
-    return "none";
-  case TensorMode::d1:
-    return "1d";
-  case TensorMode::d2:
-    return "2d";
-  case TensorMode::d3:
-    return "3d";
-  }
-  return "?";
-}
-
-std::optional<TensorMode> parse_mode(const std::string& text) {
-  if (text == "none")
-    return TensorMode::none;
-  if (text == "1d")
-    return TensorMode::d1;
-  if (text == "2d")
-    return TensorMode::d2;
-  if (text == "3d")
-    return TensorMode::d3;
-  return std::nullopt;
+Layout layout_of(const ParallelConfig& parallel) {
+  Layout l;
+  l.dp = parallel.data_size;
+  l.pp = parallel.pipeline_size;
+  l.tp = parallel.tensor_size;
+  l.mode = parallel.tensor_mode;
+  return l;
 }
 
 namespace {

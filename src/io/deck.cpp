@@ -1,6 +1,7 @@
 #include "cubelm/io/deck.hpp"
 
-#include "cubelm/train/schedule.hpp"
+#include "cubelm/comm/layout.hpp"
+#include "cubelm/plan/schedule.hpp"
 
 #include "cubelm/core/error.hpp"
 
@@ -197,10 +198,10 @@ toml::table parse_toml(const std::string& text, const std::string& source) {
 // The divisibility rules of the tensor-parallel modes (DESIGN §3): every rank
 // must hold whole heads and whole sequences and equal blocks of each weight.
 // Returns the first rule `tp` breaks for this model, or "" when it fits.
-std::string tensor_rule(comm::TensorMode mode, int tp, const ModelConfig& m, int micro) {
+std::string tensor_rule(TensorMode mode, int tp, const ModelConfig& m, int micro) {
   const auto divides = [](std::int64_t n, std::int64_t d) { return d > 0 && n % d == 0; };
   const std::int64_t h = m.hidden, f = 4LL * m.hidden, v = m.vocab_size;
-  if (mode == comm::TensorMode::d1) {
+  if (mode == TensorMode::d1) {
     if (!divides(m.heads, tp))
       return "model.heads = " + std::to_string(m.heads) + " divisible by " + std::to_string(tp) +
              " (whole heads per rank)";
@@ -211,8 +212,8 @@ std::string tensor_rule(comm::TensorMode mode, int tp, const ModelConfig& m, int
              " (vocabulary-parallel embedding)";
     return "";
   }
-  if (mode == comm::TensorMode::d2 || mode == comm::TensorMode::d3) {
-    const int exp = mode == comm::TensorMode::d2 ? 2 : 3;
+  if (mode == TensorMode::d2 || mode == TensorMode::d3) {
+    const int exp = mode == TensorMode::d2 ? 2 : 3;
     int q = 1;
     while (q * q * (exp == 3 ? q : 1) < tp)
       ++q;
@@ -233,15 +234,6 @@ std::string tensor_rule(comm::TensorMode mode, int tp, const ModelConfig& m, int
 }
 
 } // namespace
-
-comm::Layout ParallelConfig::layout() const {
-  comm::Layout l;
-  l.dp = data_size;
-  l.pp = pipeline_size;
-  l.tp = tensor_size;
-  l.mode = tensor_mode;
-  return l;
-}
 
 Deck parse_deck(const std::string& text, const std::string& source) {
   const toml::table root = parse_toml(text, source);
@@ -285,37 +277,41 @@ Deck parse_deck(const std::string& text, const std::string& source) {
 
   Section par = section("parallel");
   ParallelConfig& p = deck.parallel;
-  std::string mode = "none";
+  std::string mode = mode_name(p.tensor_mode);
   par.choice("tensor_mode", mode, {"none", "1d", "2d", "3d"});
-  p.tensor_mode = *comm::parse_mode(mode);
+  p.tensor_mode = *parse_mode(mode);
   par.get("tensor_size", p.tensor_size);
   par.get("pipeline_size", p.pipeline_size);
   par.get("data_size", p.data_size);
-  par.choice("schedule", p.schedule, {"gpipe", "1f1b", "interleaved", "layered"});
+  std::string schedule = schedule_name(p.schedule);
+  par.choice("schedule", schedule, {"gpipe", "1f1b", "interleaved", "layered"});
+  p.schedule = *parse_schedule(schedule);
   par.get("virtual_stages", p.virtual_stages);
   par.get("microbatches", p.microbatches);
   par.get("zero", p.zero);
   par.get("sequence_parallel", p.sequence_parallel);
-  par.choice("recompute", p.recompute, {"none", "full"});
+  std::string recompute = recompute_name(p.recompute);
+  par.choice("recompute", recompute, {"none", "full"});
+  p.recompute = *parse_recompute(recompute);
   par.get("bucket_mb", p.bucket_mb);
   par.require(p.bucket_mb > 0, "bucket_mb", "must be positive (MB per gradient bucket)");
   par.require(p.zero == 0 || p.zero == 1, "zero", "must be 0 (off) or 1 (sharded optimizer)");
-  par.require(!p.sequence_parallel || p.tensor_mode == comm::TensorMode::d1, "sequence_parallel",
+  par.require(!p.sequence_parallel || p.tensor_mode == TensorMode::d1, "sequence_parallel",
               "sequence parallelism exists only for tensor_mode = \"1d\"");
   par.require(p.data_size >= 1, "data_size", "must be at least 1");
   {
-    // The schedule's rules (train/schedule.hpp: pipeline_size, microbatches and
+    // The schedule's rules (plan/schedule.hpp: pipeline_size, microbatches and
     // virtual_stages at least 1, a layer per stage, the interleaved divisibility);
     // model.layers is read already.
-    const train::PlanProblem bad =
-        train::check_plan(p.schedule, p.pipeline_size, p.microbatches, p.virtual_stages, m.layers);
+    const plan::PlanProblem bad =
+        plan::check_plan(p.schedule, p.pipeline_size, p.microbatches, p.virtual_stages, m.layers);
     if (bad.key.rfind("parallel.", 0) == 0)
       par.fail(bad.key.substr(9).c_str(), bad.rule, bad.value);
     else if (!bad.key.empty()) // model.layers: reported with the pipeline it does not fit
       par.fail("pipeline_size", bad.message(), std::to_string(p.pipeline_size));
   }
   try {
-    p.layout().validate();
+    comm::layout_of(p).validate();
   } catch (const Error& e) {
     par.fail("tensor_size", e.what());
   }
@@ -340,7 +336,7 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   if (!broken.empty()) {
     std::string fits;
     for (int t = 2; t <= 512; ++t) {
-      comm::Layout l = p.layout();
+      comm::Layout l = comm::layout_of(p);
       l.tp = t;
       try {
         l.validate();
@@ -350,7 +346,7 @@ Deck parse_deck(const std::string& text, const std::string& source) {
       if (tensor_rule(p.tensor_mode, t, m, deck.micro_batch()).empty())
         fits += (fits.empty() ? "" : ", ") + std::to_string(t);
     }
-    par.fail("tensor_size", std::string("tensor_mode = \"") + comm::mode_name(p.tensor_mode) +
+    par.fail("tensor_size", std::string("tensor_mode = \"") + mode_name(p.tensor_mode) +
                                 "\" needs " + broken +
                                 (fits.empty() ? "; no tensor_size fits this model"
                                               : "; tensor sizes that fit this model: " + fits));

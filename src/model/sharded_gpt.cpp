@@ -10,21 +10,6 @@
 
 namespace cubelm::model {
 
-StageLayout StageLayout::whole(int layers) {
-  StageLayout s;
-  s.chunks.emplace_back();
-  for (int l = 0; l < layers; ++l)
-    s.chunks.back().push_back(l);
-  return s;
-}
-
-int StageLayout::longest() const {
-  std::size_t n = 0;
-  for (const auto& c : chunks)
-    n = std::max(n, c.size());
-  return static_cast<int>(n);
-}
-
 // A layer's modules (parameters live in params_).
 template <class T>
 struct ShardedGPT<T>::Layer {
@@ -82,7 +67,7 @@ typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts() const {
 }
 
 template <class T>
-ShardedGPT<T>::ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_t seed,
+ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t seed,
                           tp::Mode<T>& mode, StageLayout stage)
     : config_(config), mode_(mode), stage_(std::move(stage)), batch_(batch),
       sequences_(mode.sequences(batch)), heads_(mode.local_heads(config.heads)) {
@@ -388,14 +373,14 @@ double ShardedGPT<T>::forward_backward(const std::vector<std::int32_t>& inputs,
 }
 
 template <class T>
-GridModel<T>::GridModel(const io::ModelConfig& config, int batch, std::uint64_t seed,
+GridModel<T>::GridModel(const ModelConfig& config, int batch, std::uint64_t seed,
                         const comm::Layout& layout, const comm::Communicator& comm,
                         StageLayout stage)
     : grid(std::make_unique<comm::ProcessGrid>(layout, comm)), mode(tp::make_mode<T>(*grid)),
       model(std::make_unique<ShardedGPT<T>>(config, batch, seed, *mode, std::move(stage))) {}
 
 template <class T>
-GridModel<T> GridModel<T>::single(const io::ModelConfig& config, int batch, std::uint64_t seed) {
+GridModel<T> GridModel<T>::single(const ModelConfig& config, int batch, std::uint64_t seed) {
   return GridModel(config, batch, seed, comm::Layout{},
                    comm::Communicator::duplicate(MPI_COMM_SELF));
 }

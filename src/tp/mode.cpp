@@ -7,12 +7,12 @@ namespace cubelm::tp {
 template <class T>
 std::unique_ptr<Mode<T>> make_mode(const comm::ProcessGrid& grid) {
   switch (grid.layout().mode) {
-  case comm::TensorMode::d2:
+  case TensorMode::d2:
     return detail::make_2d<T>(grid);
-  case comm::TensorMode::d3:
+  case TensorMode::d3:
     return detail::make_3d<T>(grid);
-  case comm::TensorMode::none:
-  case comm::TensorMode::d1:
+  case TensorMode::none:
+  case TensorMode::d1:
     break;
   }
   return detail::make_1d<T>(grid);

@@ -98,7 +98,7 @@ namespace {
 // Every tensor of the model with its global shape. Every rank walks the whole model: creating and
 // transferring datasets is collective.
 std::vector<std::pair<std::string, std::vector<std::uint64_t>>>
-all_tensors(const io::ModelConfig& config) {
+all_tensors(const ModelConfig& config) {
   std::vector<std::pair<std::string, std::vector<std::uint64_t>>> out;
   for (const auto& [name, shape] : model::parameter_shapes(config))
     out.emplace_back(name, std::vector<std::uint64_t>(shape.begin(), shape.end()));
@@ -116,7 +116,7 @@ std::map<std::string, std::size_t> local_indices(const model::ShardedGPT<real>& 
 
 } // namespace
 
-void save_checkpoint(const std::string& path, const io::Deck& deck,
+void save_checkpoint(const std::string& path, const Deck& deck,
                      const model::ShardedGPT<real>& model, const std::vector<kernels::Vec<real>>* m,
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm) {
@@ -151,7 +151,7 @@ void save_checkpoint(const std::string& path, const io::Deck& deck,
   w.set_attribute("/", "step", static_cast<std::int64_t>(step));
   w.set_attribute("/", "tokens_seen", tokens);
   w.set_attribute("/", "deck", deck.text);
-  w.set_attribute("/", "layout", deck.parallel.layout().describe());
+  w.set_attribute("/", "layout", comm::layout_of(deck.parallel).describe());
   w.set_attribute("/", "seed", static_cast<std::int64_t>(deck.train.seed));
   w.set_attribute("/", "data_cursor", static_cast<std::int64_t>(step));
   w.set_attribute("/optimizer", "step", static_cast<std::int64_t>(step));

@@ -13,7 +13,7 @@
 
 namespace cubelm::train {
 
-double learning_rate(const io::OptimizerConfig& opt, int steps, int step) {
+double learning_rate(const OptimizerConfig& opt, int steps, int step) {
   if (step < opt.warmup_steps)
     return opt.lr * (step + 1) / opt.warmup_steps;
   // As llm.c: the decay ratio runs over [0, 1) for steps warmup .. steps-1.
@@ -92,32 +92,26 @@ double measure_gemm_gflops() {
 namespace {
 // Sequence parallelism is not part of this version; a deck asking for it is
 // refused rather than run without it.
-comm::Layout trainable(const io::Deck& deck) {
+comm::Layout trainable(const Deck& deck) {
   if (deck.parallel.sequence_parallel)
     throw Error(deck.source + ": parallel.sequence_parallel = true: this version has no "
                               "sequence parallelism; set it to false",
                 true);
-  return deck.parallel.layout();
+  return comm::layout_of(deck.parallel);
 }
 
-PipelinePlan plan_of(const io::Deck& deck) {
-  const io::ParallelConfig& p = deck.parallel;
-  return make_plan(p.schedule, p.pipeline_size, p.microbatches, p.virtual_stages,
-                   deck.model.layers);
-}
-
-int stage_of(const io::Deck& deck, const comm::Communicator& comm) {
+int stage_of(const Deck& deck, const comm::Communicator& comm) {
   return comm::coords_of(trainable(deck), comm.rank()).pp;
 }
 } // namespace
 
-Trainer::Trainer(const io::Deck& deck, const comm::Communicator& comm)
-    : deck_(deck), comm_(comm), plan_(plan_of(deck)), timeline_(simulate(plan_)),
-      stage_(plan_, stage_of(deck, comm)),
+Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
+    : deck_(deck), comm_(comm), plan_(plan::make_plan(deck.parallel, deck.model)),
+      timeline_(plan::simulate(plan_)), stage_(plan_, stage_of(deck, comm)),
       net_(deck.model, deck.micro_batch(), static_cast<std::uint64_t>(deck.train.seed),
-           trainable(deck), comm, stage_.layout(deck.parallel.recompute == "full")) {
-  const io::DataConfig& d = deck.data;
-  const io::ModelConfig& m = deck.model;
+           trainable(deck), comm, stage_.layout(deck.parallel.recompute == Recompute::full)) {
+  const DataConfig& d = deck.data;
+  const ModelConfig& m = deck.model;
   if (d.format == "synthetic") {
     tokens_ = io::make_synthetic_corpus(m.vocab_size, d.synthetic_tokens, d.synthetic_branching,
                                         static_cast<std::uint64_t>(deck.train.seed));
@@ -193,7 +187,7 @@ StepMetrics Trainer::step() {
   m.loss = sums_(0) / tokens;
   m.grad_norm = std::sqrt(sums_(1));
   m.lr = learning_rate(deck_.optimizer, deck_.train.steps, step_);
-  const io::OptimizerConfig& o = deck_.optimizer;
+  const OptimizerConfig& o = deck_.optimizer;
   // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
   const double clip = o.grad_clip > 0 ? o.grad_clip / (m.grad_norm + 1e-6) : 1.0;
   if (clip < 1.0)
@@ -220,7 +214,7 @@ StepMetrics Trainer::step() {
   m.tokens_per_s = tokens / timer.seconds();
   // The model's FLOPs are shared by all ranks of the layout.
   m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9 /
-                      deck_.parallel.layout().world_size();
+                      comm::layout_of(deck_.parallel).world_size();
   m.mfu = peak_gflops_ > 0 ? m.gflops_per_rank / peak_gflops_ : 0.0;
   m.mem_bytes = memory().total();
   ++step_;
@@ -230,7 +224,7 @@ StepMetrics Trainer::step() {
 namespace {
 
 // The checkpoint named by checkpoint.resume, or "" to start from step 0.
-std::string resume_file(const io::Deck& deck) {
+std::string resume_file(const Deck& deck) {
   const std::string& resume = deck.checkpoint.resume;
   if (resume == "none")
     return "";
@@ -241,7 +235,7 @@ std::string resume_file(const io::Deck& deck) {
 
 } // namespace
 
-int run_training(const io::Deck& deck, std::ostream& out) {
+int run_training(const Deck& deck, std::ostream& out) {
   Trainer trainer(deck);
   std::ostringstream discard; // only world rank 0 prints
   std::ostream& say = trainer.is_root() ? out : discard;
@@ -269,7 +263,7 @@ int run_training(const io::Deck& deck, std::ostream& out) {
                 mem.parameters / 1048576.0, mem.gradients / 1048576.0, mem.optimizer / 1048576.0,
                 mem.activations / 1048576.0);
   say << line;
-  const PipelinePlan& plan = trainer.plan();
+  const plan::PipelinePlan& plan = trainer.plan();
   if (plan.stages > 1 || plan.chunks > 1 || deck.parallel.microbatches > 1) {
     std::string idle, held;
     for (int s = 0; s < plan.stages; ++s) {
@@ -281,7 +275,7 @@ int run_training(const io::Deck& deck, std::ostream& out) {
     std::snprintf(line, sizeof(line),
                   "pipeline: %s, %d stage(s) x %d chunk(s), %d micro-batches; idle/busy per stage "
                   "(unit-cost model) %s; activation sets held per stage %s\n",
-                  plan.schedule.c_str(), plan.stages, plan.chunks, plan.micro, idle.c_str(),
+                  schedule_name(plan.schedule), plan.stages, plan.chunks, plan.micro, idle.c_str(),
                   held.c_str());
     say << line;
   }

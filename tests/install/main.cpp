@@ -8,9 +8,8 @@
 int main(int argc, char** argv) {
   cubelm::Environment env(argc, argv);
   {
-    const cubelm::comm::ProcessGrid grid(
-        cubelm::comm::Layout{1, 1, 1, cubelm::comm::TensorMode::none},
-        cubelm::comm::Communicator::world());
+    const cubelm::comm::ProcessGrid grid(cubelm::comm::Layout{1, 1, 1, cubelm::TensorMode::none},
+                                         cubelm::comm::Communicator::world());
     cubelm::View1<float> v("v", 3);
     Kokkos::deep_copy(v, 2.0f);
     grid.world().all_reduce(cubelm::ExecSpace(), v);

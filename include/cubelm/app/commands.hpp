@@ -31,6 +31,6 @@ int run_data(const std::vector<std::string>& inputs, const std::string& output,
              const Environment& env);
 
 /// \brief The summary `cubelm check` prints for a validated deck.
-std::string describe(const io::Deck& deck);
+std::string describe(const Deck& deck);
 
 } // namespace cubelm::app

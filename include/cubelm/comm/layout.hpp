@@ -6,18 +6,11 @@
 /// world = dp * pp * tp. Rank order, fastest first: tp, dp, pp, so
 /// world_rank = t + tp * (d + dp * s). See docs/grid.md and comm/grid.hpp.
 
-#include <optional>
+#include "cubelm/core/config.hpp"
+
 #include <string>
 
 namespace cubelm::comm {
-
-/// \brief The tensor-parallel mode.
-enum class TensorMode { none, d1, d2, d3 };
-
-/// \brief "none", "1d", "2d", "3d".
-const char* mode_name(TensorMode mode);
-/// \brief Parses "none"/"1d"/"2d"/"3d"; std::nullopt otherwise.
-std::optional<TensorMode> parse_mode(const std::string& text);
 
 /// \brief The three axes of the 3D cube.
 enum class Axis { a, b, c };
@@ -44,6 +37,9 @@ struct Layout {
   /// launch sizes and layouts that fit `world_size`.
   void validate_for_world(int world_size) const;
 };
+
+/// \brief The process grid the parallel keys of a deck describe.
+Layout layout_of(const ParallelConfig& parallel);
 
 /// \brief Where one rank sits in the grid. Unused sub-grid coordinates are 0.
 struct GridCoords {

@@ -3,7 +3,7 @@
 /// \brief Closed-form sizes of the GPT model of DESIGN §4 (no allocation).
 
 #include "cubelm/comm/layout.hpp"
-#include "cubelm/io/deck.hpp"
+#include "cubelm/core/config.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -15,13 +15,13 @@ namespace cubelm::model {
 
 /// \brief Parameters per transformer block: ln1, ln2 (2H each), wq/wk/wv/wo (H^2 + H each),
 /// w1 (4H^2) + b1 (4H), w2 (4H^2) + b2 (H): 12 H^2 + 13 H.
-inline std::int64_t parameters_per_layer(const io::ModelConfig& m) {
+inline std::int64_t parameters_per_layer(const ModelConfig& m) {
   const std::int64_t h = m.hidden;
   return 12 * h * h + 13 * h;
 }
 
 /// \brief All parameters: wte [V,H] (tied with the head), wpe [T,H], the blocks, ln_f.
-inline std::int64_t parameter_count(const io::ModelConfig& m) {
+inline std::int64_t parameter_count(const ModelConfig& m) {
   const std::int64_t h = m.hidden;
   return static_cast<std::int64_t>(m.vocab_size) * h + static_cast<std::int64_t>(m.seq_len) * h +
          m.layers * parameters_per_layer(m) + 2 * h;
@@ -30,7 +30,7 @@ inline std::int64_t parameter_count(const io::ModelConfig& m) {
 /// \brief Every parameter of the model with its global shape (DESIGN §5 names, below
 /// /model), in a fixed order: wte, wpe, the layers, ln_f.
 inline std::vector<std::pair<std::string, std::vector<std::int64_t>>>
-parameter_shapes(const io::ModelConfig& m) {
+parameter_shapes(const ModelConfig& m) {
   const std::int64_t h = m.hidden;
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> all = {{"wte", {m.vocab_size, h}},
                                                                         {"wpe", {m.seq_len, h}}};
@@ -56,7 +56,7 @@ parameter_shapes(const io::ModelConfig& m) {
 
 /// \brief Model FLOPs per token for forward + backward: 6 N + 12 L H T
 /// (6 per parameter, plus the q k^T and attention-times-v products of every layer).
-inline double flops_per_token(const io::ModelConfig& m) {
+inline double flops_per_token(const ModelConfig& m) {
   return 6.0 * static_cast<double>(parameter_count(m)) +
          12.0 * m.layers * static_cast<double>(m.hidden) * m.seq_len;
 }
@@ -70,6 +70,32 @@ struct Memory {
   std::int64_t total() const { return parameters + gradients + optimizer + activations; }
 };
 
+/// \brief The part of the model one rank holds: its pipeline stage's chunks of layers.
+struct StageLayout {
+  /// Global layer ids of each local chunk, in model order; a chunk's layers are contiguous.
+  std::vector<std::vector<int>> chunks;
+  bool first = true;      ///< chunk 0 starts with the embedding lookup (virtual stage 0)
+  bool last = true;       ///< the last chunk ends with ln_f, the tied head and the loss
+  int slots = 1;          ///< activation sets: (micro-batch, chunk) pairs held at once
+  bool recompute = false; ///< keep only each layer's input; re-run its forward in backward
+
+  /// \brief All `layers` in one chunk, one slot: the whole model on one rank.
+  static StageLayout whole(int layers) {
+    StageLayout s;
+    s.chunks.emplace_back();
+    for (int l = 0; l < layers; ++l)
+      s.chunks.back().push_back(l);
+    return s;
+  }
+  /// \brief Layers of the longest chunk.
+  int longest() const {
+    std::size_t n = 0;
+    for (const auto& c : chunks)
+      n = std::max(n, c.size());
+    return static_cast<int>(n);
+  }
+};
+
 /// \brief What one pipeline stage holds, for sizing: its layers, its longest
 /// chunk, its activation slots, and whether it has the lookup and the head.
 struct StageShape {
@@ -80,7 +106,7 @@ struct StageShape {
   bool first = true; ///< the embedding lookup (wte, wpe)
   bool last = true;  ///< ln_f and the tied head (wte)
   /// \brief The whole model on one stage, one slot.
-  static StageShape whole(const io::ModelConfig& m) {
+  static StageShape whole(const ModelConfig& m) {
     return StageShape{m.layers, m.layers, 1, false, true, true};
   }
 };
@@ -96,25 +122,25 @@ struct StageShape {
 ///    2 H / q: the weights fall as 1/q^3; vectors and wpe hold a feature chunk, replicated
 ///    over a plane.
 /// wte is held by the first stage (lookup) and by the last (head).
-inline std::int64_t parameters_per_rank(const io::ModelConfig& m, comm::TensorMode mode, int tp,
+inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, int tp,
                                         const StageShape& stage) {
   const std::int64_t h = m.hidden, v = m.vocab_size, t = m.seq_len;
   std::int64_t layer = 0, wte = 0, wpe = 0, lnf = 0;
   switch (mode) {
-  case comm::TensorMode::d2: {
+  case TensorMode::d2: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     layer = (12 * h * h + 13 * h) / (q * q), wte = v * h / (q * q), wpe = t * h / q;
     lnf = 2 * h / (q * q);
     break;
   }
-  case comm::TensorMode::d3: {
+  case TensorMode::d3: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     layer = 12 * h * h / (q * q * q) + 13 * h / q, wte = v * h / (q * q * q), wpe = t * h / q;
     lnf = 2 * h / q;
     break;
   }
-  case comm::TensorMode::none:
-  case comm::TensorMode::d1:
+  case TensorMode::none:
+  case TensorMode::d1:
     layer = 12 * h * h / tp + 7 * h / tp + 6 * h, wte = v * h / tp, wpe = t * h, lnf = 2 * h;
     break;
   }
@@ -123,7 +149,7 @@ inline std::int64_t parameters_per_rank(const io::ModelConfig& m, comm::TensorMo
 }
 
 /// \brief The same for the whole model on one stage.
-inline std::int64_t parameters_per_rank(const io::ModelConfig& m, comm::TensorMode mode, int tp) {
+inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, int tp) {
   return parameters_per_rank(m, mode, tp, StageShape::whole(m));
 }
 
@@ -138,8 +164,8 @@ inline std::int64_t parameters_per_rank(const io::ModelConfig& m, comm::TensorMo
 /// longest chunk, and on the last stage n ho + 2 n for ln_f; once: 2 n ho + 16 n hi + s of
 /// backward buffers, and with recomputation one A and 2 n ho to re-run a layer in. The
 /// mode's buffers: docs/tensor-parallel.md.
-inline std::int64_t activations_per_rank(const io::ModelConfig& m, comm::TensorMode mode, int tp,
-                                         int micro, const StageShape& stage) {
+inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, int tp, int micro,
+                                         const StageShape& stage) {
   const std::int64_t h = m.hidden, v = m.vocab_size, t = m.seq_len;
   const std::int64_t big_n = static_cast<std::int64_t>(micro) * t;
   const std::int64_t lns = 2 * stage.layers + (stage.last ? 1 : 0);
@@ -147,7 +173,7 @@ inline std::int64_t activations_per_rank(const io::ModelConfig& m, comm::TensorM
   auto when = [](bool c, std::int64_t x) { return c ? x : std::int64_t(0); };
   std::int64_t n = big_n, ho = h, hi = h, heads = m.heads, seqs = micro, extra = 0;
   switch (mode) {
-  case comm::TensorMode::d2: {
+  case TensorMode::d2: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t split = q > 1 ? 1 : 0; // vectors: gathered block, partial, piece
     n = big_n / q, ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / q;
@@ -162,7 +188,7 @@ inline std::int64_t activations_per_rank(const io::ModelConfig& m, comm::TensorM
             2 * std::max(when(any, w4), when(out, wv));                  // partial, sum
     break;
   }
-  case comm::TensorMode::d3: {
+  case TensorMode::d3: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t sum = q > 1 ? 1 : 0; // replicated vectors: a partial gradient
     n = big_n / (q * q), ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / (q * q);
@@ -178,8 +204,8 @@ inline std::int64_t activations_per_rank(const io::ModelConfig& m, comm::TensorM
             std::max(when(any, 4 * h * h / (q * q * q)), v * h / (q * q * q));    // kWeightBlock
     break;
   }
-  case comm::TensorMode::none:
-  case comm::TensorMode::d1:
+  case TensorMode::none:
+  case TensorMode::d1:
     hi = h / tp, heads = m.heads / tp;
     extra = lns * 2 * n + when(in, n) + when(out, 5 * n + n * v / tp);
     break;
@@ -196,8 +222,7 @@ inline std::int64_t activations_per_rank(const io::ModelConfig& m, comm::TensorM
 }
 
 /// \brief The same for the whole model on one stage, one slot.
-inline std::int64_t activations_per_rank(const io::ModelConfig& m, comm::TensorMode mode, int tp,
-                                         int micro) {
+inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, int tp, int micro) {
   return activations_per_rank(m, mode, tp, micro, StageShape::whole(m));
 }
 

@@ -3,7 +3,7 @@
 /// \brief GPT-2 written once against the tensor-parallel interface (tp/mode.hpp):
 /// the same code runs single-process and under every mode.
 
-#include "cubelm/io/deck.hpp"
+#include "cubelm/core/config.hpp"
 #include "cubelm/kernels/attention.hpp"
 #include "cubelm/model/shape.hpp"
 #include "cubelm/tp/mode.hpp"
@@ -15,21 +15,6 @@
 #include <vector>
 
 namespace cubelm::model {
-
-/// \brief The part of the model one rank holds: its pipeline stage's chunks of layers.
-struct StageLayout {
-  /// Global layer ids of each local chunk, in model order; a chunk's layers are contiguous.
-  std::vector<std::vector<int>> chunks;
-  bool first = true;      ///< chunk 0 starts with the embedding lookup (virtual stage 0)
-  bool last = true;       ///< the last chunk ends with ln_f, the tied head and the loss
-  int slots = 1;          ///< activation sets: (micro-batch, chunk) pairs held at once
-  bool recompute = false; ///< keep only each layer's input; re-run its forward in backward
-
-  /// \brief All `layers` in one chunk, one slot: the whole model on one rank.
-  static StageLayout whole(int layers);
-  /// \brief Layers of the longest chunk.
-  int longest() const;
-};
 
 /// \brief The model's shards on one rank of a tensor-parallel group, for the
 /// layers of its pipeline stage.
@@ -45,11 +30,11 @@ class ShardedGPT {
 public:
   /// \brief Registers this rank's parameter blocks and allocates activations for
   /// micro-batches of `batch` sequences (of which each activation holds mode.sequences(batch)).
-  ShardedGPT(const io::ModelConfig& config, int batch, std::uint64_t seed, tp::Mode<T>& mode,
+  ShardedGPT(const ModelConfig& config, int batch, std::uint64_t seed, tp::Mode<T>& mode,
              StageLayout stage = {});
   ~ShardedGPT();
 
-  const io::ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   const StageLayout& stage() const { return stage_; }
   tp::Params<T>& params() { return params_; }
   const tp::Params<T>& params() const { return params_; }
@@ -111,7 +96,7 @@ private:
   Layer& layer(int id);
   int chunk_length(int chunk) const;
 
-  io::ModelConfig config_;
+  ModelConfig config_;
   tp::Mode<T>& mode_;
   StageLayout stage_;
   int batch_, sequences_;
@@ -135,10 +120,10 @@ private:
 template <class T>
 struct GridModel {
   /// \brief `layout` over the ranks of `comm`; `stage`: the part of the model this rank holds.
-  GridModel(const io::ModelConfig& config, int batch, std::uint64_t seed,
-            const comm::Layout& layout, const comm::Communicator& comm, StageLayout stage = {});
+  GridModel(const ModelConfig& config, int batch, std::uint64_t seed, const comm::Layout& layout,
+            const comm::Communicator& comm, StageLayout stage = {});
   /// \brief The whole model on this rank alone (MPI_COMM_SELF): references and tools.
-  static GridModel single(const io::ModelConfig& config, int batch, std::uint64_t seed);
+  static GridModel single(const ModelConfig& config, int batch, std::uint64_t seed);
 
   std::unique_ptr<comm::ProcessGrid> grid;
   std::unique_ptr<tp::Mode<T>> mode;

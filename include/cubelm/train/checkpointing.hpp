@@ -28,7 +28,7 @@ std::string latest_checkpoint(const std::string& dir);
 void prune_checkpoints(const std::string& dir, int keep);
 
 /// \brief Collectively writes model, moments (zeros when `m`/`v` are null) and attributes.
-void save_checkpoint(const std::string& path, const io::Deck& deck,
+void save_checkpoint(const std::string& path, const Deck& deck,
                      const model::ShardedGPT<real>& model, const std::vector<kernels::Vec<real>>* m,
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm);

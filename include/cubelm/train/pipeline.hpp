@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// \brief Runs one stage's part of a pipeline plan (train/schedule.hpp): the
+/// \brief Runs one stage's part of a pipeline plan (plan/schedule.hpp): the
 /// forward and backward passes of its chunks in the plan's order, with the
 /// activations and their gradients sent between stages through `comm`.
 ///
@@ -17,7 +17,7 @@
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/io/data.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
-#include "cubelm/train/schedule.hpp"
+#include "cubelm/plan/schedule.hpp"
 
 #include <vector>
 
@@ -25,11 +25,9 @@ namespace cubelm::train {
 
 class PipelineStage {
 public:
-  /// \brief Stage `stage` of `plan`.
-  PipelineStage(const PipelinePlan& plan, int stage);
+  /// \brief Stage `stage` of `plan` (which must outlive it).
+  PipelineStage(const plan::PipelinePlan& plan, int stage);
 
-  /// \brief Activation slots this stage needs (ShardedGPT's StageLayout::slots).
-  int slots() const { return slots_; }
   /// \brief The part of the model this stage holds.
   model::StageLayout layout(bool recompute) const;
 
@@ -48,20 +46,8 @@ public:
 private:
   int tag(bool backward, int micro, int chunk) const;
 
-  const PipelinePlan& plan_;
+  const plan::PipelinePlan& plan_;
   int stage_;
-  std::vector<int> slot_;          // per action: its activation slot
-  std::vector<int> release_;       // per action: a slot freed after it, or -1
-  std::vector<int> release_local_; // per action: the consumed local slot freed after it, or -1
-  std::vector<int> local_source_;  // per forward action: slot of the same-rank producer, or -1
-  int slots_ = 0;
 };
-
-/// \brief Memory per rank of a deck's layout (float32) on its fullest pipeline stage:
-/// the stage's parameters and gradients, AdamW's moments (under ZeRO-1 a 1/dp shard and
-/// the reduce-scattered gradient piece, exact up to the padding of each gradient bucket to
-/// a multiple of dp) and the activations of the slots its schedule holds. `stage` >= 0:
-/// that stage's ranks instead.
-model::Memory estimate_memory(const io::Deck& deck, int stage = -1);
 
 } // namespace cubelm::train

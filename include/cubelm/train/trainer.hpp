@@ -7,9 +7,9 @@
 #include "cubelm/io/data.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
+#include "cubelm/plan/schedule.hpp"
 #include "cubelm/train/data_parallel.hpp"
 #include "cubelm/train/pipeline.hpp"
-#include "cubelm/train/schedule.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -22,7 +22,7 @@ namespace cubelm::train {
 /// \brief lr of step `step` (0-based): linear warmup lr (step+1)/warmup for
 /// step < warmup, then cosine from lr to min_lr over the remaining steps:
 /// min_lr + (lr - min_lr) (1 + cos(pi r)) / 2 with r = (step - warmup) / (steps - warmup).
-double learning_rate(const io::OptimizerConfig& opt, int steps, int step);
+double learning_rate(const OptimizerConfig& opt, int steps, int step);
 
 /// \brief What one optimizer step did (the keys of the JSON-lines metrics).
 struct StepMetrics {
@@ -52,8 +52,7 @@ double measure_gemm_gflops();
 class Trainer {
 public:
   /// \brief The deck's layout over the ranks of `comm` (its size must fit the layout).
-  explicit Trainer(const io::Deck& deck,
-                   const comm::Communicator& comm = comm::Communicator::world());
+  explicit Trainer(const Deck& deck, const comm::Communicator& comm = comm::Communicator::world());
   ~Trainer();
 
   /// \brief Runs one optimizer step over the global batch of step `step()`.
@@ -76,18 +75,18 @@ public:
   /// \brief Sets the per-rank peak used for MFU.
   void set_peak_gflops(double peak) { peak_gflops_ = peak; }
   /// \brief The pipeline schedule of every stage and its unit-cost timeline.
-  const PipelinePlan& plan() const { return plan_; }
-  const Timeline& timeline() const { return timeline_; }
+  const plan::PipelinePlan& plan() const { return plan_; }
+  const plan::Timeline& timeline() const { return timeline_; }
   const comm::ProcessGrid& grid() const { return *net_.grid; }
   DataParallel& data_parallel() { return *dp_; }
 
 private:
-  io::Deck deck_;
+  Deck deck_;
   comm::Communicator comm_;
   std::vector<std::int32_t> tokens_;
   std::unique_ptr<io::Sampler> sampler_;
-  PipelinePlan plan_;
-  Timeline timeline_;
+  plan::PipelinePlan plan_;
+  plan::Timeline timeline_;
   PipelineStage stage_;
   model::GridModel<real> net_;
   std::unique_ptr<DataParallel> dp_;
@@ -99,6 +98,6 @@ private:
 };
 
 /// \brief `cubelm train`: the whole run with printing and metrics; returns the exit code.
-int run_training(const io::Deck& deck, std::ostream& out);
+int run_training(const Deck& deck, std::ostream& out);
 
 } // namespace cubelm::train

@@ -19,10 +19,19 @@
 ///    micro-batch passes a layer before the next layer starts, forward and
 ///    backward. With p = 1 it is layered gradient accumulation.
 
+///
+/// A plan also owns the activation slots: the buffers, one per (micro-batch,
+/// chunk) in flight, that a stage's model keeps between a chunk's forward and its
+/// backward. The plan says which slot each action uses and when it is free again.
+///
+/// Pure arithmetic: no MPI, no Kokkos, so `cubelm check` and the planner use it.
+
+#include "cubelm/core/config.hpp"
+
 #include <string>
 #include <vector>
 
-namespace cubelm::train {
+namespace cubelm::plan {
 
 enum class Op { forward, backward };
 
@@ -31,20 +40,37 @@ struct Action {
   Op op;
   int micro; ///< micro-batch, 0 .. m - 1
   int chunk; ///< the stage's chunk, 0 .. its chunk count - 1
-  int slot;  ///< activation slot (lowest free at the forward; freed after the backward)
+  int slot;  ///< activation slot of (micro, chunk): the lowest free one at its forward
   bool last_backward = false; ///< the chunk's gradient is complete after this backward
+  /// Forward, previous chunk on this rank (one stage): the slot holding its output, copied
+  /// into this slot's input; else -1.
+  int input_from = -1;
+  /// Backward, next chunk on this rank (one stage): the slot whose input gradient is this
+  /// backward's output gradient, freed after it; else -1.
+  int grad_from = -1;
+  /// The slot freed after this action, or -1. A backward frees its own slot unless the
+  /// previous chunk is on this rank: that chunk's backward reads the input gradient
+  /// left in it first (and frees it: grad_from).
+  int frees = -1;
 };
 
 /// \brief Every stage's layers and actions for one optimizer step.
 struct PipelinePlan {
-  std::string schedule;
+  Schedule schedule = Schedule::one_f_one_b;
   int stages = 1, micro = 1, chunks = 1, layers = 1;    ///< p, m, chunks per stage (most), L
   std::vector<std::vector<Action>> actions;             ///< [stage], in execution order
   std::vector<std::vector<std::vector<int>>> layers_of; ///< [stage][chunk]: layer ids
-  std::vector<int> slots; ///< [stage]: activation slots needed (the peak in flight)
+  std::vector<int> slots; ///< [stage]: activation slots it needs (the most busy at once)
 
   /// \brief Position of (stage, chunk) along the model.
   int virtual_stage(int stage, int chunk) const { return chunk * stages + stage; }
+  /// \brief The model's previous chunk is on the same rank: one stage holding several chunks.
+  bool local_prev(int chunk) const { return stages == 1 && chunk > 0; }
+  /// \brief The model's next chunk is on the same rank.
+  bool local_next(int stage, int chunk) const {
+    return stages == 1 &&
+           chunk + 1 < static_cast<int>(layers_of[static_cast<std::size_t>(stage)].size());
+  }
   /// \brief Virtual stages of the model.
   int virtual_stages() const;
   /// \brief (stage, chunk) holds the embedding lookup (virtual stage 0).
@@ -60,15 +86,15 @@ struct PlanProblem {
   std::string key, value, rule;
   std::string message() const { return key + " = " + value + ": " + rule; }
 };
-PlanProblem check_plan(const std::string& schedule, int stages, int micro, int virtual_stages,
-                       int layers);
+PlanProblem check_plan(Schedule schedule, int stages, int micro, int virtual_stages, int layers);
 
 /// \brief The plan of `schedule` (Error naming the deck key when check_plan fails).
-PipelinePlan make_plan(const std::string& schedule, int stages, int micro, int virtual_stages,
-                       int layers);
+PipelinePlan make_plan(Schedule schedule, int stages, int micro, int virtual_stages, int layers);
+/// \brief The plan of a deck's parallel keys and model.
+PipelinePlan make_plan(const ParallelConfig& parallel, const ModelConfig& model);
 
 /// \brief A stretch of one stage's time under the unit-cost model.
-struct Slot {
+struct Interval {
   enum Kind { forward, backward, idle } kind;
   int micro, chunk; ///< -1 for idle
   double start, length;
@@ -76,7 +102,7 @@ struct Slot {
 
 /// \brief The plan run with fixed costs and no communication latency.
 struct Timeline {
-  std::vector<std::vector<Slot>> stages; ///< per stage, in time order, idle gaps included
+  std::vector<std::vector<Interval>> stages; ///< per stage, in time order, idle gaps included
   double makespan = 0;
   std::vector<double> busy, idle; ///< per stage (idle = makespan - busy)
   std::vector<int>
@@ -90,4 +116,4 @@ struct Timeline {
 /// forward and n backward_cost backward. InternalError if the plan cannot finish.
 Timeline simulate(const PipelinePlan& plan, double forward_cost = 1.0, double backward_cost = 2.0);
 
-} // namespace cubelm::train
+} // namespace cubelm::plan

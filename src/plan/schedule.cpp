@@ -1,4 +1,4 @@
-#include "cubelm/train/schedule.hpp"
+#include "cubelm/plan/schedule.hpp"
 
 #include "cubelm/core/error.hpp"
 
@@ -6,14 +6,13 @@
 #include <map>
 #include <tuple>
 
-namespace cubelm::train {
+namespace cubelm::plan {
 
 int PipelinePlan::virtual_stages() const {
-  return schedule == "layered" ? layers : stages * chunks;
+  return schedule == Schedule::layered ? layers : stages * chunks;
 }
 
-PlanProblem check_plan(const std::string& schedule, int stages, int micro, int virtual_stages,
-                       int layers) {
+PlanProblem check_plan(Schedule schedule, int stages, int micro, int virtual_stages, int layers) {
   const std::string p = std::to_string(stages), m = std::to_string(micro);
   const std::string v = std::to_string(virtual_stages), l = std::to_string(layers);
   if (stages < 1)
@@ -22,16 +21,12 @@ PlanProblem check_plan(const std::string& schedule, int stages, int micro, int v
     return {"parallel.microbatches", m, "must be at least 1"};
   if (virtual_stages < 1)
     return {"parallel.virtual_stages", v, "must be at least 1"};
-  if (schedule != "gpipe" && schedule != "1f1b" && schedule != "interleaved" &&
-      schedule != "layered")
-    return {"parallel.schedule", "\"" + schedule + "\"",
-            "must be \"gpipe\", \"1f1b\", \"interleaved\" or \"layered\""};
-  if (virtual_stages > 1 && schedule != "interleaved")
+  if (virtual_stages > 1 && schedule != Schedule::interleaved)
     return {"parallel.virtual_stages", v,
             "more than one virtual stage needs schedule = \"interleaved\""};
   if (layers < stages)
     return {"model.layers", l, "every pipeline stage needs a layer (pipeline_size = " + p + ")"};
-  if (schedule == "interleaved") {
+  if (schedule == Schedule::interleaved) {
     if (micro % stages != 0)
       return {"parallel.microbatches", m,
               "schedule = \"interleaved\" needs microbatches divisible by pipeline_size = " + p};
@@ -54,16 +49,16 @@ Action interleaved(int k, bool forward, int p, int v) {
   return Action{forward ? Op::forward : Op::backward, (k / (p * v)) * p + k % p, chunk, -1};
 }
 
-std::vector<Action> order(const std::string& schedule, int stage, int p, int m, int v, int chunks) {
+std::vector<Action> order(Schedule schedule, int stage, int p, int m, int v, int chunks) {
   std::vector<Action> a;
   auto f = [&](int micro, int chunk) { a.push_back({Op::forward, micro, chunk, -1}); };
   auto b = [&](int micro, int chunk) { a.push_back({Op::backward, micro, chunk, -1}); };
-  if (schedule == "gpipe") {
+  if (schedule == Schedule::gpipe) {
     for (int i = 0; i < m; ++i)
       f(i, 0);
     for (int i = 0; i < m; ++i)
       b(i, 0);
-  } else if (schedule == "1f1b") {
+  } else if (schedule == Schedule::one_f_one_b) {
     const int warm = std::min(p - stage - 1, m);
     for (int i = 0; i < warm; ++i)
       f(i, 0);
@@ -73,7 +68,7 @@ std::vector<Action> order(const std::string& schedule, int stage, int p, int m, 
     }
     for (int i = m - warm; i < m; ++i)
       b(i, 0);
-  } else if (schedule == "interleaved") {
+  } else if (schedule == Schedule::interleaved) {
     const int total = m * v;
     const int warm = std::min((p - stage - 1) * 2 + (v - 1) * p, total);
     for (int k = 0; k < warm; ++k)
@@ -95,10 +90,43 @@ std::vector<Action> order(const std::string& schedule, int stage, int p, int m, 
   return a;
 }
 
+// Activation slots from a free list, lowest free first at a forward. With one stage
+// (p = 1) the previous chunk is on this rank: a forward copies its output from that
+// chunk's slot, and a backward leaves its input gradient in its own slot for the
+// previous chunk's backward, which reads it and frees it. Returns the slots needed.
+int assign_slots(const PipelinePlan& plan, int stage, std::vector<Action>& actions) {
+  std::map<std::pair<int, int>, int> slot_of;
+  std::vector<bool> busy;
+  for (Action& a : actions) {
+    if (a.op == Op::forward) {
+      int s = 0;
+      while (s < static_cast<int>(busy.size()) && busy[static_cast<std::size_t>(s)])
+        ++s;
+      if (s == static_cast<int>(busy.size()))
+        busy.push_back(false);
+      busy[static_cast<std::size_t>(s)] = true;
+      slot_of[{a.micro, a.chunk}] = s;
+      a.slot = s;
+      if (plan.local_prev(a.chunk))
+        a.input_from = slot_of.at({a.micro, a.chunk - 1});
+    } else {
+      a.slot = slot_of.at({a.micro, a.chunk});
+      if (plan.local_next(stage, a.chunk)) {
+        a.grad_from = slot_of.at({a.micro, a.chunk + 1});
+        busy[static_cast<std::size_t>(a.grad_from)] = false;
+      }
+      if (!plan.local_prev(a.chunk)) {
+        a.frees = a.slot;
+        busy[static_cast<std::size_t>(a.slot)] = false;
+      }
+    }
+  }
+  return static_cast<int>(busy.size());
+}
+
 } // namespace
 
-PipelinePlan make_plan(const std::string& schedule, int stages, int micro, int virtual_stages,
-                       int layers) {
+PipelinePlan make_plan(Schedule schedule, int stages, int micro, int virtual_stages, int layers) {
   const PlanProblem problem = check_plan(schedule, stages, micro, virtual_stages, layers);
   if (!problem.key.empty())
     throw Error(problem.message(), true);
@@ -109,12 +137,12 @@ PipelinePlan make_plan(const std::string& schedule, int stages, int micro, int v
   plan.layers = layers;
   const int p = stages;
   plan.layers_of.resize(static_cast<std::size_t>(p));
-  if (schedule == "layered") {
+  if (schedule == Schedule::layered) {
     plan.chunks = (layers + p - 1) / p;
     for (int l = 0; l < layers; ++l)
       plan.layers_of[static_cast<std::size_t>(l % p)].push_back({l});
   } else {
-    plan.chunks = schedule == "interleaved" ? virtual_stages : 1;
+    plan.chunks = schedule == Schedule::interleaved ? virtual_stages : 1;
     // Virtual stage k gets L / (p v) layers, the first L % (p v) one more.
     const int n = p * plan.chunks, base = layers / n, extra = layers % n;
     int next = 0;
@@ -128,33 +156,21 @@ PipelinePlan make_plan(const std::string& schedule, int stages, int micro, int v
   for (int s = 0; s < p; ++s) {
     const int chunks = static_cast<int>(plan.layers_of[static_cast<std::size_t>(s)].size());
     std::vector<Action> a = order(schedule, s, p, micro, plan.chunks, chunks);
-    // Slots from a free list; the last backward of every chunk.
-    std::vector<bool> busy;
-    std::map<std::pair<int, int>, int> held;
-    for (Action& x : a) {
-      if (x.op == Op::forward) {
-        const auto it = std::find(busy.begin(), busy.end(), false);
-        x.slot = static_cast<int>(it - busy.begin());
-        if (it == busy.end())
-          busy.push_back(true);
-        else
-          *it = true;
-        held[{x.micro, x.chunk}] = x.slot;
-      } else {
-        x.slot = held.at({x.micro, x.chunk});
-        busy[static_cast<std::size_t>(x.slot)] = false;
-      }
-    }
+    plan.slots.push_back(assign_slots(plan, s, a));
     for (int c = 0; c < chunks; ++c)
       for (auto it = a.rbegin(); it != a.rend(); ++it)
         if (it->op == Op::backward && it->chunk == c) {
           it->last_backward = true;
           break;
         }
-    plan.slots.push_back(static_cast<int>(busy.size()));
     plan.actions.push_back(std::move(a));
   }
   return plan;
+}
+
+PipelinePlan make_plan(const ParallelConfig& parallel, const ModelConfig& model) {
+  return make_plan(parallel.schedule, parallel.pipeline_size, parallel.microbatches,
+                   parallel.virtual_stages, model.layers);
 }
 
 double Timeline::bubble(int stage) const {
@@ -199,9 +215,9 @@ Timeline simulate(const PipelinePlan& plan, double forward_cost, double backward
             static_cast<double>(plan.layers_of[si][static_cast<std::size_t>(a.chunk)].size());
         const double length = layers * (fwd ? forward_cost : backward_cost);
         if (ready > free[si])
-          t.stages[si].push_back({Slot::idle, -1, -1, free[si], ready - free[si]});
+          t.stages[si].push_back({Interval::idle, -1, -1, free[si], ready - free[si]});
         t.stages[si].push_back(
-            {fwd ? Slot::forward : Slot::backward, a.micro, a.chunk, ready, length});
+            {fwd ? Interval::forward : Interval::backward, a.micro, a.chunk, ready, length});
         free[si] = ready + length;
         t.busy[si] += length;
         end[{fwd ? 0 : 1, a.micro, k}] = free[si];
@@ -213,18 +229,19 @@ Timeline simulate(const PipelinePlan& plan, double forward_cost, double backward
     }
   }
   for (int s = 0; s < p; ++s)
-    CUBELM_ASSERT(
-        next[static_cast<std::size_t>(s)] == plan.actions[static_cast<std::size_t>(s)].size(),
-        "pipeline schedule '" + plan.schedule + "' deadlocks at stage " + std::to_string(s));
+    CUBELM_ASSERT(next[static_cast<std::size_t>(s)] ==
+                      plan.actions[static_cast<std::size_t>(s)].size(),
+                  "pipeline schedule '" + std::string(schedule_name(plan.schedule)) +
+                      "' deadlocks at stage " + std::to_string(s));
   for (double f : free)
     t.makespan = std::max(t.makespan, f);
   for (int s = 0; s < p; ++s) {
     const auto si = static_cast<std::size_t>(s);
     if (t.makespan > free[si])
-      t.stages[si].push_back({Slot::idle, -1, -1, free[si], t.makespan - free[si]});
+      t.stages[si].push_back({Interval::idle, -1, -1, free[si], t.makespan - free[si]});
     t.idle[si] = t.makespan - t.busy[si];
   }
   return t;
 }
 
-} // namespace cubelm::train
+} // namespace cubelm::plan

@@ -1,0 +1,115 @@
+#pragma once
+/// \file
+/// \brief What a run is asked to do: the configuration of the model, the
+/// parallel layout, training, optimizer, data, checkpoints and logging, as
+/// plain values with their documented defaults (docs/deck.md).
+///
+/// These structs know nothing of TOML, MPI or Kokkos: io/deck.hpp fills and
+/// validates them from an input deck; every layer above reads them.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace cubelm {
+
+/// \brief The tensor-parallel mode: none, 1D (Megatron), 2D (SUMMA), 3D (cube).
+enum class TensorMode { none, d1, d2, d3 };
+/// \brief "none", "1d", "2d", "3d".
+const char* mode_name(TensorMode mode);
+/// \brief Parses "none"/"1d"/"2d"/"3d"; std::nullopt otherwise.
+std::optional<TensorMode> parse_mode(const std::string& text);
+
+/// \brief The pipeline schedule (docs/pipeline.md).
+enum class Schedule { gpipe, one_f_one_b, interleaved, layered };
+/// \brief "gpipe", "1f1b", "interleaved", "layered".
+const char* schedule_name(Schedule schedule);
+/// \brief Parses a schedule name; std::nullopt otherwise.
+std::optional<Schedule> parse_schedule(const std::string& text);
+
+/// \brief Activation recomputation.
+enum class Recompute { none, full };
+/// \brief "none", "full".
+const char* recompute_name(Recompute recompute);
+/// \brief Parses "none"/"full"; std::nullopt otherwise.
+std::optional<Recompute> parse_recompute(const std::string& text);
+
+struct ModelConfig {
+  int vocab_size = 256;
+  int seq_len = 64;
+  int hidden = 64;
+  int heads = 4;
+  int layers = 2;
+};
+
+struct ParallelConfig {
+  TensorMode tensor_mode = TensorMode::none;
+  int tensor_size = 1;
+  int pipeline_size = 1;
+  int data_size = 1;
+  Schedule schedule = Schedule::one_f_one_b;
+  int virtual_stages = 1;
+  int microbatches = 1;
+  int zero = 0;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  double bucket_mb = 25.0; ///< data-parallel gradient bucket size (MB, 10^6 bytes)
+};
+
+struct TrainConfig {
+  int steps = 100;
+  int global_batch = 8; ///< sequences per optimizer step
+  std::int64_t seed = 1234;
+};
+
+struct OptimizerConfig {
+  double lr = 6e-4;
+  double min_lr = 6e-5; ///< default: lr / 10
+  int warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0; ///< 0 switches clipping off
+};
+
+struct DataConfig {
+  std::string format = "synthetic";        ///< synthetic | llmc | megatron | text
+  std::string path;                        ///< required unless format = "synthetic"
+  std::string sampler = "shuffle";         ///< sequential | shuffle
+  std::int64_t synthetic_tokens = 1 << 20; ///< corpus size for format = "synthetic"
+  int synthetic_branching = 4;             ///< successors per token: entropy floor ln(branching)
+};
+
+struct CheckpointConfig {
+  std::string dir = "checkpoints";
+  int interval = 0;            ///< steps between checkpoints; 0: only at the end
+  int keep = 0;                ///< how many to keep; 0: all
+  std::string resume = "none"; ///< none | auto | <file>
+};
+
+struct LogConfig {
+  int interval = 1;         ///< steps between printed lines
+  std::string metrics;      ///< JSON-lines path; empty: none
+  double peak_gflops = 0.0; ///< per-rank peak for MFU; 0: measured with a gemm at start-up
+};
+
+/// \brief A whole run's configuration (a validated deck: io/deck.hpp).
+struct Deck {
+  std::string source; ///< file name (or "<string>")
+  std::string text;   ///< the full text, stored in every checkpoint
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+
+  /// \brief Sequences per micro-batch: global_batch / (data_size * microbatches).
+  int micro_batch() const {
+    return train.global_batch / (parallel.data_size * parallel.microbatches);
+  }
+};
+
+} // namespace cubelm

@@ -1,0 +1,24 @@
+#pragma once
+/// \file
+/// \brief What a deck's layout puts on each rank: the stage layouts of its
+/// pipeline plan and the bytes a rank holds (closed forms of model/shape.hpp; no
+/// allocation, so `cubelm check` prints them on a login node).
+
+#include "cubelm/core/config.hpp"
+#include "cubelm/model/shape.hpp"
+#include "cubelm/plan/schedule.hpp"
+
+namespace cubelm::model {
+
+/// \brief The part of the model stage `stage` of `plan` holds: its chunks, whether it
+/// has the lookup and the head, and the activation slots the plan gives it.
+StageLayout stage_layout(const plan::PipelinePlan& plan, int stage, bool recompute);
+
+/// \brief Memory per rank of a deck's layout (float32) on its fullest pipeline stage:
+/// the stage's parameters and gradients, AdamW's moments (under ZeRO-1 a 1/dp shard and
+/// the reduce-scattered gradient piece, exact up to the padding of each gradient bucket to
+/// a multiple of dp) and the activations of the slots its schedule holds. `stage` >= 0:
+/// that stage's ranks instead.
+Memory estimate_memory(const Deck& deck, int stage = -1);
+
+} // namespace cubelm::model
