@@ -17,6 +17,8 @@
 
 using namespace cubelm;
 using namespace cubelm::model;
+using cubelm::tp::init_normal;
+using cubelm::tp::Param;
 
 namespace {
 

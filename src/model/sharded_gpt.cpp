@@ -87,7 +87,7 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
     embedding_ = mode.embedding(params_, config.vocab_size, config.seq_len, H, batch, seed, ends);
   if (!stage_.first && stage_.last) {
     // The head's copy of the tied wte: the first stage writes and counts it.
-    Param<T>& wte = param("wte");
+    tp::Param<T>& wte = param("wte");
     wte.writer = false;
     wte.counted = false;
   }
@@ -150,7 +150,7 @@ template <class T>
 ShardedGPT<T>::~ShardedGPT() = default;
 
 template <class T>
-Param<T>& ShardedGPT<T>::param(const std::string& name) {
+tp::Param<T>& ShardedGPT<T>::param(const std::string& name) {
   for (auto& p : params_)
     if (p.name == name)
       return p;

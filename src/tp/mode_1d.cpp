@@ -31,20 +31,17 @@ public:
     for (std::size_t i = 0; i < weights.size(); ++i) {
       if (role == Role::first) {
         const std::int64_t cols = out / p;
-        w_.push_back(
-            Shared<T>::owned(params, model::make_param<T>(weights[i], {in, out}, {0, r * cols},
-                                                          {in, cols}, std_dev, 0, seed)));
+        w_.push_back(Shared<T>::owned(params, make_param<T>(weights[i], {in, out}, {0, r * cols},
+                                                            {in, cols}, std_dev, 0, seed)));
         b_.push_back(Shared<T>::owned(
-            params, model::make_param<T>(biases[i], {out}, {r * cols}, {cols}, 0, 0, seed)));
+            params, make_param<T>(biases[i], {out}, {r * cols}, {cols}, 0, 0, seed)));
       } else {
         const std::int64_t rows = in / p;
-        w_.push_back(
-            Shared<T>::owned(params, model::make_param<T>(weights[i], {in, out}, {r * rows, 0},
-                                                          {rows, out}, std_dev, 0, seed)));
+        w_.push_back(Shared<T>::owned(params, make_param<T>(weights[i], {in, out}, {r * rows, 0},
+                                                            {rows, out}, std_dev, 0, seed)));
         // Every rank sees the whole output gradient: identical bias gradients.
         b_.push_back(Shared<T>::replicated(
-            params, model::make_param<T>(biases[i], {out}, {0}, {out}, 0, 0, seed), group, nullptr,
-            ws));
+            params, make_param<T>(biases[i], {out}, {0}, {out}, 0, 0, seed), group, nullptr, ws));
       }
     }
   }
@@ -83,14 +80,14 @@ public:
               std::int64_t hidden, int batch, std::uint64_t seed, Ends ends)
       : group_(group), seq_(seq), slice_(vocab / group.size()),
         first_(group.rank() * (vocab / group.size())),
-        wte_(Shared<T>::owned(params, model::make_param<T>("wte", {vocab, hidden}, {first_, 0},
-                                                           {slice_, hidden}, 0.02, 0, seed))) {
+        wte_(Shared<T>::owned(params, make_param<T>("wte", {vocab, hidden}, {first_, 0},
+                                                    {slice_, hidden}, 0.02, 0, seed))) {
     CUBELM_ASSERT(vocab % group.size() == 0, "1d: vocab_size must be divisible by tensor_size");
     const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
     if (ends != Ends::head) {
       wpe_.emplace(Shared<T>::replicated(
-          params, model::make_param<T>("wpe", {seq, hidden}, {0, 0}, {seq, hidden}, 0.02, 0, seed),
-          group, nullptr, ws));
+          params, make_param<T>("wpe", {seq, hidden}, {0, 0}, {seq, hidden}, 0.02, 0, seed), group,
+          nullptr, ws));
       tokens_.emplace(ws.tokens("cubelm::tokens", n));
     }
     if (ends != Ends::lookup) {
@@ -162,8 +159,8 @@ public:
                                           std::int64_t features, std::int64_t rows) override {
     auto vec = [&](const char* what, double fill) {
       return Shared<T>::replicated(
-          params, model::make_param<T>(prefix + what, {features}, {0}, {features}, 0, fill, 0),
-          group_, nullptr, ws_);
+          params, make_param<T>(prefix + what, {features}, {0}, {features}, 0, fill, 0), group_,
+          nullptr, ws_);
     };
     return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), nullptr, features,
                                                rows, ws_);

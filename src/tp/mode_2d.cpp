@@ -70,8 +70,8 @@ public:
     const std::int64_t bi = in / g.q, bo = out / g.q;
     for (std::size_t n = 0; n < weights.size(); ++n) {
       w_.push_back(
-          Shared<T>::owned(params, model::make_param<T>(weights[n], {in, out}, {g.i * bi, g.j * bo},
-                                                        {bi, bo}, std_dev, 0, seed)));
+          Shared<T>::owned(params, make_param<T>(weights[n], {in, out}, {g.i * bi, g.j * bo},
+                                                 {bi, bo}, std_dev, 0, seed)));
       b_.push_back(Shared<T>::split(params, biases[n], out, g.j * bo, bo, 0, seed, g.col, g.ws));
     }
     g.ws.reserve(kAct, rows * bi);
@@ -129,14 +129,12 @@ public:
               int batch, std::uint64_t seed, Ends ends)
       : g_(g), seq_(seq), batch_(batch), bv_(vocab / g.q), bh_(hidden / g.q),
         rows_(static_cast<std::int64_t>(batch / g.q) * seq),
-        wte_(Shared<T>::owned(params,
-                              model::make_param<T>("wte", {vocab, hidden}, {g.i * bv_, g.j * bh_},
-                                                   {bv_, bh_}, 0.02, 0, seed))) {
+        wte_(Shared<T>::owned(params, make_param<T>("wte", {vocab, hidden}, {g.i * bv_, g.j * bh_},
+                                                    {bv_, bh_}, 0.02, 0, seed))) {
     const std::int64_t all = static_cast<std::int64_t>(batch) * seq;
     if (ends != Ends::head) {
       wpe_.emplace(Shared<T>::replicated(
-          params,
-          model::make_param<T>("wpe", {seq, hidden}, {0, g.j * bh_}, {seq, bh_}, 0.02, 0, seed),
+          params, make_param<T>("wpe", {seq, hidden}, {0, g.j * bh_}, {seq, bh_}, 0.02, 0, seed),
           g.col, nullptr, g.ws));
       tokens_.emplace(g.ws.tokens("cubelm::tokens", all));
       g.ws.reserve(kPartial, all * bh_);

@@ -80,12 +80,11 @@ public:
     const std::int64_t wr = in / (q * q), wc = out / q;
     const std::int64_t row0 = (d.out->rank() * q + d.w->rank()) * wr, col0 = d.in->rank() * wc;
     for (std::size_t n = 0; n < weights.size(); ++n) {
-      w_.push_back(
-          Shared<T>::owned(params, model::make_param<T>(weights[n], {in, out}, {row0, col0},
-                                                        {wr, wc}, std_dev, 0, seed)));
-      b_.push_back(Shared<T>::replicated(
-          params, model::make_param<T>(biases[n], {out}, {col0}, {wc}, 0, 0, seed), *d.plane,
-          d.plane, cube.ws));
+      w_.push_back(Shared<T>::owned(
+          params, make_param<T>(weights[n], {in, out}, {row0, col0}, {wr, wc}, std_dev, 0, seed)));
+      b_.push_back(Shared<T>::replicated(params,
+                                         make_param<T>(biases[n], {out}, {col0}, {wc}, 0, 0, seed),
+                                         *d.plane, d.plane, cube.ws));
     }
     ws_.reserve(kInput, rows * q * (in / q));
     ws_.reserve(kWeight, (in / q) * wc);
@@ -153,22 +152,20 @@ public:
         bh_(hidden / cube.q), rows_(static_cast<std::int64_t>(per_) * seq),
         lookup_(ends != Ends::head),
         wte_(Shared<T>::owned(
-            params,
-            model::make_param<T>(
-                "wte", {vocab, hidden},
-                {(cube.a->rank() * cube.q + cube.b->rank()) * (bv_ / cube.q), cube.c->rank() * bh_},
-                {bv_ / cube.q, bh_}, 0.02, 0, seed))),
+            params, make_param<T>("wte", {vocab, hidden},
+                                  {(cube.a->rank() * cube.q + cube.b->rank()) * (bv_ / cube.q),
+                                   cube.c->rank() * bh_},
+                                  {bv_ / cube.q, bh_}, 0.02, 0, seed))),
         wte_gathered_(cube.ws.matrix("cubelm::wte_gathered", bv_, bh_)),
         wte_grad_(cube.ws.matrix("cubelm::wte_grad_gathered", bv_, bh_)) {
     const std::int64_t q = cube.q;
     Kokkos::deep_copy(wte_grad_, T(0));
     cube.ws.reserve(kWeightBlock, (bv_ / q) * bh_);
     if (lookup_) {
-      wpe_.emplace(Shared<T>::replicated(params,
-                                         model::make_param<T>("wpe", {seq, hidden},
-                                                              {0, cube.c->rank() * bh_}, {seq, bh_},
-                                                              0.02, 0, seed),
-                                         *cube.ab, cube.b, cube.ws));
+      wpe_.emplace(Shared<T>::replicated(
+          params,
+          make_param<T>("wpe", {seq, hidden}, {0, cube.c->rank() * bh_}, {seq, bh_}, 0.02, 0, seed),
+          *cube.ab, cube.b, cube.ws));
       tokens_.emplace(cube.ws.tokens("cubelm::tokens", rows_ * q));
       cube.ws.reserve(kInput, rows_ * q * bh_);
       cube.ws.reserve(kOutput, rows_ * q * bh_);
@@ -289,8 +286,8 @@ public:
     const std::int64_t block = features / cube_.q, first = cube_.c->rank() * block;
     auto vec = [&](const char* what, double fill) {
       return Shared<T>::replicated(
-          params, model::make_param<T>(prefix + what, {features}, {first}, {block}, 0, fill, 0),
-          *cube_.ab, cube_.ab, ws_);
+          params, make_param<T>(prefix + what, {features}, {first}, {block}, 0, fill, 0), *cube_.ab,
+          cube_.ab, ws_);
     };
     return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), cube_.c, features,
                                                rows, ws_);

@@ -74,11 +74,11 @@ private:
 template <class T>
 class Shared {
 public:
-  static Shared owned(Params<T>& params, model::Param<T> p) {
+  static Shared owned(Params<T>& params, Param<T> p) {
     params.push_back(std::move(p));
     return Shared(&params.back());
   }
-  static Shared replicated(Params<T>& params, model::Param<T> p, const comm::Group& replicas,
+  static Shared replicated(Params<T>& params, Param<T> p, const comm::Group& replicas,
                            const comm::Group* sum_over, Workspace<T>& ws) {
     p.writer = replicas.rank() == 0;
     p.counted = replicas.rank() == 0;
@@ -96,8 +96,8 @@ public:
                       const comm::Group& group, Workspace<T>& ws) {
     const std::int64_t piece = n / group.size();
     CUBELM_ASSERT(piece * group.size() == n, name + ": block does not split over " + group.name());
-    params.push_back(model::make_param<T>(name, {length}, {first + group.rank() * piece}, {piece},
-                                          0, fill, seed));
+    params.push_back(
+        make_param<T>(name, {length}, {first + group.rank() * piece}, {piece}, 0, fill, seed));
     Shared s(&params.back());
     s.split_ = &group;
     s.full_ = ws.vector("cubelm::gathered_vector", n);
@@ -106,7 +106,7 @@ public:
     return s;
   }
 
-  model::Param<T>& param() const { return *p_; }
+  Param<T>& param() const { return *p_; }
   /// Gathers the values if split; returns the whole block.
   const Vec<T>& gather(const ExecSpace& exec) {
     if (split_ == nullptr)
@@ -138,13 +138,13 @@ public:
   }
 
 private:
-  explicit Shared(model::Param<T>* p) : p_(p) {}
+  explicit Shared(Param<T>* p) : p_(p) {}
   static void add(const ExecSpace& exec, const Vec<T>& from, const Vec<T>& to) {
     kernels::add_inplace<T>(exec, Mat<T>(to.data(), to.extent(0), 1),
                             Mat<T>(from.data(), from.extent(0), 1));
   }
 
-  model::Param<T>* p_;
+  Param<T>* p_;
   const comm::Group* sum_ = nullptr;
   const comm::Group* split_ = nullptr;
   Vec<T> full_, partial_, piece_;

@@ -15,12 +15,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::uint64_t> shape_of(const model::Param<real>& p) {
+std::vector<std::uint64_t> shape_of(const tp::Param<real>& p) {
   return std::vector<std::uint64_t>(p.shape.begin(), p.shape.end());
 }
 
 // This rank's block of the parameter's global tensor.
-io::Block block_of(const model::Param<real>& p) {
+io::Block block_of(const tp::Param<real>& p) {
   return io::Block{std::vector<std::uint64_t>(p.offset.begin(), p.offset.end()),
                    std::vector<std::uint64_t>(p.local.begin(), p.local.end())};
 }
@@ -49,7 +49,7 @@ std::vector<std::pair<int, std::string>> checkpoints_in(const std::string& dir) 
 }
 
 // Replicas write nothing: each element of the global tensor is written once.
-void write_tensor(io::CheckpointWriter& w, const std::string& path, const model::Param<real>& p,
+void write_tensor(io::CheckpointWriter& w, const std::string& path, const tp::Param<real>& p,
                   const kernels::Vec<real>* data) {
   const io::Block block = p.writer ? block_of(p) : io::Block::none();
   if (data) {
@@ -62,8 +62,8 @@ void write_tensor(io::CheckpointWriter& w, const std::string& path, const model:
 }
 
 // Every rank reads its own block, whatever layout wrote the file.
-void read_tensor(const io::CheckpointReader& r, const std::string& path,
-                 const model::Param<real>& p, const kernels::Vec<real>& dst) {
+void read_tensor(const io::CheckpointReader& r, const std::string& path, const tp::Param<real>& p,
+                 const kernels::Vec<real>& dst) {
   r.expect_shape(path, shape_of(p));
   auto host = Kokkos::create_mirror_view(dst);
   r.read(path, block_of(p), host.data());

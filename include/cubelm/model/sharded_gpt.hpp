@@ -16,6 +16,9 @@
 
 namespace cubelm::model {
 
+using kernels::Mat;
+using kernels::Vec;
+
 /// \brief The model's shards on one rank of a tensor-parallel group, for the
 /// layers of its pipeline stage.
 ///
@@ -39,7 +42,7 @@ public:
   tp::Params<T>& params() { return params_; }
   const tp::Params<T>& params() const { return params_; }
   /// \brief This rank's block of the parameter called `name` (InternalError if none).
-  Param<T>& param(const std::string& name);
+  tp::Param<T>& param(const std::string& name);
   /// \brief Bytes of this rank's parameters, gradients and activation buffers (the model's
   /// and the mode's), as allocated (the optimizer's moments belong to the trainer).
   Memory memory() const;

@@ -13,7 +13,7 @@
 /// whole micro-batch; each mode takes the sequences it needs.
 
 #include "cubelm/comm/grid.hpp"
-#include "cubelm/model/param.hpp"
+#include "cubelm/tp/param.hpp"
 
 #include <cstdint>
 #include <deque>
@@ -28,7 +28,7 @@ using kernels::Vec;
 
 /// \brief All parameters of a model; a deque, so references to elements stay valid.
 template <class T>
-using Params = std::deque<model::Param<T>>;
+using Params = std::deque<Param<T>>;
 
 /// \brief The first or the second linear of a pair (QKV then output projection,
 /// W1 then W2): in 1D column- then row-parallel, in 3D one direction then the swapped one.

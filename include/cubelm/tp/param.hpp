@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace cubelm::model {
+namespace cubelm::tp {
 
 using kernels::Mat;
 using kernels::Vec;
@@ -44,4 +44,4 @@ Param<T> make_param(const std::string& name, const std::vector<std::int64_t>& sh
                     const std::vector<std::int64_t>& offset, const std::vector<std::int64_t>& local,
                     double std_dev, double fill, std::uint64_t seed);
 
-} // namespace cubelm::model
+} // namespace cubelm::tp

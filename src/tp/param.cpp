@@ -1,10 +1,10 @@
-#include "cubelm/model/param.hpp"
+#include "cubelm/tp/param.hpp"
 
 #include "cubelm/core/error.hpp"
 
 #include <cmath>
 
-namespace cubelm::model {
+namespace cubelm::tp {
 
 namespace {
 
@@ -82,4 +82,4 @@ template Param<double> make_param<double>(const std::string&, const std::vector<
                                           const std::vector<std::int64_t>&, double, double,
                                           std::uint64_t);
 
-} // namespace cubelm::model
+} // namespace cubelm::tp
