@@ -4,7 +4,10 @@
 
 #include "cubelm/kernels/attention.hpp"
 #include "cubelm/kernels/blas.hpp"
-#include "cubelm/kernels/layers.hpp"
+#include "cubelm/kernels/elementwise.hpp"
+#include "cubelm/kernels/embedding.hpp"
+#include "cubelm/kernels/layernorm.hpp"
+#include "cubelm/kernels/loss.hpp"
 #include "cubelm/kernels/optim.hpp"
 
 #include <gtest/gtest.h>

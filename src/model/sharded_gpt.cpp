@@ -1,7 +1,7 @@
 #include "cubelm/model/sharded_gpt.hpp"
 
 #include "cubelm/core/error.hpp"
-#include "cubelm/kernels/layers.hpp"
+#include "cubelm/kernels/elementwise.hpp"
 #include "cubelm/kernels/optim.hpp"
 
 #include <algorithm>

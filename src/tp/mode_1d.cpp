@@ -1,4 +1,4 @@
-// Megatron-style 1D tensor parallelism over the tp group (DESIGN §3). With one
+// Megatron-style 1D tensor parallelism over the tp group (docs/tensor-parallel.md). With one
 // rank in the group it is the single-process model ("none").
 //
 // The residual stream is replicated on the p ranks. Role::first linears are
@@ -9,7 +9,8 @@
 // written to checkpoints by tp rank 0 only.
 
 #include "cubelm/kernels/blas.hpp"
-#include "cubelm/kernels/layers.hpp"
+#include "cubelm/kernels/elementwise.hpp"
+#include "cubelm/kernels/embedding.hpp"
 #include "modes.hpp"
 #include "parts.hpp"
 

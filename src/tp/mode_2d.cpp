@@ -1,4 +1,4 @@
-// 2D tensor parallelism (Optimus, SUMMA) on a q x q grid (DESIGN §3).
+// 2D tensor parallelism (Optimus, SUMMA) on a q x q grid (docs/tensor-parallel.md).
 //
 // Rank (i, j) holds block (i, j) of every activation (rows: sequence block i of
 // q, columns: feature block j of q) and of every weight (input-feature block i,
@@ -21,7 +21,8 @@
 // the same on every rank of the column).
 
 #include "cubelm/kernels/blas.hpp"
-#include "cubelm/kernels/layers.hpp"
+#include "cubelm/kernels/elementwise.hpp"
+#include "cubelm/kernels/embedding.hpp"
 #include "modes.hpp"
 #include "parts.hpp"
 

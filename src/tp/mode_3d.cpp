@@ -1,4 +1,4 @@
-// 3D cube tensor parallelism on a q x q x q grid (DESIGN §3; Bian et al.).
+// 3D cube tensor parallelism on a q x q x q grid (docs/tensor-parallel.md; Bian et al.).
 //
 // Rank (a, b, c). A linear has a direction (in, w, out), a permutation of the
 // axes: its input has rows split over (in, w) -- row block coord(w) q + coord(in)
@@ -31,7 +31,8 @@
 // block b, is all-reduced over B.
 
 #include "cubelm/kernels/blas.hpp"
-#include "cubelm/kernels/layers.hpp"
+#include "cubelm/kernels/elementwise.hpp"
+#include "cubelm/kernels/embedding.hpp"
 #include "modes.hpp"
 #include "parts.hpp"
 

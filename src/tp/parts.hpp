@@ -5,7 +5,9 @@
 // vocabulary-parallel cross-entropy and token selection. Internal to src/tp.
 
 #include "cubelm/core/error.hpp"
-#include "cubelm/kernels/layers.hpp"
+#include "cubelm/kernels/elementwise.hpp"
+#include "cubelm/kernels/layernorm.hpp"
+#include "cubelm/kernels/loss.hpp"
 #include "cubelm/kernels/optim.hpp"
 #include "cubelm/tp/mode.hpp"
 

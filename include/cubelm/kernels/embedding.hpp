@@ -1,0 +1,58 @@
+#pragma once
+/// \file
+/// \brief Token and position embeddings of GPT-2, forward and backward side by side, and the
+/// token index (a host counting sort) that makes the token backward deterministic.
+///
+/// Activations are matrices [N, H] (N = tokens, rows grouped by whole
+/// sequences). Conventions: parameter gradients accumulate (+=) so that
+/// micro-batches add up; activation gradients are assigned unless a function
+/// says it accumulates. Every reduction runs in a fixed order, so results are
+/// bitwise reproducible for a given thread count.
+
+#include "cubelm/kernels/views.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace cubelm::kernels {
+
+/// \brief Rows that hold each token, for a deterministic embedding backward.
+struct TokenIndex {
+  Kokkos::View<int*, MemSpace>
+      offsets; ///< [V+1]: rows of token v are positions[offsets[v] .. offsets[v+1])
+  Kokkos::View<int*, MemSpace> positions; ///< [N]: row numbers sorted by token, then by row
+};
+
+/// \brief Builds the TokenIndex of `tokens` (host ids < vocab) with a stable counting sort.
+TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int vocab);
+/// \brief The same for the vocabulary slice [first, first + count): other tokens are left
+/// out and token t is entry t - first.
+TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int first, int count);
+
+/// \brief y[n,:] = wte[tok[n] - first,:] for tokens of this vocabulary slice, else 0.
+template <class T>
+void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte, int first,
+                      const Mat<T>& y);
+/// \brief y[n,:] += wpe[n mod seq_len,:].
+template <class T>
+void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y);
+/// \brief dwte[v,:] += sum of dy over the rows that hold token v (index of make_token_index).
+template <class T>
+void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
+                    const Mat<T>& dwte);
+/// \brief dwpe[t,:] += sum over sequences of dy at position t.
+template <class T>
+void position_backward(const ExecSpace& exec, const Mat<T>& dy, int seq_len, const Mat<T>& dwpe);
+
+/// \brief y[n,:] = wte[tok[n],:] + wpe[n mod seq_len,:].
+template <class T>
+void embedding_forward(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte,
+                       const Mat<T>& wpe, int seq_len, const Mat<T>& y);
+
+/// \brief dwte[v,:] += sum of dy over the rows holding token v; dwpe[t,:] += sum over sequences
+/// of dy at position t.
+template <class T>
+void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
+                        int seq_len, const Mat<T>& dwte, const Mat<T>& dwpe);
+
+} // namespace cubelm::kernels

@@ -1,0 +1,40 @@
+#pragma once
+/// \file
+/// \brief Softmax cross-entropy of GPT-2's logits, on the whole vocabulary or on one
+/// vocabulary slice per rank (the vocabulary-parallel steps).
+///
+/// Logits are matrices [N, V] (N = tokens, V = this rank's vocabulary columns).
+/// Every reduction runs in a fixed order, so results are bitwise reproducible
+/// for a given thread count.
+
+#include "cubelm/kernels/views.hpp"
+
+namespace cubelm::kernels {
+
+/// \brief Per-row cross-entropy on logits [N, V] with targets: losses[n] = logsumexp - logit.
+///
+/// When `grad_scale` is non-zero the logits are overwritten by their gradient
+/// grad_scale * (softmax - onehot(target)); pass 1/(tokens in the global batch)
+/// for the mean loss. Numerically stable (the row maximum is subtracted). This is
+/// the vocabulary-parallel kernels below with the whole vocabulary as one slice
+/// (it allocates their row buffers on every call).
+template <class T>
+void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
+                   const Vec<T>& losses, T grad_scale);
+
+/// \brief Vocabulary-parallel cross-entropy, step 1: mx[n] = max of this slice's logits.
+template <class T>
+void row_max(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx);
+/// \brief Step 2 (mx now the maximum over all slices): stats(n,0) = sum of exp(l - mx) over
+/// the slice, stats(n,1) = target logit - mx when the target is in [first, first + cols), else 0.
+template <class T>
+void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
+                       const Tokens& targets, int first, const Mat<T>& stats);
+/// \brief Step 3 (stats summed over all slices): losses[n] = log(stats(n,0)) - stats(n,1); with
+/// grad_scale != 0 the logits become grad_scale (softmax - onehot) of this slice.
+template <class T>
+void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
+                         const Mat<T>& stats, const Tokens& targets, int first,
+                         const Vec<T>& losses, T grad_scale);
+
+} // namespace cubelm::kernels

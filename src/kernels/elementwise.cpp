@@ -1,0 +1,82 @@
+#include "cubelm/kernels/elementwise.hpp"
+
+#include "cubelm/core/compat.hpp"
+#include "ranges.hpp"
+
+namespace cubelm::kernels {
+
+template <class T>
+void bias_add(const ExecSpace& exec, const Mat<T>& y, const Vec<T>& b) {
+  Kokkos::parallel_for(
+      "cubelm::bias_add", over(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) { y(n, j) += b(j); });
+}
+
+template <class T>
+void bias_backward(const ExecSpace& exec, const Mat<T>& dy, const Vec<T>& db) {
+  const std::int64_t rows = dy.extent(0), cols = dy.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::bias_backward", Range(exec, 0, (cols + kColumnChunk - 1) / kColumnChunk),
+      KOKKOS_LAMBDA(const std::int64_t c) {
+        const std::int64_t j0 = c * kColumnChunk;
+        const std::int64_t width = cols - j0 < kColumnChunk ? cols - j0 : kColumnChunk;
+        T acc[kColumnChunk] = {};
+        for (std::int64_t n = 0; n < rows; ++n)
+          for (std::int64_t jj = 0; jj < width; ++jj)
+            acc[jj] += dy(n, j0 + jj);
+        for (std::int64_t jj = 0; jj < width; ++jj)
+          db(j0 + jj) += acc[jj];
+      });
+}
+
+namespace {
+// sqrt(2/pi) and the cubic coefficient of the tanh approximation of GELU.
+constexpr double kGeluScale = 0.7978845608028654;
+constexpr double kGeluCubic = 0.044715;
+} // namespace
+
+template <class T>
+void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, const Mat<T>& th) {
+  Kokkos::parallel_for(
+      "cubelm::gelu_forward", over(exec, x.extent(0), x.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
+        const T v = x(n, j);
+        const T t = kmath::tanh(T(kGeluScale) * (v + T(kGeluCubic) * v * v * v));
+        th(n, j) = t;
+        y(n, j) = T(0.5) * v * (T(1) + t);
+      });
+}
+
+template <class T>
+void gelu_backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& th, const Mat<T>& dy,
+                   const Mat<T>& dx) {
+  Kokkos::parallel_for(
+      "cubelm::gelu_backward", over(exec, x.extent(0), x.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
+        const T v = x(n, j);
+        const T t = th(n, j);
+        const T du = T(kGeluScale) * (T(1) + T(3 * kGeluCubic) * v * v);
+        const T grad = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du;
+        dx(n, j) = dy(n, j) * grad;
+      });
+}
+
+template <class T>
+void add_inplace(const ExecSpace& exec, const Mat<T>& y, const Mat<T>& x) {
+  Kokkos::parallel_for(
+      "cubelm::add_inplace", over(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) { y(n, j) += x(n, j); });
+}
+
+#define CUBELM_INSTANTIATE_ELEMENTWISE(T)                                                          \
+  template void bias_add<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                       \
+  template void bias_backward<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                  \
+  template void gelu_forward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&, const Mat<T>&);    \
+  template void gelu_backward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&, const Mat<T>&,    \
+                                 const Mat<T>&);                                                   \
+  template void add_inplace<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&);
+
+CUBELM_INSTANTIATE_ELEMENTWISE(float)
+CUBELM_INSTANTIATE_ELEMENTWISE(double)
+
+} // namespace cubelm::kernels

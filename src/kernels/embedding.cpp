@@ -1,0 +1,85 @@
+#include "cubelm/kernels/embedding.hpp"
+
+#include "ranges.hpp"
+
+namespace cubelm::kernels {
+
+template <class T>
+void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte, int first,
+                      const Mat<T>& y) {
+  const std::int64_t rows = wte.extent(0);
+  Kokkos::parallel_for(
+      "cubelm::embedding_lookup", over(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
+        const std::int64_t r = tok(n) - first;
+        y(n, h) = (r >= 0 && r < rows) ? wte(r, h) : T(0);
+      });
+}
+
+template <class T>
+void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y) {
+  Kokkos::parallel_for(
+      "cubelm::position_add", over(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
+        y(n, h) += wpe(n % seq_len, h);
+      });
+}
+
+template <class T>
+void embedding_forward(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte,
+                       const Mat<T>& wpe, int seq_len, const Mat<T>& y) {
+  embedding_lookup<T>(exec, tok, wte, 0, y);
+  position_add<T>(exec, wpe, seq_len, y);
+}
+
+template <class T>
+void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
+                    const Mat<T>& dwte) {
+  const auto offsets = index.offsets;
+  const auto positions = index.positions;
+  Kokkos::parallel_for(
+      "cubelm::token_backward", over(exec, dwte.extent(0), dwte.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t v, const std::int64_t h) {
+        T acc = 0;
+        for (int i = offsets(v); i < offsets(v + 1); ++i)
+          acc += dy(positions(i), h);
+        dwte(v, h) += acc;
+      });
+}
+
+template <class T>
+void position_backward(const ExecSpace& exec, const Mat<T>& dy, int seq_len, const Mat<T>& dwpe) {
+  const std::int64_t sequences = static_cast<std::int64_t>(dy.extent(0)) / seq_len;
+  Kokkos::parallel_for(
+      "cubelm::position_backward", over(exec, seq_len, dwpe.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
+        T acc = 0;
+        for (std::int64_t b = 0; b < sequences; ++b)
+          acc += dy(b * seq_len + t, h);
+        dwpe(t, h) += acc;
+      });
+}
+
+template <class T>
+void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
+                        int seq_len, const Mat<T>& dwte, const Mat<T>& dwpe) {
+  token_backward<T>(exec, index, dy, dwte);
+  position_backward<T>(exec, dy, seq_len, dwpe);
+}
+
+#define CUBELM_INSTANTIATE_EMBEDDING(T)                                                            \
+  template void embedding_lookup<T>(const ExecSpace&, const Tokens&, const Mat<T>&, int,           \
+                                    const Mat<T>&);                                                \
+  template void position_add<T>(const ExecSpace&, const Mat<T>&, int, const Mat<T>&);              \
+  template void token_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&,              \
+                                  const Mat<T>&);                                                  \
+  template void position_backward<T>(const ExecSpace&, const Mat<T>&, int, const Mat<T>&);         \
+  template void embedding_forward<T>(const ExecSpace&, const Tokens&, const Mat<T>&,               \
+                                     const Mat<T>&, int, const Mat<T>&);                           \
+  template void embedding_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&, int,     \
+                                      const Mat<T>&, const Mat<T>&);
+
+CUBELM_INSTANTIATE_EMBEDDING(float)
+CUBELM_INSTANTIATE_EMBEDDING(double)
+
+} // namespace cubelm::kernels

@@ -1,0 +1,83 @@
+#include "cubelm/kernels/loss.hpp"
+
+#include "cubelm/core/compat.hpp"
+#include "ranges.hpp"
+
+#include <string>
+
+namespace cubelm::kernels {
+
+template <class T>
+void row_max(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx) {
+  const std::int64_t cols = logits.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::row_max", Range(exec, 0, logits.extent(0)), KOKKOS_LAMBDA(const std::int64_t n) {
+        T m = logits(n, 0);
+        for (std::int64_t v = 1; v < cols; ++v)
+          m = logits(n, v) > m ? logits(n, v) : m;
+        mx(n) = m;
+      });
+}
+
+template <class T>
+void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
+                       const Tokens& targets, int first, const Mat<T>& stats) {
+  const std::int64_t cols = logits.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::row_sumexp_target", Range(exec, 0, logits.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t n) {
+        T sum = 0;
+        for (std::int64_t v = 0; v < cols; ++v)
+          sum += kmath::exp(logits(n, v) - mx(n));
+        const std::int64_t t = targets(n) - first;
+        stats(n, 0) = sum;
+        stats(n, 1) = (t >= 0 && t < cols) ? logits(n, t) - mx(n) : T(0);
+      });
+}
+
+template <class T>
+void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
+                         const Mat<T>& stats, const Tokens& targets, int first,
+                         const Vec<T>& losses, T grad_scale) {
+  const std::int64_t cols = logits.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::vocab_cross_entropy", Range(exec, 0, logits.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t n) {
+        losses(n) = kmath::log(stats(n, 0)) - stats(n, 1);
+        if (grad_scale != T(0)) {
+          const T factor = grad_scale / stats(n, 0);
+          for (std::int64_t v = 0; v < cols; ++v)
+            logits(n, v) = factor * kmath::exp(logits(n, v) - mx(n));
+          const std::int64_t t = targets(n) - first;
+          if (t >= 0 && t < cols)
+            logits(n, t) -= grad_scale;
+        }
+      });
+}
+
+template <class T>
+void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
+                   const Vec<T>& losses, T grad_scale) {
+  // The whole vocabulary is one slice of the vocabulary-parallel kernels.
+  const std::int64_t rows = logits.extent(0);
+  const Vec<T> mx(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("cubelm::ce_max")),
+                  rows);
+  const Mat<T> stats(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("cubelm::ce_stats")), rows, 2);
+  row_max<T>(exec, logits, mx);
+  row_sumexp_target<T>(exec, logits, mx, targets, 0, stats);
+  vocab_cross_entropy<T>(exec, logits, mx, stats, targets, 0, losses, grad_scale);
+}
+
+#define CUBELM_INSTANTIATE_LOSS(T)                                                                 \
+  template void row_max<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                        \
+  template void row_sumexp_target<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&,               \
+                                     const Tokens&, int, const Mat<T>&);                           \
+  template void vocab_cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&,             \
+                                       const Mat<T>&, const Tokens&, int, const Vec<T>&, T);       \
+  template void cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&, const Vec<T>&, T);
+
+CUBELM_INSTANTIATE_LOSS(float)
+CUBELM_INSTANTIATE_LOSS(double)
+
+} // namespace cubelm::kernels
