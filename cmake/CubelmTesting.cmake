@@ -17,7 +17,7 @@ set(CUBELM_TEST_ENVIRONMENT
 function(cubelm_add_mpi_test)
   cmake_parse_arguments(ARG "" "NAME" "SOURCES;RANKS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SOURCES})
-  target_link_libraries(${ARG_NAME} PRIVATE cubelm_mpi_test_main cubelm_lib GTest::gtest)
+  target_link_libraries(${ARG_NAME} PRIVATE cubelm_mpi_test_main GTest::gtest)
   foreach(n IN LISTS ARG_RANKS)
     set(test_name ${ARG_NAME}_${n}ranks)
     add_test(NAME ${test_name}

@@ -2,10 +2,11 @@
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/plan/schedule.hpp"
+#include "cubelm/tp/shapes.hpp"
 
 #include "cubelm/core/error.hpp"
 
-#include <toml++/toml.h>
+#include "toml_document.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -56,18 +57,10 @@ std::string join(const std::vector<std::string>& items) {
   return s;
 }
 
-std::string value_text(const toml::node& node) {
-  if (node.is_string()) // as the user most likely wrote it (toml++ prints 'literal' strings)
-    return "\"" + node.as_string()->get() + "\"";
-  std::ostringstream out;
-  node.visit([&](auto&& v) { out << v; });
-  return out.str();
-}
-
 /// Reads one [table] of the deck, remembering which keys it understood.
 class Section {
 public:
-  Section(const toml::table* table, std::string name, std::string source)
+  Section(const toml_doc::Value* table, std::string name, std::string source)
       : table_(table), name_(std::move(name)), source_(std::move(source)) {}
 
   void get(const char* key, int& out) {
@@ -78,34 +71,34 @@ public:
     out = static_cast<int>(wide);
   }
   void get(const char* key, std::int64_t& out) {
-    if (const toml::node* n = find(key)) {
-      if (!n->is_integer())
+    if (const Value* n = find(key)) {
+      if (n->type != Type::integer)
         fail(key, "must be an integer, got " + type_text(*n));
-      out = n->as_integer()->get();
+      out = n->integer;
     }
   }
   void get(const char* key, double& out) {
-    if (const toml::node* n = find(key)) {
-      if (n->is_integer())
-        out = static_cast<double>(n->as_integer()->get());
-      else if (n->is_floating_point())
-        out = n->as_floating_point()->get();
+    if (const Value* n = find(key)) {
+      if (n->type == Type::integer)
+        out = static_cast<double>(n->integer);
+      else if (n->type == Type::floating)
+        out = n->floating;
       else
         fail(key, "must be a number, got " + type_text(*n));
     }
   }
   void get(const char* key, bool& out) {
-    if (const toml::node* n = find(key)) {
-      if (!n->is_boolean())
+    if (const Value* n = find(key)) {
+      if (n->type != Type::boolean)
         fail(key, "must be true or false, got " + type_text(*n));
-      out = n->as_boolean()->get();
+      out = n->boolean;
     }
   }
   void get(const char* key, std::string& out) {
-    if (const toml::node* n = find(key)) {
-      if (!n->is_string())
+    if (const Value* n = find(key)) {
+      if (n->type != Type::string)
         fail(key, "must be a string, got " + type_text(*n));
-      out = n->as_string()->get();
+      out = n->string;
     }
   }
   void choice(const char* key, std::string& out, std::initializer_list<const char*> allowed) {
@@ -114,7 +107,7 @@ public:
     if (std::find(names.begin(), names.end(), out) == names.end())
       fail(key, "must be one of " + quoted(names));
   }
-  bool has(const char* key) const { return table_ && table_->get(key) != nullptr; }
+  bool has(const char* key) const { return table_ && table_->find(key) != nullptr; }
 
   /// Fails with the key's line and value when `ok` is false.
   void require(bool ok, const char* key, const std::string& rule) const {
@@ -126,8 +119,7 @@ public:
   void finish() const {
     if (!table_)
       return;
-    for (const auto& [k, node] : *table_) {
-      const std::string key(k.str());
+    for (const auto& [key, node] : table_->members) {
       if (std::find(known_.begin(), known_.end(), key) != known_.end())
         continue;
       std::string msg = location(&node) + "unknown key '" + name_ + "." + key + "'";
@@ -143,31 +135,30 @@ public:
   /// (as the default) when the deck does not set the key.
   [[noreturn]] void fail(const char* key, const std::string& rule,
                          const std::string& fallback = "") const {
-    const toml::node* n = table_ ? table_->get(key) : nullptr;
+    const Value* n = table_ ? table_->find(key) : nullptr;
     std::string msg = location(n) + name_ + "." + key;
     if (n)
-      msg += " = " + value_text(*n);
+      msg += " = " + n->text;
     else if (!fallback.empty())
       msg += " = " + fallback + " (default)";
     throw Error(msg + ": " + rule, true);
   }
 
 private:
-  const toml::node* find(const char* key) {
+  using Value = toml_doc::Value;
+  using Type = Value::Type;
+
+  const Value* find(const char* key) {
     if (std::find(known_.begin(), known_.end(), key) == known_.end())
       known_.emplace_back(key);
-    return table_ ? table_->get(key) : nullptr;
+    return table_ ? table_->find(key) : nullptr;
   }
-  std::string location(const toml::node* n) const {
-    if (n && n->source().begin.line > 0)
-      return source_ + ":" + std::to_string(n->source().begin.line) + ": ";
+  std::string location(const Value* n) const {
+    if (n && n->line > 0)
+      return source_ + ":" + std::to_string(n->line) + ": ";
     return source_ + ": ";
   }
-  static std::string type_text(const toml::node& n) {
-    std::ostringstream out;
-    out << n.type() << " " << value_text(n);
-    return out.str();
-  }
+  static std::string type_text(const Value& n) { return n.type_name + " " + n.text; }
   static std::string quoted(const std::vector<std::string>& names) {
     std::vector<std::string> q;
     for (const auto& n : names)
@@ -175,7 +166,7 @@ private:
     return join(q);
   }
 
-  const toml::table* table_;
+  const Value* table_;
   std::string name_;
   std::string source_;
   std::vector<std::string> known_;
@@ -184,64 +175,22 @@ private:
 const char* const kSections[] = {"model", "parallel",   "train", "optimizer",
                                  "data",  "checkpoint", "log"};
 
-toml::table parse_toml(const std::string& text, const std::string& source) {
-  try {
-    return toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream out;
-    out << source << ":" << e.source().begin.line << ":" << e.source().begin.column
-        << ": not valid TOML: " << e.description();
-    throw Error(out.str(), true);
-  }
-}
-
-// The divisibility rules of the tensor-parallel modes (DESIGN §3): every rank
-// must hold whole heads and whole sequences and equal blocks of each weight.
-// Returns the first rule `tp` breaks for this model, or "" when it fits.
-std::string tensor_rule(TensorMode mode, int tp, const ModelConfig& m, int micro) {
-  const auto divides = [](std::int64_t n, std::int64_t d) { return d > 0 && n % d == 0; };
-  const std::int64_t h = m.hidden, f = 4LL * m.hidden, v = m.vocab_size;
-  if (mode == TensorMode::d1) {
-    if (!divides(m.heads, tp))
-      return "model.heads = " + std::to_string(m.heads) + " divisible by " + std::to_string(tp) +
-             " (whole heads per rank)";
-    if (!divides(f, tp))
-      return "4 x model.hidden = " + std::to_string(f) + " divisible by " + std::to_string(tp);
-    if (!divides(v, tp))
-      return "model.vocab_size = " + std::to_string(v) + " divisible by " + std::to_string(tp) +
-             " (vocabulary-parallel embedding)";
-    return "";
-  }
-  if (mode == TensorMode::d2 || mode == TensorMode::d3) {
-    const int exp = mode == TensorMode::d2 ? 2 : 3;
-    int q = 1;
-    while (q * q * (exp == 3 ? q : 1) < tp)
-      ++q;
-    const int rows = exp == 2 ? q : q * q;
-    if (!divides(micro, rows))
-      return "the micro-batch (" + std::to_string(micro) + " sequences) divisible by " +
-             std::to_string(rows) + " (whole sequences per rank)";
-    if (!divides(m.heads, q))
-      return "model.heads = " + std::to_string(m.heads) + " divisible by q = " + std::to_string(q);
-    for (const auto& [name, n] : {std::pair<const char*, std::int64_t>{"model.hidden", h},
-                                  {"4 x model.hidden", f},
-                                  {"model.vocab_size", v}})
-      if (!divides(n, static_cast<std::int64_t>(q) * q))
-        return std::string(name) + " = " + std::to_string(n) +
-               " divisible by q^2 = " + std::to_string(q * q);
-  }
-  return "";
+toml_doc::Value parse_toml(const std::string& text, const std::string& source) {
+  toml_doc::Parsed parsed = toml_doc::parse(text, source);
+  if (!parsed.ok)
+    throw Error(source + ":" + std::to_string(parsed.line) + ":" + std::to_string(parsed.column) +
+                    ": not valid TOML: " + parsed.error,
+                true);
+  return std::move(parsed.root);
 }
 
 } // namespace
 
 Deck parse_deck(const std::string& text, const std::string& source) {
-  const toml::table root = parse_toml(text, source);
+  const toml_doc::Value root = parse_toml(text, source);
   std::vector<std::string> sections(std::begin(kSections), std::end(kSections));
-  for (const auto& [k, node] : root) {
-    const std::string key(k.str());
-    const std::string line =
-        node.source().begin.line > 0 ? ":" + std::to_string(node.source().begin.line) : "";
+  for (const auto& [key, node] : root.members) {
+    const std::string line = node.line > 0 ? ":" + std::to_string(node.line) : "";
     if (std::find(sections.begin(), sections.end(), key) == sections.end()) {
       std::string msg = source + line + ": unknown section [" + key + "]";
       const std::string hint = closest(key, sections);
@@ -249,10 +198,10 @@ Deck parse_deck(const std::string& text, const std::string& source) {
         msg += "; did you mean [" + hint + "]?";
       throw Error(msg + " Sections: " + join(sections), true);
     }
-    if (!node.is_table())
+    if (node.type != toml_doc::Value::Type::table)
       throw Error(source + line + ": '" + key + "' must be a table ([" + key + "])", true);
   }
-  auto section = [&](const char* name) { return Section(root[name].as_table(), name, source); };
+  auto section = [&](const char* name) { return Section(root.find(name), name, source); };
 
   Deck deck;
   deck.source = source;
@@ -332,7 +281,7 @@ Deck parse_deck(const std::string& text, const std::string& source) {
                     " (global_batch = data_size x microbatches x micro-batch size)");
   train.finish();
 
-  const std::string broken = tensor_rule(p.tensor_mode, p.tensor_size, m, deck.micro_batch());
+  const std::string broken = tp::check_shapes(comm::layout_of(p), m, deck.micro_batch());
   if (!broken.empty()) {
     std::string fits;
     for (int t = 2; t <= 512; ++t) {
@@ -343,7 +292,7 @@ Deck parse_deck(const std::string& text, const std::string& source) {
       } catch (const Error&) {
         continue;
       }
-      if (tensor_rule(p.tensor_mode, t, m, deck.micro_batch()).empty())
+      if (tp::check_shapes(l, m, deck.micro_batch()).empty())
         fits += (fits.empty() ? "" : ", ") + std::to_string(t);
     }
     par.fail("tensor_size", std::string("tensor_mode = \"") + mode_name(p.tensor_mode) +

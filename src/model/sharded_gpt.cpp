@@ -74,6 +74,9 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
   if (stage_.chunks.empty()) // the default: every layer in one chunk
     stage_.chunks = StageLayout::whole(config.layers).chunks;
   CUBELM_ASSERT(stage_.slots >= 1, "a stage needs at least one activation slot");
+  // The mode splits every tensor evenly only for shapes that pass the deck's rule.
+  const std::string uneven = tp::check_shapes(mode.layout(), config, batch);
+  CUBELM_ASSERT(uneven.empty(), std::string(mode.name()) + " cannot split this model: " + uneven);
   const std::int64_t H = config.hidden, S = config.seq_len, L = config.layers;
   rows_ = static_cast<std::int64_t>(sequences_) * S;
   outer_ = mode.outer_cols(H);

@@ -83,7 +83,6 @@ public:
         first_(group.rank() * (vocab / group.size())),
         wte_(Shared<T>::owned(params, make_param<T>("wte", {vocab, hidden}, {first_, 0},
                                                     {slice_, hidden}, 0.02, 0, seed))) {
-    CUBELM_ASSERT(vocab % group.size() == 0, "1d: vocab_size must be divisible by tensor_size");
     const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
     if (ends != Ends::head) {
       wpe_.emplace(Shared<T>::replicated(
@@ -139,7 +138,7 @@ private:
 template <class T>
 class Mode1D final : public Mode<T> {
 public:
-  explicit Mode1D(const comm::Group& group) : group_(group) {}
+  explicit Mode1D(const comm::ProcessGrid& grid) : Mode<T>(grid.layout()), group_(grid.tp()) {}
   const char* name() const override { return group_.size() == 1 ? "none" : "1d"; }
   int sequences(int batch) const override { return batch; }
   std::int64_t outer_cols(std::int64_t features) const override { return features; }
@@ -150,9 +149,6 @@ public:
                                     const std::vector<std::string>& biases, std::int64_t in,
                                     std::int64_t out, std::int64_t /*rows*/, Role role,
                                     double std_dev, std::uint64_t seed) override {
-    const std::int64_t split = role == Role::first ? out : in;
-    CUBELM_ASSERT(split % group_.size() == 0,
-                  "1d: a linear's split dimension must be divisible by tensor_size");
     return std::make_unique<Linear1D<T>>(group_, params, ws_, weights, biases, in, out, role,
                                          std_dev, seed);
   }
@@ -183,7 +179,7 @@ private:
 
 template <class T>
 std::unique_ptr<Mode<T>> make_1d(const comm::ProcessGrid& grid) {
-  return std::make_unique<Mode1D<T>>(grid.tp());
+  return std::make_unique<Mode1D<T>>(grid);
 }
 
 template std::unique_ptr<Mode<float>> make_1d<float>(const comm::ProcessGrid&);

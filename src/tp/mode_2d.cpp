@@ -214,8 +214,9 @@ template <class T>
 class Mode2D final : public Mode<T> {
 public:
   explicit Mode2D(const comm::ProcessGrid& grid)
-      : grid_{grid.tp_row(),        grid.tp_col(),        grid.tp_row().size(),
-              grid.tp_col().rank(), grid.tp_row().rank(), ws_} {}
+      : Mode<T>(grid.layout()), grid_{grid.tp_row(),        grid.tp_col(),
+                                      grid.tp_row().size(), grid.tp_col().rank(),
+                                      grid.tp_row().rank(), ws_} {}
   const char* name() const override { return "2d"; }
   int sequences(int batch) const override { return batch / grid_.q; }
   std::int64_t outer_cols(std::int64_t features) const override { return features / grid_.q; }
@@ -226,9 +227,6 @@ public:
                                     const std::vector<std::string>& biases, std::int64_t in,
                                     std::int64_t out, std::int64_t rows, Role /*role*/,
                                     double std_dev, std::uint64_t seed) override {
-    const std::int64_t q2 = static_cast<std::int64_t>(grid_.q) * grid_.q;
-    CUBELM_ASSERT(in % grid_.q == 0 && out % q2 == 0,
-                  "2d: a linear's features must be divisible by q (inputs) and q^2 (outputs)");
     return std::make_unique<Linear2D<T>>(grid_, params, weights, biases, in, out, rows, std_dev,
                                          seed);
   }
@@ -245,8 +243,6 @@ public:
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
                                           std::int64_t hidden, int batch, std::uint64_t seed,
                                           Ends ends) override {
-    CUBELM_ASSERT(vocab % grid_.q == 0 && hidden % grid_.q == 0 && batch % grid_.q == 0,
-                  "2d: vocab_size, hidden and the micro-batch must be divisible by q");
     return std::make_unique<Embedding2D<T>>(grid_, params, vocab, seq, hidden, batch, seed, ends);
   }
   std::int64_t workspace_bytes() const override { return ws_.bytes(); }

@@ -261,10 +261,14 @@ template <class T>
 class Mode3D final : public Mode<T> {
 public:
   explicit Mode3D(const comm::ProcessGrid& grid)
-      : cube_{grid.tp_axis(comm::Axis::a).size(), &grid.tp_axis(comm::Axis::a),
-              &grid.tp_axis(comm::Axis::b),       &grid.tp_axis(comm::Axis::c),
-              &grid.tp_plane(comm::Plane::ab),    &grid.tp_plane(comm::Plane::bc),
-              &grid.tp_plane(comm::Plane::ca),    ws_} {}
+      : Mode<T>(grid.layout()), cube_{grid.tp_axis(comm::Axis::a).size(),
+                                      &grid.tp_axis(comm::Axis::a),
+                                      &grid.tp_axis(comm::Axis::b),
+                                      &grid.tp_axis(comm::Axis::c),
+                                      &grid.tp_plane(comm::Plane::ab),
+                                      &grid.tp_plane(comm::Plane::bc),
+                                      &grid.tp_plane(comm::Plane::ca),
+                                      ws_} {}
   const char* name() const override { return "3d"; }
   int sequences(int batch) const override { return batch / (cube_.q * cube_.q); }
   std::int64_t outer_cols(std::int64_t features) const override { return features / cube_.q; }
@@ -275,9 +279,6 @@ public:
                                     const std::vector<std::string>& biases, std::int64_t in,
                                     std::int64_t out, std::int64_t rows, Role role, double std_dev,
                                     std::uint64_t seed) override {
-    const std::int64_t q2 = static_cast<std::int64_t>(cube_.q) * cube_.q;
-    CUBELM_ASSERT(in % q2 == 0 && out % cube_.q == 0,
-                  "3d: a linear's features must be divisible by q^2 (inputs) and q (outputs)");
     const Direction d = role == Role::first ? cube_.first() : cube_.second();
     return std::make_unique<Linear3D<T>>(cube_, d, params, weights, biases, in, out, rows, std_dev,
                                          seed);
@@ -296,9 +297,6 @@ public:
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
                                           std::int64_t hidden, int batch, std::uint64_t seed,
                                           Ends ends) override {
-    const int q2 = cube_.q * cube_.q;
-    CUBELM_ASSERT(vocab % q2 == 0 && hidden % cube_.q == 0 && batch % q2 == 0,
-                  "3d: vocab_size and the micro-batch must be divisible by q^2, hidden by q");
     return std::make_unique<Embedding3D<T>>(cube_, params, vocab, seq, hidden, batch, seed, ends);
   }
   std::int64_t workspace_bytes() const override { return ws_.bytes(); }

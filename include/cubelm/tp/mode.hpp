@@ -14,6 +14,7 @@
 
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/tp/param.hpp"
+#include "cubelm/tp/shapes.hpp"
 
 #include <cstdint>
 #include <deque>
@@ -92,6 +93,8 @@ class Mode {
 public:
   virtual ~Mode() = default;
   virtual const char* name() const = 0;
+  /// \brief The process grid the mode's group belongs to.
+  const comm::Layout& layout() const { return layout_; }
   /// \brief How many of a micro-batch's `batch` sequences each activation holds here.
   virtual int sequences(int batch) const = 0;
   /// \brief Local columns of a residual-stream activation with `features` features.
@@ -119,6 +122,12 @@ public:
   /// \brief Bytes of the buffers the mode's layers allocated (saved statistics, gathered
   /// blocks, logits, scratch shared by all layers).
   virtual std::int64_t workspace_bytes() const = 0;
+
+protected:
+  explicit Mode(const comm::Layout& layout) : layout_(layout) {}
+
+private:
+  comm::Layout layout_;
 };
 
 /// \brief The mode of the grid's layout: "none" and "1d" are Megatron-style 1D

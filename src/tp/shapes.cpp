@@ -1,0 +1,46 @@
+#include "cubelm/tp/shapes.hpp"
+
+#include <cstdint>
+#include <utility>
+
+namespace cubelm::tp {
+
+std::string check_shapes(const comm::Layout& layout, const ModelConfig& m, int micro) {
+  const auto divides = [](std::int64_t n, std::int64_t d) { return d > 0 && n % d == 0; };
+  const std::int64_t h = m.hidden, f = 4LL * m.hidden, v = m.vocab_size;
+  const int q = layout.side();
+  switch (layout.mode) {
+  case TensorMode::none:
+    return "";
+  case TensorMode::d1:
+    if (!divides(m.heads, q))
+      return "model.heads = " + std::to_string(m.heads) + " divisible by " + std::to_string(q) +
+             " (whole heads per rank)";
+    if (!divides(f, q))
+      return "4 x model.hidden = " + std::to_string(f) + " divisible by " + std::to_string(q);
+    if (!divides(v, q))
+      return "model.vocab_size = " + std::to_string(v) + " divisible by " + std::to_string(q) +
+             " (vocabulary-parallel embedding)";
+    return "";
+  case TensorMode::d2:
+  case TensorMode::d3: {
+    // 2d: a q x q grid, rows of sequences split q ways; 3d: q^2 ways (the a x b plane).
+    const int rows = layout.mode == TensorMode::d2 ? q : q * q;
+    if (!divides(micro, rows))
+      return "the micro-batch (" + std::to_string(micro) + " sequences) divisible by " +
+             std::to_string(rows) + " (whole sequences per rank)";
+    if (!divides(m.heads, q))
+      return "model.heads = " + std::to_string(m.heads) + " divisible by q = " + std::to_string(q);
+    for (const auto& [name, n] : {std::pair<const char*, std::int64_t>{"model.hidden", h},
+                                  {"4 x model.hidden", f},
+                                  {"model.vocab_size", v}})
+      if (!divides(n, static_cast<std::int64_t>(q) * q))
+        return std::string(name) + " = " + std::to_string(n) +
+               " divisible by q^2 = " + std::to_string(q * q);
+    return "";
+  }
+  }
+  return "";
+}
+
+} // namespace cubelm::tp
