@@ -2,10 +2,13 @@
 // by byte (independently of the writers under test) into a temporary folder,
 // samplers are compared with their closed forms, and the random streams with
 // values from an independent Python implementation of the definitions in
-// cubelm/io/data.hpp.
+// docs/data.md.
 
 #include "cubelm/core/error.hpp"
-#include "cubelm/io/data.hpp"
+#include "cubelm/io/rng.hpp"
+#include "cubelm/io/sampler.hpp"
+#include "cubelm/io/synthetic.hpp"
+#include "cubelm/io/tokens.hpp"
 
 #include <gtest/gtest.h>
 

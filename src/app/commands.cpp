@@ -2,7 +2,7 @@
 
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/version.hpp"
-#include "cubelm/io/data.hpp"
+#include "cubelm/io/tokens.hpp"
 #include "cubelm/model/memory.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/trainer.hpp"

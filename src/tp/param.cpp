@@ -1,19 +1,13 @@
 #include "cubelm/tp/param.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/core/random.hpp"
 
 #include <cmath>
 
 namespace cubelm::tp {
 
 namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // FNV-1a: a stable hash of the parameter name (std::hash differs between libraries).
 std::uint64_t name_hash(const std::string& name) {

@@ -1,6 +1,8 @@
 #include "cubelm/train/trainer.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/io/synthetic.hpp"
+#include "cubelm/io/tokens.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/optim.hpp"
 #include "cubelm/model/shape.hpp"

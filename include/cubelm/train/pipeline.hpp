@@ -15,7 +15,7 @@
 /// still has to read is kept until it has.
 
 #include "cubelm/comm/grid.hpp"
-#include "cubelm/io/data.hpp"
+#include "cubelm/io/sampler.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/plan/schedule.hpp"
 

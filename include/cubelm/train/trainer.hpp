@@ -1,11 +1,11 @@
 #pragma once
 /// \file
 /// \brief The training loop: data, micro-batches, global-norm clipping, the
-/// learning-rate schedule and AdamW (DESIGN §4), per-step metrics (§8).
+/// learning-rate schedule and AdamW, per-step metrics (docs/training.md).
 
 #include "cubelm/comm/traffic.hpp"
-#include "cubelm/io/data.hpp"
 #include "cubelm/io/deck.hpp"
+#include "cubelm/io/sampler.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/plan/schedule.hpp"
 #include "cubelm/train/data_parallel.hpp"

@@ -1,0 +1,234 @@
+#include "cubelm/io/tokens.hpp"
+
+#include "cubelm/core/error.hpp"
+#include "token_format.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cubelm::io {
+
+using namespace detail;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void check_vocab(int vocab_size) {
+  if (vocab_size < 1)
+    throw Error("vocab_size = " + str(vocab_size) + ": must be at least 1");
+}
+
+[[noreturn]] void bad_token(const std::string& path, const std::string& where, std::int64_t value,
+                            int vocab_size) {
+  fail(path, "token " + where + " is " + str(value) +
+                 ", outside the vocabulary: every token must be in [0, vocab_size) with "
+                 "vocab_size = " +
+                 str(vocab_size));
+}
+
+std::string escaped(const unsigned char* p, std::size_t n) {
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p[i] >= 32 && p[i] < 127 && p[i] != '\\' && p[i] != '"')
+      s += static_cast<char>(p[i]);
+    else
+      s += std::string("\\x") + hex[p[i] >> 4] + hex[p[i] & 15];
+  }
+  return s;
+}
+
+} // namespace
+
+std::vector<std::int32_t> read_llmc(const std::string& path, int vocab_size) {
+  check_vocab(vocab_size);
+  InFile f(path, "llm.c token file");
+  // Magic and version first, even in a short file: a wrong kind of file is
+  // the likelier mistake, and its message is the more helpful one.
+  unsigned char h[12] = {};
+  const std::size_t have = static_cast<std::size_t>(std::min<std::uint64_t>(f.size(), sizeof h));
+  f.read(0, h, have);
+  const std::int32_t magic = get_i32(h);
+  if (have >= 4 && magic != kLlmcMagic) {
+    std::string msg = "byte offset 0: magic number " + str(magic) + ", expected " +
+                      str(kLlmcMagic) + " for an llm.c token file";
+    if (std::equal(h, h + 4, kMegatronMagic))
+      msg += "; this looks like a Megatron index: use format \"megatron\"";
+    fail(path, msg);
+  }
+  const std::int32_t version = get_i32(h + 4);
+  if (have >= 8 && version != kLlmcVersion)
+    fail(path, "byte offset 4: version " + str(version) +
+                   " is not supported: only version 1 (uint16 tokens)");
+  if (f.size() < kLlmcHeaderBytes)
+    fail(path, "truncated: the file has " + ustr(f.size()) + " bytes, fewer than the " +
+                   ustr(kLlmcHeaderBytes) +
+                   "-byte llm.c header (256 int32: magic 20240520, version 1, token count)");
+  const std::int64_t count = get_i32(h + 8);
+  if (count < 0)
+    fail(path, "byte offset 8: token count " + str(count) + " must be at least 0");
+  const std::uint64_t need = kLlmcHeaderBytes + 2 * static_cast<std::uint64_t>(count);
+  if (f.size() < need)
+    fail(path, "truncated: the header (byte offset 8) says " + str(count) +
+                   " tokens, which need 1024 + 2*" + str(count) + " = " + ustr(need) +
+                   " bytes, but the file has " + ustr(f.size()) + " bytes");
+  if (f.size() > need)
+    fail(path, "the header (byte offset 8) says " + str(count) + " tokens, " + ustr(need) +
+                   " bytes in all, but the file has " + ustr(f.size()) +
+                   " bytes: an llm.c file ends with its last token");
+
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(count));
+  std::vector<unsigned char> buf;
+  for (std::int64_t first = 0; first < count; first += static_cast<std::int64_t>(kChunk)) {
+    const std::int64_t n = std::min<std::int64_t>(kChunk, count - first);
+    const std::uint64_t offset = kLlmcHeaderBytes + 2 * static_cast<std::uint64_t>(first);
+    buf.resize(static_cast<std::size_t>(2 * n));
+    f.read(offset, buf.data(), buf.size());
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto v = static_cast<std::int32_t>(get_le(&buf[2 * i], 2));
+      if (v >= vocab_size)
+        bad_token(path, str(first + i) + " (byte offset " + ustr(offset + 2 * i) + ")", v,
+                  vocab_size);
+      tokens[first + i] = v;
+    }
+  }
+  return tokens;
+}
+
+std::vector<std::int32_t> read_megatron(const std::string& path, int vocab_size) {
+  check_vocab(vocab_size);
+  const std::string prefix =
+      ends_with(path, ".bin") || ends_with(path, ".idx") ? path.substr(0, path.size() - 4) : path;
+  const std::string idx_path = prefix + ".idx";
+  const std::string bin_path = prefix + ".bin";
+
+  // The index is small next to the tokens (20 bytes a sequence): read it whole.
+  InFile idx(idx_path, "Megatron index");
+  if (idx.size() < kMegatronHeaderBytes)
+    fail(idx_path, "the file has " + ustr(idx.size()) + " bytes, fewer than the " +
+                       ustr(kMegatronHeaderBytes) + "-byte Megatron index header");
+  std::vector<unsigned char> ib(static_cast<std::size_t>(idx.size()));
+  idx.read(0, ib.data(), ib.size());
+  if (!std::equal(ib.begin(), ib.begin() + 9, kMegatronMagic))
+    fail(idx_path, "byte offset 0: the file starts with \"" + escaped(ib.data(), 9) +
+                       "\", not the magic \"MMIDIDX\\x00\\x00\" of a Megatron index");
+  const std::uint64_t version = get_le(&ib[9], 8);
+  if (version != 1)
+    fail(idx_path, "byte offset 9: version " + ustr(version) + " is not supported: only version 1");
+  const std::uint8_t dtype = ib[17];
+  if (dtype != kDtypeUint16 && dtype != kDtypeInt32)
+    fail(idx_path, "byte offset 17: dtype code " + str(dtype) +
+                       " is not supported: only 8 (uint16) and 4 (int32)");
+  const std::uint64_t tsize = dtype == kDtypeUint16 ? 2 : 4;
+  const std::uint64_t S = get_le(&ib[18], 8);
+  const std::uint64_t D = get_le(&ib[26], 8);
+  // Both counts are bounded by the file size before any product is formed.
+  const bool fits =
+      S <= idx.size() && D <= idx.size() && kMegatronHeaderBytes + 12 * S + 8 * D <= idx.size();
+  if (!fits)
+    fail(idx_path, "truncated: the header says " + ustr(S) + " sequences (byte offset 18) and " +
+                       ustr(D) + " document indices (byte offset 26), which need 34 + 12*S + 8*D" +
+                       " bytes, but the file has " + ustr(idx.size()) + " bytes");
+  const std::uint64_t len_at = kMegatronHeaderBytes;
+  const std::uint64_t ptr_at = len_at + 4 * S;
+  const std::uint64_t doc_at = ptr_at + 8 * S;
+
+  std::int64_t previous = 0;
+  for (std::uint64_t d = 0; d < D; ++d) {
+    const std::int64_t v = get_i64(&ib[doc_at + 8 * d]);
+    if (v < previous || v > static_cast<std::int64_t>(S))
+      fail(idx_path, "document index " + ustr(d) + " (byte offset " + ustr(doc_at + 8 * d) +
+                         ") is " + str(v) + ": document indices must be nondecreasing and in [0, " +
+                         ustr(S) + "]");
+    previous = v;
+  }
+
+  InFile bin(bin_path, "Megatron data file");
+  std::uint64_t total = 0;
+  for (std::uint64_t s = 0; s < S; ++s) {
+    const std::int64_t len = get_i32(&ib[len_at + 4 * s]);
+    const std::int64_t ptr = get_i64(&ib[ptr_at + 8 * s]);
+    const std::string which = "sequence " + ustr(s);
+    if (len < 0)
+      fail(idx_path, which + ": length " + str(len) + " (byte offset " + ustr(len_at + 4 * s) +
+                         ") must be at least 0");
+    if (ptr < 0 || static_cast<std::uint64_t>(ptr) % tsize != 0)
+      fail(idx_path, which + ": pointer " + str(ptr) + " (byte offset " + ustr(ptr_at + 8 * s) +
+                         ") must be a byte offset >= 0 and a multiple of the token size " +
+                         ustr(tsize));
+    const std::uint64_t end = static_cast<std::uint64_t>(ptr) + tsize * len;
+    if (static_cast<std::uint64_t>(ptr) > bin.size() || end > bin.size())
+      fail(idx_path, which + " (pointer " + str(ptr) + ", " + str(len) + " tokens) ends at byte " +
+                         ustr(end) + ", beyond the end of " + bin_path + " (" + ustr(bin.size()) +
+                         " bytes)");
+    total += static_cast<std::uint64_t>(len);
+  }
+
+  std::vector<std::int32_t> tokens;
+  tokens.reserve(static_cast<std::size_t>(total));
+  std::vector<unsigned char> buf;
+  for (std::uint64_t s = 0; s < S; ++s) {
+    const std::int64_t len = get_i32(&ib[len_at + 4 * s]);
+    const std::uint64_t ptr = static_cast<std::uint64_t>(get_i64(&ib[ptr_at + 8 * s]));
+    buf.resize(static_cast<std::size_t>(tsize * len));
+    if (len > 0)
+      bin.read(ptr, buf.data(), buf.size());
+    for (std::int64_t j = 0; j < len; ++j) {
+      const std::int64_t v = tsize == 2 ? static_cast<std::int64_t>(get_le(&buf[2 * j], 2))
+                                        : static_cast<std::int64_t>(get_i32(&buf[4 * j]));
+      if (v < 0 || v >= vocab_size)
+        bad_token(bin_path,
+                  str(j) + " of sequence " + ustr(s) + " (byte offset " + ustr(ptr + tsize * j) +
+                      ")",
+                  v, vocab_size);
+      tokens.push_back(static_cast<std::int32_t>(v));
+    }
+  }
+  return tokens;
+}
+
+std::vector<std::int32_t> read_text(const std::string& path, int vocab_size) {
+  check_vocab(vocab_size);
+  InFile f(path, "text file");
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(f.size()));
+  std::vector<unsigned char> buf;
+  for (std::uint64_t first = 0; first < f.size(); first += kChunk) {
+    buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, f.size() - first)));
+    f.read(first, buf.data(), buf.size());
+    for (std::size_t i = 0; i < buf.size(); ++i) {
+      if (buf[i] >= vocab_size)
+        bad_token(path, ustr(first + i) + " (byte offset " + ustr(first + i) + ")", buf[i],
+                  vocab_size);
+      tokens[first + i] = buf[i];
+    }
+  }
+  return tokens;
+}
+
+TokenData load_tokens(const std::string& format, const std::string& path, int vocab_size) {
+  TokenData data;
+  if (format == "llmc") {
+    data.source = path;
+    data.tokens = read_llmc(path, vocab_size);
+  } else if (format == "megatron") {
+    const std::string prefix =
+        ends_with(path, ".bin") || ends_with(path, ".idx") ? path.substr(0, path.size() - 4) : path;
+    data.source = prefix + ".{bin,idx}";
+    data.tokens = read_megatron(path, vocab_size);
+  } else if (format == "text") {
+    data.source = path;
+    data.tokens = read_text(path, vocab_size);
+  } else {
+    throw Error(path + ": data format \"" + format +
+                "\" is not known: use \"llmc\", \"megatron\" or \"text\"");
+  }
+  return data;
+}
+
+} // namespace cubelm::io
