@@ -3,6 +3,7 @@
 
 #include "cubelm/core/error.hpp"
 #include "cubelm/train/checkpointing.hpp"
+#include "cubelm/train/lr_schedule.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include <gtest/gtest.h>

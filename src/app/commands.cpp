@@ -1,6 +1,8 @@
 #include "cubelm/app/commands.hpp"
 
+#include "cubelm/app/training.hpp"
 #include "cubelm/core/compat.hpp"
+#include "cubelm/core/format.hpp"
 #include "cubelm/core/version.hpp"
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/model/memory.hpp"
@@ -30,18 +32,6 @@ std::string mpi_library() {
   std::string s(text, static_cast<std::size_t>(length));
   const auto end = s.find_first_of(",\n");
   return end == std::string::npos ? s : s.substr(0, end);
-}
-
-std::string human(double x) {
-  const char* units[] = {"", "k", "M", "G", "T", "P"};
-  int u = 0;
-  while (x >= 1000.0 && u < 5) {
-    x /= 1000.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f%s" : "%.2f %s", x, units[u]);
-  return buf;
 }
 
 std::string memory_line(const Deck& deck) {
@@ -104,16 +94,16 @@ std::string describe(const Deck& deck) {
   std::ostringstream out;
   out << "model      vocab " << m.vocab_size << ", context " << m.seq_len << ", hidden " << m.hidden
       << ", heads " << m.heads << ", layers " << m.layers << ": "
-      << human(static_cast<double>(model::parameter_count(m))) << " parameters\n"
+      << si(static_cast<double>(model::parameter_count(m)), 2) << " parameters\n"
       << "layout     " << layout.describe() << ": " << layout.world_size() << " process"
       << (layout.world_size() == 1 ? "" : "es") << ", schedule " << schedule_name(p.schedule)
       << ", microbatches " << p.microbatches << ", zero " << p.zero << ", recompute "
       << recompute_name(p.recompute) << "\n"
       << "batch      " << deck.train.global_batch << " sequences/step = " << p.data_size
       << " (data) x " << p.microbatches << " (microbatches) x " << deck.micro_batch()
-      << " (micro-batch); " << human(tokens) << " tokens/step, " << deck.train.steps << " steps\n"
-      << "work       " << human(model::flops_per_token(m) * tokens)
-      << "FLOP per step (6 N + 12 L H T per token)\n"
+      << " (micro-batch); " << si(tokens, 2) << " tokens/step, " << deck.train.steps << " steps\n"
+      << "work       " << si(model::flops_per_token(m) * tokens, 2)
+      << " FLOP per step (6 N + 12 L H T per token)\n"
       << memory_line(deck) << "optimizer  AdamW lr " << deck.optimizer.lr << " -> "
       << deck.optimizer.min_lr << ", warmup " << deck.optimizer.warmup_steps << ", weight decay "
       << deck.optimizer.weight_decay << ", clip " << deck.optimizer.grad_clip << "\n"
@@ -141,7 +131,7 @@ int run_check(const std::string& deck_path, const Environment& env) {
 int run_train(const std::string& deck_path, const Environment& env) {
   const Deck deck = io::load_deck(deck_path);
   comm::layout_of(deck.parallel).validate_for_world(env.world_size());
-  return train::run_training(deck, std::cout);
+  return run_training(deck, std::cout);
 }
 
 int run_data(const std::vector<std::string>& inputs, const std::string& output,

@@ -3,10 +3,10 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/io/synthetic.hpp"
 #include "cubelm/io/tokens.hpp"
-#include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/optim.hpp"
 #include "cubelm/model/shape.hpp"
 #include "cubelm/train/checkpointing.hpp"
+#include "cubelm/train/lr_schedule.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -14,82 +14,6 @@
 #include <sstream>
 
 namespace cubelm::train {
-
-double learning_rate(const OptimizerConfig& opt, int steps, int step) {
-  if (step < opt.warmup_steps)
-    return opt.lr * (step + 1) / opt.warmup_steps;
-  // As llm.c: the decay ratio runs over [0, 1) for steps warmup .. steps-1.
-  const int decay_steps = steps - opt.warmup_steps;
-  if (decay_steps <= 0)
-    return opt.lr;
-  const double progress = static_cast<double>(step - opt.warmup_steps) / decay_steps;
-  const double pi = 3.141592653589793;
-  return opt.min_lr + 0.5 * (opt.lr - opt.min_lr) * (1.0 + std::cos(pi * std::min(1.0, progress)));
-}
-
-namespace {
-
-std::string si(double x, const char* unit) {
-  const char* prefix[] = {"", "k", "M", "G", "T"};
-  int p = 0;
-  while (std::fabs(x) >= 1000.0 && p < 4) {
-    x /= 1000.0;
-    ++p;
-  }
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "%.1f%s%s", x, prefix[p], unit);
-  return buf;
-}
-
-} // namespace
-
-std::string format_step(const StepMetrics& m, int steps) {
-  char buf[320];
-  std::snprintf(buf, sizeof(buf),
-                "step %d/%d | loss %.4f | gnorm %.2f | lr %.1e | %.0f ms | %s tok/s | %.1f "
-                "GFLOP/s/rank | MFU %.0f%% | mem %.0f MiB/rank",
-                m.step, steps, m.loss, m.grad_norm, m.lr, m.ms, si(m.tokens_per_s, "").c_str(),
-                m.gflops_per_rank, 100.0 * m.mfu, m.mem_bytes / 1048576.0);
-  return buf;
-}
-
-std::string format_json(const StepMetrics& m) {
-  std::ostringstream out;
-  out.precision(9);
-  out << "{\"step\": " << m.step << ", \"loss\": " << m.loss << ", \"grad_norm\": " << m.grad_norm
-      << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms << ", \"tokens_per_s\": " << m.tokens_per_s
-      << ", \"gflops_per_rank\": " << m.gflops_per_rank << ", \"mfu\": " << m.mfu
-      << ", \"mem_bytes\": " << m.mem_bytes << ", \"comm_bytes\": " << m.comm_bytes
-      << ", \"wait_ms\": " << m.wait_ms << ", \"comm\": {";
-  bool first = true;
-  for (const auto& e : m.traffic) {
-    if (e.calls == 0)
-      continue;
-    out << (first ? "" : ", ") << "\"" << e.group << "." << comm::kind_name(e.kind)
-        << "\": {\"calls\": " << e.calls << ", \"bytes\": " << e.bytes << "}";
-    first = false;
-  }
-  out << "}}";
-  return out.str();
-}
-
-double measure_gemm_gflops() {
-  const int n = 512;
-  kernels::Mat<real> a("a", n, n), b("b", n, n), c("c", n, n);
-  Kokkos::deep_copy(a, real(0.5));
-  Kokkos::deep_copy(b, real(0.25));
-  const ExecSpace exec;
-  kernels::gemm<real>(exec, false, false, 1, a, b, 0, c); // warm-up
-  exec.fence();
-  Kokkos::Timer timer;
-  int reps = 0;
-  do {
-    kernels::gemm<real>(exec, false, false, 1, a, b, 0, c);
-    exec.fence();
-    ++reps;
-  } while (timer.seconds() < 0.2 || reps < 3);
-  return 2.0 * n * n * static_cast<double>(n) * reps / timer.seconds() / 1e9;
-}
 
 namespace {
 // Sequence parallelism is not part of this version; a deck asking for it is
@@ -221,147 +145,6 @@ StepMetrics Trainer::step() {
   m.mem_bytes = memory().total();
   ++step_;
   return m;
-}
-
-namespace {
-
-// The checkpoint named by checkpoint.resume, or "" to start from step 0.
-std::string resume_file(const Deck& deck) {
-  const std::string& resume = deck.checkpoint.resume;
-  if (resume == "none")
-    return "";
-  if (resume == "auto")
-    return latest_checkpoint(deck.checkpoint.dir);
-  return resume;
-}
-
-} // namespace
-
-int run_training(const Deck& deck, std::ostream& out) {
-  Trainer trainer(deck);
-  std::ostringstream discard; // only world rank 0 prints
-  std::ostream& say = trainer.is_root() ? out : discard;
-  double peak = deck.log.peak_gflops;
-  if (peak <= 0)
-    peak = measure_gemm_gflops();
-  trainer.set_peak_gflops(peak);
-  char line[320];
-  std::snprintf(line, sizeof(line),
-                "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s)\n",
-                deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
-                deck.log.peak_gflops > 0 ? "from the deck" : "measured sgemm");
-  say << line;
-  if (trainer.entropy_floor() >= 0) {
-    std::snprintf(line, sizeof(line),
-                  "synthetic corpus: %lld tokens, entropy floor %.4f nats/token (ln %d)\n",
-                  static_cast<long long>(deck.data.synthetic_tokens), trainer.entropy_floor(),
-                  deck.data.synthetic_branching);
-    say << line;
-  }
-  const model::Memory mem = trainer.memory();
-  std::snprintf(line, sizeof(line),
-                "memory per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB, "
-                "activations %.2f MiB\n",
-                mem.parameters / 1048576.0, mem.gradients / 1048576.0, mem.optimizer / 1048576.0,
-                mem.activations / 1048576.0);
-  say << line;
-  const plan::PipelinePlan& plan = trainer.plan();
-  if (plan.stages > 1 || plan.chunks > 1 || deck.parallel.microbatches > 1) {
-    std::string idle, held;
-    for (int s = 0; s < plan.stages; ++s) {
-      std::snprintf(line, sizeof(line), "%s%.3f", s ? " " : "", trainer.timeline().bubble(s));
-      idle += line;
-      held += (s ? " " : "") +
-              std::to_string(trainer.timeline().peak_in_flight[static_cast<std::size_t>(s)]);
-    }
-    std::snprintf(line, sizeof(line),
-                  "pipeline: %s, %d stage(s) x %d chunk(s), %d micro-batches; idle/busy per stage "
-                  "(unit-cost model) %s; activation sets held per stage %s\n",
-                  schedule_name(plan.schedule), plan.stages, plan.chunks, plan.micro, idle.c_str(),
-                  held.c_str());
-    say << line;
-  }
-  if (deck.parallel.data_size > 1) {
-    std::snprintf(line, sizeof(line),
-                  "data parallel: %d replicas, %s, %d gradient bucket(s) on rank 0\n",
-                  deck.parallel.data_size,
-                  deck.parallel.zero ? "ZeRO-1 (optimizer state sharded)" : "optimizer replicated",
-                  trainer.data_parallel().buckets());
-    say << line;
-  }
-  const std::string from = resume_file(deck);
-  if (!from.empty()) {
-    trainer.resume(from);
-    say << "resumed from " << from << " after step " << trainer.steps_done() << "\n";
-  } else if (deck.checkpoint.resume == "auto") {
-    say << "no checkpoint in " << deck.checkpoint.dir << ": starting from step 0\n";
-  }
-  std::ofstream metrics;
-  if (!deck.log.metrics.empty() && trainer.is_root()) {
-    // A resumed run appends to the metrics of the run it continues.
-    metrics.open(deck.log.metrics, from.empty() ? std::ios::trunc : std::ios::app);
-    if (!metrics)
-      throw Error("log.metrics = \"" + deck.log.metrics + "\": cannot open the file for writing",
-                  true);
-  }
-  const int steps = deck.train.steps;
-  const int interval = deck.checkpoint.interval;
-  auto save = [&](int done) {
-    const std::string path = checkpoint_path(deck.checkpoint.dir, done);
-    trainer.save(path);
-    prune_checkpoints(deck.checkpoint.dir, deck.checkpoint.keep);
-    say << "checkpoint " << path << "\n" << std::flush;
-  };
-  StepMetrics last;
-  double total_ms = 0, wait_ms = 0;
-  const int first = trainer.steps_done();
-  for (int s = first; s < steps; ++s) {
-    last = trainer.step();
-    total_ms += last.ms;
-    wait_ms += last.wait_ms;
-    if (metrics.is_open())
-      metrics << format_json(last) << "\n" << std::flush;
-    if (s % deck.log.interval == 0 || s + 1 == steps)
-      say << format_step(last, steps) << "\n" << std::flush;
-    if (interval > 0 && (s + 1) % interval == 0 && s + 1 < steps)
-      save(s + 1);
-  }
-  if (steps > first) {
-    save(steps);
-    if (plan.stages > 1) {
-      // Wall-clock share of the step each stage spent waiting for its neighbours.
-      const comm::Group& pp = trainer.grid().pp();
-      Kokkos::View<double*, Kokkos::HostSpace> mine("cubelm::wait", 1),
-          all("cubelm::waits", pp.size());
-      mine(0) = total_ms > 0 ? wait_ms / total_ms : 0.0;
-      pp.all_gather(HostExecSpace(), mine, all);
-      say << "waiting for other stages (wall clock, share of step time):";
-      for (int s = 0; s < pp.size(); ++s) {
-        std::snprintf(line, sizeof(line), " stage %d %.1f%%", s, 100.0 * all(s));
-        say << line;
-      }
-      say << "\n";
-    }
-    say << "communication of rank 0 over " << steps - first
-        << " steps (modelled bytes sent, docs/communication.md):\n";
-    for (const auto& e : trainer.traffic().entries())
-      if (e.calls > 0) {
-        std::snprintf(line, sizeof(line), "  %-8s %-15s %8llu calls %14.0f bytes\n",
-                      e.group.c_str(), comm::kind_name(e.kind),
-                      static_cast<unsigned long long>(e.calls), e.bytes);
-        say << line;
-      }
-    std::snprintf(line, sizeof(line), "done: %d steps in %.1f s, final loss %.4f", steps - first,
-                  total_ms / 1e3, last.loss);
-    say << line;
-    if (trainer.entropy_floor() >= 0) {
-      std::snprintf(line, sizeof(line), " (floor %.4f, %.4f above it)", trainer.entropy_floor(),
-                    last.loss - trainer.entropy_floor());
-      say << line;
-    }
-    say << "\n";
-  }
-  return 0;
 }
 
 } // namespace cubelm::train

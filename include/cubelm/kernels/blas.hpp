@@ -16,4 +16,8 @@ template <class T>
 void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<T>& a,
           const Mat<T>& b, T beta, const Mat<T>& c);
 
+/// \brief The single-precision gemm rate of this device in GFLOP/s (512^3 products,
+/// repeated for at least 0.2 s): the peak `cubelm train` reports MFU against.
+double measure_gemm_gflops();
+
 } // namespace cubelm::kernels

@@ -1,52 +1,23 @@
 #pragma once
 /// \file
-/// \brief The training loop: data, micro-batches, global-norm clipping, the
-/// learning-rate schedule and AdamW, per-step metrics (docs/training.md).
+/// \brief One optimizer step after another: data, micro-batches through the
+/// pipeline stage, global-norm clipping, the learning-rate schedule and AdamW,
+/// per-step metrics (docs/training.md).
 
-#include "cubelm/comm/traffic.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/io/sampler.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/plan/schedule.hpp"
 #include "cubelm/train/data_parallel.hpp"
+#include "cubelm/train/metrics.hpp"
 #include "cubelm/train/pipeline.hpp"
 
 #include <cstdint>
 #include <memory>
-#include <ostream>
 #include <string>
 #include <vector>
 
 namespace cubelm::train {
-
-/// \brief lr of step `step` (0-based): linear warmup lr (step+1)/warmup for
-/// step < warmup, then cosine from lr to min_lr over the remaining steps:
-/// min_lr + (lr - min_lr) (1 + cos(pi r)) / 2 with r = (step - warmup) / (steps - warmup).
-double learning_rate(const OptimizerConfig& opt, int steps, int step);
-
-/// \brief What one optimizer step did (the keys of the JSON-lines metrics).
-struct StepMetrics {
-  int step = 0;
-  double loss = 0;      ///< mean cross-entropy over the global batch
-  double grad_norm = 0; ///< global L2 norm before clipping
-  double lr = 0;
-  double ms = 0;
-  double tokens_per_s = 0;
-  double gflops_per_rank = 0;
-  double mfu = 0;
-  std::int64_t mem_bytes = 0;
-  double comm_bytes = 0; ///< modelled bytes this rank sent in the step
-  double wait_ms = 0;    ///< wall-clock time this rank waited for other pipeline stages
-  std::vector<comm::TrafficEntry> traffic; ///< the same per group and collective kind
-};
-
-/// \brief "step 12/200 | loss 2.8311 | ..." as printed by rank 0.
-std::string format_step(const StepMetrics& m, int steps);
-/// \brief One JSON object on one line.
-std::string format_json(const StepMetrics& m);
-
-/// \brief Measures the gemm rate of this device in GFLOP/s (single precision).
-double measure_gemm_gflops();
 
 /// \brief Trains the deck's model on this rank's part of its layout.
 class Trainer {
@@ -96,8 +67,5 @@ private:
   double floor_ = -1;
   double peak_gflops_ = 0;
 };
-
-/// \brief `cubelm train`: the whole run with printing and metrics; returns the exit code.
-int run_training(const Deck& deck, std::ostream& out);
 
 } // namespace cubelm::train

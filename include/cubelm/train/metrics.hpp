@@ -1,0 +1,35 @@
+#pragma once
+/// \file
+/// \brief What one optimizer step did, as printed by rank 0 and written to the
+/// JSON-lines metrics file (docs/training.md).
+
+#include "cubelm/comm/traffic.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cubelm::train {
+
+/// \brief What one optimizer step did (the keys of the JSON-lines metrics).
+struct StepMetrics {
+  int step = 0;
+  double loss = 0;      ///< mean cross-entropy over the global batch
+  double grad_norm = 0; ///< global L2 norm before clipping
+  double lr = 0;
+  double ms = 0;
+  double tokens_per_s = 0;
+  double gflops_per_rank = 0;
+  double mfu = 0;
+  std::int64_t mem_bytes = 0;
+  double comm_bytes = 0; ///< modelled bytes this rank sent in the step
+  double wait_ms = 0;    ///< wall-clock time this rank waited for other pipeline stages
+  std::vector<comm::TrafficEntry> traffic; ///< the same per group and collective kind
+};
+
+/// \brief "step 12/200 | loss 2.8311 | ..." as printed by rank 0.
+std::string format_step(const StepMetrics& m, int steps);
+/// \brief One JSON object on one line.
+std::string format_json(const StepMetrics& m);
+
+} // namespace cubelm::train

@@ -1,0 +1,156 @@
+#include "cubelm/app/training.hpp"
+
+#include "cubelm/core/error.hpp"
+#include "cubelm/kernels/blas.hpp"
+#include "cubelm/model/shape.hpp"
+#include "cubelm/train/checkpointing.hpp"
+#include "cubelm/train/trainer.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace cubelm::app {
+
+namespace {
+
+// The checkpoint named by checkpoint.resume, or "" to start from step 0.
+std::string resume_file(const Deck& deck) {
+  const std::string& resume = deck.checkpoint.resume;
+  if (resume == "none")
+    return "";
+  if (resume == "auto")
+    return train::latest_checkpoint(deck.checkpoint.dir);
+  return resume;
+}
+
+} // namespace
+
+int run_training(const Deck& deck, std::ostream& out) {
+  train::Trainer trainer(deck);
+  std::ostringstream discard; // only world rank 0 prints
+  std::ostream& say = trainer.is_root() ? out : discard;
+  double peak = deck.log.peak_gflops;
+  if (peak <= 0)
+    peak = kernels::measure_gemm_gflops();
+  trainer.set_peak_gflops(peak);
+  char line[320];
+  std::snprintf(line, sizeof(line),
+                "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s)\n",
+                deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
+                deck.log.peak_gflops > 0 ? "from the deck" : "measured sgemm");
+  say << line;
+  if (trainer.entropy_floor() >= 0) {
+    std::snprintf(line, sizeof(line),
+                  "synthetic corpus: %lld tokens, entropy floor %.4f nats/token (ln %d)\n",
+                  static_cast<long long>(deck.data.synthetic_tokens), trainer.entropy_floor(),
+                  deck.data.synthetic_branching);
+    say << line;
+  }
+  const model::Memory mem = trainer.memory();
+  std::snprintf(line, sizeof(line),
+                "memory per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB, "
+                "activations %.2f MiB\n",
+                mem.parameters / 1048576.0, mem.gradients / 1048576.0, mem.optimizer / 1048576.0,
+                mem.activations / 1048576.0);
+  say << line;
+  const plan::PipelinePlan& plan = trainer.plan();
+  if (plan.stages > 1 || plan.chunks > 1 || deck.parallel.microbatches > 1) {
+    std::string idle, held;
+    for (int s = 0; s < plan.stages; ++s) {
+      std::snprintf(line, sizeof(line), "%s%.3f", s ? " " : "", trainer.timeline().bubble(s));
+      idle += line;
+      held += (s ? " " : "") +
+              std::to_string(trainer.timeline().peak_in_flight[static_cast<std::size_t>(s)]);
+    }
+    std::snprintf(line, sizeof(line),
+                  "pipeline: %s, %d stage(s) x %d chunk(s), %d micro-batches; idle/busy per stage "
+                  "(unit-cost model) %s; activation sets held per stage %s\n",
+                  schedule_name(plan.schedule), plan.stages, plan.chunks, plan.micro, idle.c_str(),
+                  held.c_str());
+    say << line;
+  }
+  if (deck.parallel.data_size > 1) {
+    std::snprintf(line, sizeof(line),
+                  "data parallel: %d replicas, %s, %d gradient bucket(s) on rank 0\n",
+                  deck.parallel.data_size,
+                  deck.parallel.zero ? "ZeRO-1 (optimizer state sharded)" : "optimizer replicated",
+                  trainer.data_parallel().buckets());
+    say << line;
+  }
+  const std::string from = resume_file(deck);
+  if (!from.empty()) {
+    trainer.resume(from);
+    say << "resumed from " << from << " after step " << trainer.steps_done() << "\n";
+  } else if (deck.checkpoint.resume == "auto") {
+    say << "no checkpoint in " << deck.checkpoint.dir << ": starting from step 0\n";
+  }
+  std::ofstream metrics;
+  if (!deck.log.metrics.empty() && trainer.is_root()) {
+    // A resumed run appends to the metrics of the run it continues.
+    metrics.open(deck.log.metrics, from.empty() ? std::ios::trunc : std::ios::app);
+    if (!metrics)
+      throw Error("log.metrics = \"" + deck.log.metrics + "\": cannot open the file for writing",
+                  true);
+  }
+  const int steps = deck.train.steps;
+  const int interval = deck.checkpoint.interval;
+  auto save = [&](int done) {
+    const std::string path = train::checkpoint_path(deck.checkpoint.dir, done);
+    trainer.save(path);
+    train::prune_checkpoints(deck.checkpoint.dir, deck.checkpoint.keep);
+    say << "checkpoint " << path << "\n" << std::flush;
+  };
+  train::StepMetrics last;
+  double total_ms = 0, wait_ms = 0;
+  const int first = trainer.steps_done();
+  for (int s = first; s < steps; ++s) {
+    last = trainer.step();
+    total_ms += last.ms;
+    wait_ms += last.wait_ms;
+    if (metrics.is_open())
+      metrics << train::format_json(last) << "\n" << std::flush;
+    if (s % deck.log.interval == 0 || s + 1 == steps)
+      say << train::format_step(last, steps) << "\n" << std::flush;
+    if (interval > 0 && (s + 1) % interval == 0 && s + 1 < steps)
+      save(s + 1);
+  }
+  if (steps > first) {
+    save(steps);
+    if (plan.stages > 1) {
+      // Wall-clock share of the step each stage spent waiting for its neighbours.
+      const comm::Group& pp = trainer.grid().pp();
+      Kokkos::View<double*, Kokkos::HostSpace> mine("cubelm::wait", 1),
+          all("cubelm::waits", pp.size());
+      mine(0) = total_ms > 0 ? wait_ms / total_ms : 0.0;
+      pp.all_gather(HostExecSpace(), mine, all);
+      say << "waiting for other stages (wall clock, share of step time):";
+      for (int s = 0; s < pp.size(); ++s) {
+        std::snprintf(line, sizeof(line), " stage %d %.1f%%", s, 100.0 * all(s));
+        say << line;
+      }
+      say << "\n";
+    }
+    say << "communication of rank 0 over " << steps - first
+        << " steps (modelled bytes sent, docs/communication.md):\n";
+    for (const auto& e : trainer.traffic().entries())
+      if (e.calls > 0) {
+        std::snprintf(line, sizeof(line), "  %-8s %-15s %8llu calls %14.0f bytes\n",
+                      e.group.c_str(), comm::kind_name(e.kind),
+                      static_cast<unsigned long long>(e.calls), e.bytes);
+        say << line;
+      }
+    std::snprintf(line, sizeof(line), "done: %d steps in %.1f s, final loss %.4f", steps - first,
+                  total_ms / 1e3, last.loss);
+    say << line;
+    if (trainer.entropy_floor() >= 0) {
+      std::snprintf(line, sizeof(line), " (floor %.4f, %.4f above it)", trainer.entropy_floor(),
+                    last.loss - trainer.entropy_floor());
+      say << line;
+    }
+    say << "\n";
+  }
+  return 0;
+}
+
+} // namespace cubelm::app

@@ -1,0 +1,40 @@
+#include "cubelm/train/metrics.hpp"
+
+#include "cubelm/core/format.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace cubelm::train {
+
+std::string format_step(const StepMetrics& m, int steps) {
+  char buf[320];
+  std::snprintf(buf, sizeof(buf),
+                "step %d/%d | loss %.4f | gnorm %.2f | lr %.1e | %.0f ms | %s tok/s | %.1f "
+                "GFLOP/s/rank | MFU %.0f%% | mem %.0f MiB/rank",
+                m.step, steps, m.loss, m.grad_norm, m.lr, m.ms, si(m.tokens_per_s, 1).c_str(),
+                m.gflops_per_rank, 100.0 * m.mfu, m.mem_bytes / 1048576.0);
+  return buf;
+}
+
+std::string format_json(const StepMetrics& m) {
+  std::ostringstream out;
+  out.precision(9);
+  out << "{\"step\": " << m.step << ", \"loss\": " << m.loss << ", \"grad_norm\": " << m.grad_norm
+      << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms << ", \"tokens_per_s\": " << m.tokens_per_s
+      << ", \"gflops_per_rank\": " << m.gflops_per_rank << ", \"mfu\": " << m.mfu
+      << ", \"mem_bytes\": " << m.mem_bytes << ", \"comm_bytes\": " << m.comm_bytes
+      << ", \"wait_ms\": " << m.wait_ms << ", \"comm\": {";
+  bool first = true;
+  for (const auto& e : m.traffic) {
+    if (e.calls == 0)
+      continue;
+    out << (first ? "" : ", ") << "\"" << e.group << "." << comm::kind_name(e.kind)
+        << "\": {\"calls\": " << e.calls << ", \"bytes\": " << e.bytes << "}";
+    first = false;
+  }
+  out << "}}";
+  return out.str();
+}
+
+} // namespace cubelm::train
