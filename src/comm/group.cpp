@@ -40,12 +40,14 @@ bool Group::stream_ordered_device() const {
 #endif
 }
 
-Group::Route Group::device_route() const {
-  return stream_ordered_device() || options_.gpu_aware_mpi ? Route::direct : Route::staged;
+Group::Route Group::device_route(bool nccl_ok) const {
+  if (nccl_ok && stream_ordered_device())
+    return Route::nccl;
+  return options_.gpu_aware_mpi ? Route::gpu_aware_mpi : Route::staged;
 }
 
 Backend& Group::backend(Route route) const {
-  if (route != Route::direct || !stream_ordered_device())
+  if (route != Route::nccl)
     return *host_backend_; // MPI: host memory, host copies, or GPU-aware device pointers
 #ifdef CUBELM_ENABLE_NCCL
   if (!device_backend_)
@@ -64,6 +66,14 @@ void Group::check_peer(int peer, const char* op) const {
   CUBELM_ASSERT(peer >= 0 && peer < size(), "group '" + name_ + "' " + op + ": rank " +
                                                 std::to_string(peer) + " is outside 0.." +
                                                 std::to_string(size() - 1));
+}
+
+void Group::check_blocks(std::size_t elements, std::size_t block, const char* op,
+                         const char* which) const {
+  CUBELM_ASSERT(elements == block * static_cast<std::size_t>(size()),
+                "group '" + name_ + "' " + op + ": " + which + " has " + std::to_string(elements) +
+                    " elements, expected " + std::to_string(size()) + " x " +
+                    std::to_string(block));
 }
 
 void Group::barrier() const {
