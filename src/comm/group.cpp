@@ -40,12 +40,14 @@ bool Group::stream_ordered_device() const {
 #endif
 }
 
-Group::Route Group::device_route() const {
-  return stream_ordered_device() || options_.gpu_aware_mpi ? Route::direct : Route::staged;
+Group::Route Group::device_route(bool nccl_ok) const {
+  if (nccl_ok && stream_ordered_device())
+    return Route::nccl;
+  return options_.gpu_aware_mpi ? Route::gpu_aware_mpi : Route::staged;
 }
 
 Backend& Group::backend(Route route) const {
-  if (route != Route::direct || !stream_ordered_device())
+  if (route != Route::nccl)
     return *host_backend_; // MPI: host memory, host copies, or GPU-aware device pointers
 #ifdef CUBELM_ENABLE_NCCL
   if (!device_backend_)
@@ -66,71 +68,16 @@ void Group::check_peer(int peer, const char* op) const {
                                                 std::to_string(size() - 1));
 }
 
+void Group::check_blocks(std::size_t elements, std::size_t block, const char* op,
+                         const char* which) const {
+  CUBELM_ASSERT(elements == block * static_cast<std::size_t>(size()),
+                "group '" + name_ + "' " + op + ": " + which + " has " + std::to_string(elements) +
+                    " elements, expected " + std::to_string(size()) + " x " +
+                    std::to_string(block));
+}
+
 void Group::barrier() const {
   host_backend_->barrier();
-}
-
-// Request lives here (its header has no .cpp of its own): it is part of Group's API.
-
-Request::Request(std::unique_ptr<PendingOp> op, std::function<void()> finish)
-    : op_(std::move(op)), finish_(std::move(finish)) {
-  CUBELM_ASSERT(op_ != nullptr, "a Request needs an operation in flight");
-}
-
-Request::Request(Request&& other) noexcept
-    : op_(std::move(other.op_)), finish_(std::move(other.finish_)) {
-  other.finish_ = nullptr;
-}
-
-Request& Request::operator=(Request&& other) {
-  if (this != &other) {
-    wait();
-    op_ = std::move(other.op_);
-    finish_ = std::move(other.finish_);
-    other.finish_ = nullptr;
-  }
-  return *this;
-}
-
-Request::~Request() {
-  wait();
-}
-
-bool Request::test() {
-  if (op_ == nullptr)
-    return true;
-  if (!op_->test())
-    return false;
-  finish();
-  return true;
-}
-
-void Request::wait() {
-  if (op_ == nullptr)
-    return;
-  op_->wait();
-  finish();
-}
-
-void Request::finish() {
-  // Done before running `finish`: a Request is complete even if copying back throws.
-  op_.reset();
-  std::function<void()> finish = std::move(finish_);
-  finish_ = nullptr;
-  if (finish)
-    finish();
-}
-
-void wait_all(std::vector<Request>& requests) {
-  for (Request& r : requests)
-    r.wait();
-}
-
-bool test_all(std::vector<Request>& requests) {
-  bool all = true;
-  for (Request& r : requests)
-    all = r.test() && all;
-  return all;
 }
 
 } // namespace cubelm::comm

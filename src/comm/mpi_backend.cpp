@@ -103,24 +103,72 @@ public:
   explicit MpiBackend(const Communicator& comm) : comm_(comm) {}
   const char* name() const override { return "mpi"; }
 
-  void all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
-                  void*) override {
+  // Each operation with a Mode runs the blocking MPI call in Mode::blocking and
+  // the non-blocking one otherwise (never MPI_I... + MPI_Wait for a blocking
+  // call: MPI libraries may reduce in a different order in the two).
+  std::unique_ptr<PendingOp> all_reduce(const void* send, void* recv, std::size_t count,
+                                        DataType type, ReduceOp op, void*, Mode mode) override {
     const void* in = send == recv ? MPI_IN_PLACE : send;
-    CUBELM_MPI_CHECK(MPI_Allreduce(in, recv, mpi_count(count, "all_reduce"), mpi_type(type),
-                                   mpi_op(op), comm_.raw()));
+    const int n = mpi_count(count, mode == Mode::blocking ? "all_reduce" : "iall_reduce");
+    auto pending = start(mode);
+    if (mode == Mode::blocking)
+      CUBELM_MPI_CHECK(MPI_Allreduce(in, recv, n, mpi_type(type), mpi_op(op), comm_.raw()));
+    else
+      CUBELM_MPI_CHECK(
+          MPI_Iallreduce(in, recv, n, mpi_type(type), mpi_op(op), comm_.raw(), pending->handle()));
+    return pending;
   }
-  void all_gather(const void* send, void* recv, std::size_t count_per_rank, DataType type,
-                  void*) override {
+  std::unique_ptr<PendingOp> all_gather(const void* send, void* recv, std::size_t count_per_rank,
+                                        DataType type, void*, Mode mode) override {
     // The gathered buffer is addressed with int counts too.
-    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()), "all_gather");
+    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()),
+              mode == Mode::blocking ? "all_gather" : "iall_gather");
     const int c = static_cast<int>(count_per_rank);
-    CUBELM_MPI_CHECK(MPI_Allgather(send, c, mpi_type(type), recv, c, mpi_type(type), comm_.raw()));
+    const MPI_Datatype t = mpi_type(type);
+    auto pending = start(mode);
+    if (mode == Mode::blocking)
+      CUBELM_MPI_CHECK(MPI_Allgather(send, c, t, recv, c, t, comm_.raw()));
+    else
+      CUBELM_MPI_CHECK(MPI_Iallgather(send, c, t, recv, c, t, comm_.raw(), pending->handle()));
+    return pending;
   }
-  void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DataType type,
-                      ReduceOp op, void*) override {
-    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()), "reduce_scatter");
-    CUBELM_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count_per_rank),
-                                              mpi_type(type), mpi_op(op), comm_.raw()));
+  std::unique_ptr<PendingOp> reduce_scatter(const void* send, void* recv,
+                                            std::size_t count_per_rank, DataType type, ReduceOp op,
+                                            void*, Mode mode) override {
+    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()),
+              mode == Mode::blocking ? "reduce_scatter" : "ireduce_scatter");
+    const int c = static_cast<int>(count_per_rank);
+    auto pending = start(mode);
+    if (mode == Mode::blocking)
+      CUBELM_MPI_CHECK(
+          MPI_Reduce_scatter_block(send, recv, c, mpi_type(type), mpi_op(op), comm_.raw()));
+    else
+      CUBELM_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, c, mpi_type(type), mpi_op(op),
+                                                 comm_.raw(), pending->handle()));
+    return pending;
+  }
+  std::unique_ptr<PendingOp> send(const void* data, std::size_t count, DataType type, int peer,
+                                  int tag, void*, Mode mode) override {
+    const int n = mpi_count(count, mode == Mode::blocking ? "send" : "isend");
+    auto pending = start(mode);
+    if (mode == Mode::blocking)
+      CUBELM_MPI_CHECK(MPI_Send(data, n, mpi_type(type), peer, tag, comm_.raw()));
+    else
+      CUBELM_MPI_CHECK(
+          MPI_Isend(data, n, mpi_type(type), peer, tag, comm_.raw(), pending->handle()));
+    return pending;
+  }
+  std::unique_ptr<PendingOp> recv(void* data, std::size_t count, DataType type, int peer, int tag,
+                                  void*, Mode mode) override {
+    const int n = mpi_count(count, mode == Mode::blocking ? "recv" : "irecv");
+    auto pending = start(mode);
+    if (mode == Mode::blocking)
+      CUBELM_MPI_CHECK(
+          MPI_Recv(data, n, mpi_type(type), peer, tag, comm_.raw(), MPI_STATUS_IGNORE));
+    else
+      CUBELM_MPI_CHECK(
+          MPI_Irecv(data, n, mpi_type(type), peer, tag, comm_.raw(), pending->handle()));
+    return pending;
   }
   void broadcast(void* data, std::size_t count, DataType type, int root, void*) override {
     CUBELM_MPI_CHECK(
@@ -132,59 +180,14 @@ public:
     CUBELM_MPI_CHECK(MPI_Reduce(in, recv, mpi_count(count, "reduce"), mpi_type(type), mpi_op(op),
                                 root, comm_.raw()));
   }
-  void send(const void* data, std::size_t count, DataType type, int peer, int tag, void*) override {
-    CUBELM_MPI_CHECK(
-        MPI_Send(data, mpi_count(count, "send"), mpi_type(type), peer, tag, comm_.raw()));
-  }
-  void recv(void* data, std::size_t count, DataType type, int peer, int tag, void*) override {
-    CUBELM_MPI_CHECK(MPI_Recv(data, mpi_count(count, "recv"), mpi_type(type), peer, tag,
-                              comm_.raw(), MPI_STATUS_IGNORE));
-  }
   void barrier() override { CUBELM_MPI_CHECK(MPI_Barrier(comm_.raw())); }
 
-  std::unique_ptr<PendingOp> iall_reduce(const void* send, void* recv, std::size_t count,
-                                         DataType type, ReduceOp op, void*) override {
-    auto pending = std::make_unique<MpiPending>(comm_);
-    const void* in = send == recv ? MPI_IN_PLACE : send;
-    CUBELM_MPI_CHECK(MPI_Iallreduce(in, recv, mpi_count(count, "iall_reduce"), mpi_type(type),
-                                    mpi_op(op), comm_.raw(), pending->handle()));
-    return pending;
-  }
-  std::unique_ptr<PendingOp> iall_gather(const void* send, void* recv, std::size_t count_per_rank,
-                                         DataType type, void*) override {
-    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()), "iall_gather");
-    auto pending = std::make_unique<MpiPending>(comm_);
-    const int c = static_cast<int>(count_per_rank);
-    CUBELM_MPI_CHECK(MPI_Iallgather(send, c, mpi_type(type), recv, c, mpi_type(type), comm_.raw(),
-                                    pending->handle()));
-    return pending;
-  }
-  std::unique_ptr<PendingOp> ireduce_scatter(const void* send, void* recv,
-                                             std::size_t count_per_rank, DataType type, ReduceOp op,
-                                             void*) override {
-    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()), "ireduce_scatter");
-    auto pending = std::make_unique<MpiPending>(comm_);
-    CUBELM_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count_per_rank),
-                                               mpi_type(type), mpi_op(op), comm_.raw(),
-                                               pending->handle()));
-    return pending;
-  }
-  std::unique_ptr<PendingOp> isend(const void* data, std::size_t count, DataType type, int peer,
-                                   int tag, void*) override {
-    auto pending = std::make_unique<MpiPending>(comm_);
-    CUBELM_MPI_CHECK(MPI_Isend(data, mpi_count(count, "isend"), mpi_type(type), peer, tag,
-                               comm_.raw(), pending->handle()));
-    return pending;
-  }
-  std::unique_ptr<PendingOp> irecv(void* data, std::size_t count, DataType type, int peer, int tag,
-                                   void*) override {
-    auto pending = std::make_unique<MpiPending>(comm_);
-    CUBELM_MPI_CHECK(MPI_Irecv(data, mpi_count(count, "irecv"), mpi_type(type), peer, tag,
-                               comm_.raw(), pending->handle()));
-    return pending;
+private:
+  // The request of a non-blocking call; none for a blocking one.
+  std::unique_ptr<MpiPending> start(Mode mode) const {
+    return mode == Mode::nonblocking ? std::make_unique<MpiPending>(comm_) : nullptr;
   }
 
-private:
   Communicator comm_;
 };
 

@@ -98,8 +98,8 @@ private:
 };
 
 // Every call is enqueued on the execution space's stream, so it is ordered
-// with the Kokkos kernels that produce and consume its buffers. The
-// non-blocking collectives are the same calls followed by an event.
+// with the Kokkos kernels that produce and consume its buffers. In
+// Mode::nonblocking a collective is the same call followed by an event.
 class NcclBackend final : public Backend {
 public:
   explicit NcclBackend(const Communicator& comm) : mpi_(comm) {
@@ -114,20 +114,45 @@ public:
 
   const char* name() const override { return "nccl"; }
 
-  void all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
-                  void* stream) override {
+  std::unique_ptr<PendingOp> all_reduce(const void* send, void* recv, std::size_t count,
+                                        DataType type, ReduceOp op, void* stream,
+                                        Mode mode) override {
     CUBELM_NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_.get(),
                                     as_stream(stream)));
+    return pending(stream, mode);
   }
-  void all_gather(const void* send, void* recv, std::size_t count_per_rank, DataType type,
-                  void* stream) override {
+  std::unique_ptr<PendingOp> all_gather(const void* send, void* recv, std::size_t count_per_rank,
+                                        DataType type, void* stream, Mode mode) override {
     CUBELM_NCCL_CHECK(
         ncclAllGather(send, recv, count_per_rank, nccl_type(type), comm_.get(), as_stream(stream)));
+    return pending(stream, mode);
   }
-  void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DataType type,
-                      ReduceOp op, void* stream) override {
+  std::unique_ptr<PendingOp> reduce_scatter(const void* send, void* recv,
+                                            std::size_t count_per_rank, DataType type, ReduceOp op,
+                                            void* stream, Mode mode) override {
     CUBELM_NCCL_CHECK(ncclReduceScatter(send, recv, count_per_rank, nccl_type(type), nccl_op(op),
                                         comm_.get(), as_stream(stream)));
+    return pending(stream, mode);
+  }
+  // NCCL has no tags: messages between a pair of ranks arrive in issue order.
+  // On one stream, NCCL point-to-point calls run in issue order: a rank that
+  // posts a send and then a receive (as its peer does) blocks its stream in the
+  // send, and a ring of them deadlocks. Expressing independent transfers needs
+  // group calls, so Group routes isend/irecv through MPI and never asks for
+  // Mode::nonblocking here.
+  std::unique_ptr<PendingOp> send(const void* data, std::size_t count, DataType type, int peer, int,
+                                  void* stream, Mode mode) override {
+    if (mode == Mode::nonblocking)
+      no_independent_p2p("isend");
+    CUBELM_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, comm_.get(), as_stream(stream)));
+    return nullptr;
+  }
+  std::unique_ptr<PendingOp> recv(void* data, std::size_t count, DataType type, int peer, int,
+                                  void* stream, Mode mode) override {
+    if (mode == Mode::nonblocking)
+      no_independent_p2p("irecv");
+    CUBELM_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, comm_.get(), as_stream(stream)));
+    return nullptr;
   }
   void broadcast(void* data, std::size_t count, DataType type, int root, void* stream) override {
     CUBELM_NCCL_CHECK(
@@ -138,44 +163,16 @@ public:
     CUBELM_NCCL_CHECK(ncclReduce(send, recv, count, nccl_type(type), nccl_op(op), root, comm_.get(),
                                  as_stream(stream)));
   }
-  // NCCL has no tags: messages between a pair of ranks arrive in issue order.
-  void send(const void* data, std::size_t count, DataType type, int peer, int,
-            void* stream) override {
-    CUBELM_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, comm_.get(), as_stream(stream)));
-  }
-  void recv(void* data, std::size_t count, DataType type, int peer, int, void* stream) override {
-    CUBELM_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, comm_.get(), as_stream(stream)));
-  }
   void barrier() override { CUBELM_MPI_CHECK(MPI_Barrier(mpi_.raw())); }
 
-  std::unique_ptr<PendingOp> iall_reduce(const void* send, void* recv, std::size_t count,
-                                         DataType type, ReduceOp op, void* stream) override {
-    all_reduce(send, recv, count, type, op, stream);
-    return std::make_unique<NcclPending>(comm_, as_stream(stream));
-  }
-  std::unique_ptr<PendingOp> iall_gather(const void* send, void* recv, std::size_t count_per_rank,
-                                         DataType type, void* stream) override {
-    all_gather(send, recv, count_per_rank, type, stream);
-    return std::make_unique<NcclPending>(comm_, as_stream(stream));
-  }
-  std::unique_ptr<PendingOp> ireduce_scatter(const void* send, void* recv,
-                                             std::size_t count_per_rank, DataType type, ReduceOp op,
-                                             void* stream) override {
-    reduce_scatter(send, recv, count_per_rank, type, op, stream);
-    return std::make_unique<NcclPending>(comm_, as_stream(stream));
-  }
-  // On one stream, NCCL point-to-point calls run in issue order: a rank that
-  // posts a send and then a receive (as its peer does) blocks its stream in the
-  // send, and a ring of them deadlocks. Expressing independent transfers needs
-  // group calls, so Group routes isend/irecv through MPI and never calls these.
-  std::unique_ptr<PendingOp> isend(const void*, std::size_t, DataType, int, int, void*) override {
-    no_independent_p2p("isend");
-  }
-  std::unique_ptr<PendingOp> irecv(void*, std::size_t, DataType, int, int, void*) override {
-    no_independent_p2p("irecv");
-  }
-
 private:
+  // Nothing to complete for a blocking call (it is on the stream); a
+  // non-blocking one completes with the event recorded after it.
+  std::unique_ptr<PendingOp> pending(void* stream, Mode mode) const {
+    if (mode == Mode::blocking)
+      return nullptr;
+    return std::make_unique<NcclPending>(comm_, as_stream(stream));
+  }
   [[noreturn]] static void no_independent_p2p(const char* op) {
     throw InternalError(std::string("the NCCL backend has no ") + op +
                         ": non-blocking point-to-point goes through MPI");

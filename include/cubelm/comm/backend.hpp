@@ -57,47 +57,47 @@ public:
   virtual void wait() = 0;
 };
 
+/// \brief How a Backend runs an operation that has a non-blocking twin.
+///
+/// `blocking` runs the library's blocking call (MPI_Allreduce, MPI_Send, ...;
+/// a stream-ordered backend enqueues it on `stream`) and returns no PendingOp.
+/// `nonblocking` starts the non-blocking call (MPI_Iallreduce, MPI_Isend, ...;
+/// a stream-ordered backend enqueues the same call and records an event) and
+/// returns the PendingOp that completes it; until then the buffers must stay
+/// untouched (send) or unread (recv). The two modes are separate library calls
+/// on purpose: an MPI library may reduce in a different order in its blocking
+/// and its non-blocking collectives, and a blocking reduction must give the
+/// same bits whether or not a non-blocking twin exists.
+enum class Mode { blocking, nonblocking };
+
 /// \brief One transport for the collectives of one group.
 ///
 /// Counts are in elements. `stream` is the native stream of the execution
 /// space (nullptr on the host); stream-ordered backends enqueue on it, the
 /// others expect the caller to have fenced. Buffers must not overlap unless
 /// `send == recv` where an operation allows in-place use (all_reduce).
+/// Operations taking a Mode return nullptr in Mode::blocking.
 class Backend {
 public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
-  virtual void all_reduce(const void* send, void* recv, std::size_t count, DataType type,
-                          ReduceOp op, void* stream) = 0;
-  virtual void all_gather(const void* send, void* recv, std::size_t count_per_rank, DataType type,
-                          void* stream) = 0;
-  virtual void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank,
-                              DataType type, ReduceOp op, void* stream) = 0;
+  virtual std::unique_ptr<PendingOp> all_reduce(const void* send, void* recv, std::size_t count,
+                                                DataType type, ReduceOp op, void* stream,
+                                                Mode mode) = 0;
+  virtual std::unique_ptr<PendingOp> all_gather(const void* send, void* recv,
+                                                std::size_t count_per_rank, DataType type,
+                                                void* stream, Mode mode) = 0;
+  virtual std::unique_ptr<PendingOp> reduce_scatter(const void* send, void* recv,
+                                                    std::size_t count_per_rank, DataType type,
+                                                    ReduceOp op, void* stream, Mode mode) = 0;
+  virtual std::unique_ptr<PendingOp> send(const void* data, std::size_t count, DataType type,
+                                          int peer, int tag, void* stream, Mode mode) = 0;
+  virtual std::unique_ptr<PendingOp> recv(void* data, std::size_t count, DataType type, int peer,
+                                          int tag, void* stream, Mode mode) = 0;
   virtual void broadcast(void* data, std::size_t count, DataType type, int root, void* stream) = 0;
   virtual void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                       int root, void* stream) = 0;
-  virtual void send(const void* data, std::size_t count, DataType type, int peer, int tag,
-                    void* stream) = 0;
-  virtual void recv(void* data, std::size_t count, DataType type, int peer, int tag,
-                    void* stream) = 0;
   virtual void barrier() = 0;
-
-  // Non-blocking versions: the same buffers and counts as their blocking
-  // twins; the buffers must stay untouched (send) or unread (recv) until the
-  // returned operation completes. Stream-ordered backends enqueue on `stream`
-  // and complete when the stream has run the operation.
-  virtual std::unique_ptr<PendingOp> iall_reduce(const void* send, void* recv, std::size_t count,
-                                                 DataType type, ReduceOp op, void* stream) = 0;
-  virtual std::unique_ptr<PendingOp> iall_gather(const void* send, void* recv,
-                                                 std::size_t count_per_rank, DataType type,
-                                                 void* stream) = 0;
-  virtual std::unique_ptr<PendingOp> ireduce_scatter(const void* send, void* recv,
-                                                     std::size_t count_per_rank, DataType type,
-                                                     ReduceOp op, void* stream) = 0;
-  virtual std::unique_ptr<PendingOp> isend(const void* data, std::size_t count, DataType type,
-                                           int peer, int tag, void* stream) = 0;
-  virtual std::unique_ptr<PendingOp> irecv(void* data, std::size_t count, DataType type, int peer,
-                                           int tag, void* stream) = 0;
 };
 
 } // namespace cubelm::comm

@@ -12,7 +12,10 @@
 /// isend, irecv, iall_reduce, ireduce_scatter and iall_gather are the
 /// non-blocking twins of send, recv, all_reduce, reduce_scatter and
 /// all_gather: same arguments, same checks, same traffic accounting (counted
-/// when posted), and a Request (comm/request.hpp) that completes them. Until
+/// when posted), and a Request (comm/request.hpp) that completes them. Each
+/// pair is one implementation run in two modes (comm::Mode): the blocking call
+/// runs the library's blocking operation (MPI_Allreduce, not MPI_Iallreduce and
+/// a wait, whose reduction order may differ) and returns complete. Until
 /// it completes, a View being sent must not be written and a View being
 /// received must not be read. Non-blocking collectives take the route of their
 /// blocking twins (NCCL enqueues them on the execution space's stream), and
@@ -36,6 +39,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 namespace cubelm::comm {
 
@@ -110,49 +114,20 @@ public:
   /// \brief In-place reduction of `data` over the group.
   template <class Exec, class V>
   void all_reduce(const Exec& exec, const V& data, ReduceOp op = ReduceOp::sum) const {
-    detail::require_contiguous(data, name_, "all_reduce");
-    using T = typename V::non_const_value_type;
-    const std::size_t n = data.span();
-    account(Kind::all_reduce, n * sizeof(T));
-    if (size() == 1)
-      return;
-    const Route route = route_for<V>();
-    detail::Staged<V> buf(data, route == Route::staged, true);
-    prepare(exec, route);
-    backend(route).all_reduce(buf.data(), buf.data(), n, data_type_of<T>(), op,
-                              compat::native_stream(exec));
-    buf.copy_back();
+    post_all_reduce(exec, data, op, Mode::blocking).wait();
   }
 
   /// \brief recv = concatenation of every rank's send, in group-rank order.
   template <class Exec, class VS, class VR>
   void all_gather(const Exec& exec, const VS& send, const VR& recv) const {
-    check_pair<VS, VR>(send, recv, "all_gather");
-    using T = typename VR::non_const_value_type;
-    const std::size_t n = send.span();
-    CUBELM_ASSERT(recv.span() == n * static_cast<std::size_t>(size()),
-                  "group '" + name_ + "' all_gather: recv has " + std::to_string(recv.span()) +
-                      " elements, expected " + std::to_string(size()) + " x " + std::to_string(n));
-    account(Kind::all_gather, n * sizeof(T));
-    run_pair(exec, send, recv, [&](Backend& b, void* s, void* r, void* stream) {
-      b.all_gather(s, r, n, data_type_of<T>(), stream);
-    });
+    post_all_gather(exec, send, recv, Mode::blocking).wait();
   }
 
   /// \brief recv = block `rank()` of the elementwise reduction of every rank's send.
   template <class Exec, class VS, class VR>
   void reduce_scatter(const Exec& exec, const VS& send, const VR& recv,
                       ReduceOp op = ReduceOp::sum) const {
-    check_pair<VS, VR>(send, recv, "reduce_scatter");
-    using T = typename VR::non_const_value_type;
-    const std::size_t n = recv.span();
-    CUBELM_ASSERT(send.span() == n * static_cast<std::size_t>(size()),
-                  "group '" + name_ + "' reduce_scatter: send has " + std::to_string(send.span()) +
-                      " elements, expected " + std::to_string(size()) + " x " + std::to_string(n));
-    account(Kind::reduce_scatter, n * sizeof(T));
-    run_pair(exec, send, recv, [&](Backend& b, void* s, void* r, void* stream) {
-      b.reduce_scatter(s, r, n, data_type_of<T>(), op, stream);
-    });
+    post_reduce_scatter(exec, send, recv, op, Mode::blocking).wait();
   }
 
   /// \brief Copies `data` of group rank `root` to every rank.
@@ -165,11 +140,11 @@ public:
     account(Kind::broadcast, n * sizeof(T));
     if (size() == 1)
       return;
-    const Route route = route_for<V>();
-    detail::Staged<V> buf(data, route == Route::staged, rank() == root);
-    prepare(exec, route);
-    backend(route).broadcast(buf.data(), n, data_type_of<T>(), root, compat::native_stream(exec));
-    buf.copy_back();
+    post_one(exec, data, route_for<V>(), rank() == root, true,
+             [&](Backend& b, void* buf, void* stream) {
+               b.broadcast(buf, n, data_type_of<T>(), root, stream);
+               return std::unique_ptr<PendingOp>();
+             });
   }
 
   /// \brief recv on group rank `root` = reduction of every rank's send; recv is
@@ -189,47 +164,23 @@ public:
                                           std::to_string(recv.span()) + " elements, expected " +
                                           std::to_string(n));
     account(Kind::reduce, n * sizeof(T));
-    const Route route = route_for<VS>();
-    if (size() == 1) {
-      copy_flat(exec, send, recv);
-      return;
-    }
-    detail::Staged<VS> in(send, route == Route::staged, true);
-    detail::Staged<VR> out(recv, route == Route::staged && rank() == root, false);
-    prepare(exec, route);
-    backend(route).reduce(in.data(), out.data(), n, data_type_of<T>(), op, root,
-                          compat::native_stream(exec));
-    if (rank() == root)
-      out.copy_back();
+    post_pair(exec, send, recv, rank() == root, Mode::blocking,
+              [&](Backend& b, void* s, void* r, void* stream) {
+                b.reduce(s, r, n, data_type_of<T>(), op, root, stream);
+                return std::unique_ptr<PendingOp>();
+              });
   }
 
   /// \brief Blocking send of `data` to group rank `peer`.
   template <class Exec, class V>
   void send(const Exec& exec, const V& data, int peer, int tag = 0) const {
-    detail::require_contiguous(data, name_, "send");
-    check_peer(peer, "send");
-    using T = typename V::non_const_value_type;
-    account(Kind::send, data.span() * sizeof(T));
-    const Route route = route_for<V>();
-    detail::Staged<V> buf(data, route == Route::staged, true);
-    prepare(exec, route);
-    backend(route).send(buf.data(), data.span(), data_type_of<T>(), peer, tag,
-                        compat::native_stream(exec));
+    post_p2p(exec, data, peer, tag, Kind::send, Mode::blocking).wait();
   }
 
   /// \brief Blocking receive into `data` from group rank `peer`.
   template <class Exec, class V>
   void recv(const Exec& exec, const V& data, int peer, int tag = 0) const {
-    detail::require_contiguous(data, name_, "recv");
-    check_peer(peer, "recv");
-    using T = typename V::non_const_value_type;
-    account(Kind::recv, data.span() * sizeof(T));
-    const Route route = route_for<V>();
-    detail::Staged<V> buf(data, route == Route::staged, false);
-    prepare(exec, route);
-    backend(route).recv(buf.data(), data.span(), data_type_of<T>(), peer, tag,
-                        compat::native_stream(exec));
-    buf.copy_back();
+    post_p2p(exec, data, peer, tag, Kind::recv, Mode::blocking).wait();
   }
 
   /// \brief Non-blocking all_reduce: `data` holds the reduction once the Request completes.
@@ -237,123 +188,68 @@ public:
   template <class Exec, class V>
   [[nodiscard]] Request iall_reduce(const Exec& exec, const V& data,
                                     ReduceOp op = ReduceOp::sum) const {
-    detail::require_contiguous(data, name_, "iall_reduce");
-    using T = typename V::non_const_value_type;
-    const std::size_t n = data.span();
-    account(Kind::all_reduce, n * sizeof(T));
-    if (size() == 1)
-      return Request();
-    const Route route = route_for<V>();
-    detail::Staged<V> buf(data, route == Route::staged, true);
-    prepare(exec, route);
-    auto pending = backend(route).iall_reduce(buf.data(), buf.data(), n, data_type_of<T>(), op,
-                                              compat::native_stream(exec));
-    return Request(std::move(pending), [buf, data] {
-      buf.copy_back();
-      (void)data; // held until completion
-    });
+    return post_all_reduce(exec, data, op, Mode::nonblocking);
   }
 
   /// \brief Non-blocking all_gather (same layout of recv).
   template <class Exec, class VS, class VR>
   [[nodiscard]] Request iall_gather(const Exec& exec, const VS& send, const VR& recv) const {
-    check_pair<VS, VR>(send, recv, "iall_gather");
-    using T = typename VR::non_const_value_type;
-    const std::size_t n = send.span();
-    CUBELM_ASSERT(recv.span() == n * static_cast<std::size_t>(size()),
-                  "group '" + name_ + "' iall_gather: recv has " + std::to_string(recv.span()) +
-                      " elements, expected " + std::to_string(size()) + " x " + std::to_string(n));
-    account(Kind::all_gather, n * sizeof(T));
-    return start_pair(exec, send, recv, [&](Backend& b, void* s, void* r, void* stream) {
-      return b.iall_gather(s, r, n, data_type_of<T>(), stream);
-    });
+    return post_all_gather(exec, send, recv, Mode::nonblocking);
   }
 
   /// \brief Non-blocking reduce_scatter (recv gets block `rank()`).
   template <class Exec, class VS, class VR>
   [[nodiscard]] Request ireduce_scatter(const Exec& exec, const VS& send, const VR& recv,
                                         ReduceOp op = ReduceOp::sum) const {
-    check_pair<VS, VR>(send, recv, "ireduce_scatter");
-    using T = typename VR::non_const_value_type;
-    const std::size_t n = recv.span();
-    CUBELM_ASSERT(send.span() == n * static_cast<std::size_t>(size()),
-                  "group '" + name_ + "' ireduce_scatter: send has " + std::to_string(send.span()) +
-                      " elements, expected " + std::to_string(size()) + " x " + std::to_string(n));
-    account(Kind::reduce_scatter, n * sizeof(T));
-    return start_pair(exec, send, recv, [&](Backend& b, void* s, void* r, void* stream) {
-      return b.ireduce_scatter(s, r, n, data_type_of<T>(), op, stream);
-    });
+    return post_reduce_scatter(exec, send, recv, op, Mode::nonblocking);
   }
 
   /// \brief Non-blocking send of `data` to group rank `peer`, always through MPI
   /// (see the file comment); pair it with irecv.
   template <class Exec, class V>
   [[nodiscard]] Request isend(const Exec& exec, const V& data, int peer, int tag = 0) const {
-    detail::require_contiguous(data, name_, "isend");
-    check_peer(peer, "isend");
-    using T = typename V::non_const_value_type;
-    account(Kind::send, data.span() * sizeof(T));
-    const Route route = p2p_route_for<V>();
-    detail::Staged<V> buf(data, route == Route::staged, true);
-    exec.fence(); // MPI reads the buffer: the kernels producing it must be done
-    auto pending = host_backend_->isend(buf.data(), data.span(), data_type_of<T>(), peer, tag,
-                                        compat::native_stream(exec));
-    return Request(std::move(pending), [buf, data] { (void)buf, (void)data; });
+    return post_p2p(exec, data, peer, tag, Kind::send, Mode::nonblocking);
   }
 
   /// \brief Non-blocking receive into `data` from group rank `peer`, always through MPI
   /// (see the file comment); pair it with isend.
   template <class Exec, class V>
   [[nodiscard]] Request irecv(const Exec& exec, const V& data, int peer, int tag = 0) const {
-    detail::require_contiguous(data, name_, "irecv");
-    check_peer(peer, "irecv");
-    using T = typename V::non_const_value_type;
-    account(Kind::recv, data.span() * sizeof(T));
-    const Route route = p2p_route_for<V>();
-    detail::Staged<V> buf(data, route == Route::staged, false);
-    exec.fence(); // kernels still reading the old contents must be done before MPI writes
-    auto pending = host_backend_->irecv(buf.data(), data.span(), data_type_of<T>(), peer, tag,
-                                        compat::native_stream(exec));
-    return Request(std::move(pending), [buf, data] {
-      buf.copy_back();
-      (void)data;
-    });
+    return post_p2p(exec, data, peer, tag, Kind::recv, Mode::nonblocking);
   }
 
   /// \brief Waits until every rank of the group arrives.
   void barrier() const;
 
 private:
-  /// Host memory through MPI; device memory through NCCL or GPU-aware MPI
-  /// (direct), or through MPI on a host copy (staged).
-  enum class Route { host, direct, staged };
+  /// Host memory through MPI; device memory through NCCL (stream-ordered), or
+  /// through MPI on device pointers (GPU-aware MPI) or on a host copy (staged).
+  enum class Route { host, nccl, gpu_aware_mpi, staged };
 
+  /// The route of a View of type V; `nccl_ok` is false for operations that
+  /// always go through MPI (non-blocking point-to-point, see the file comment).
   template <class V>
-  Route route_for() const {
+  Route route_for(bool nccl_ok = true) const {
     constexpr bool host_ok =
         Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename V::memory_space>::accessible;
-    return host_ok ? Route::host : device_route();
+    return host_ok ? Route::host : device_route(nccl_ok);
   }
-  Route device_route() const;
-  /// Point-to-point non-blocking operations always use MPI: host memory as is,
-  /// device memory directly with GPU-aware MPI, else through a host copy.
-  template <class V>
-  Route p2p_route_for() const {
-    constexpr bool host_ok =
-        Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename V::memory_space>::accessible;
-    return host_ok ? Route::host : options_.gpu_aware_mpi ? Route::direct : Route::staged;
-  }
+  Route device_route(bool nccl_ok) const;
+  bool stream_ordered_device() const;
   Backend& backend(Route route) const;
   void account(Kind kind, std::size_t message_bytes) const;
   void check_peer(int peer, const char* op) const;
+  /// all_gather's recv and reduce_scatter's send (`which`): `elements` = one block per rank.
+  void check_blocks(std::size_t elements, std::size_t block, const char* op,
+                    const char* which) const;
 
-  /// Host routes need the producing kernels finished; NCCL is stream-ordered.
+  /// MPI needs the kernels that produce or still read its buffers finished; NCCL is
+  /// stream-ordered.
   template <class Exec>
   void prepare(const Exec& exec, Route route) const {
-    if (!(route == Route::direct && stream_ordered_device()))
+    if (route != Route::nccl)
       exec.fence();
   }
-  bool stream_ordered_device() const;
 
   template <class VS, class VR>
   void check_pair(const VS& send, const VR& recv, const char* op) const {
@@ -383,37 +279,121 @@ private:
       Kokkos::deep_copy(exec, Flat(recv.data(), recv.span()), ConstFlat(send.data(), send.span()));
   }
 
-  template <class Exec, class VS, class VR, class F>
-  void run_pair(const Exec& exec, const VS& send, const VR& recv, F&& call) const {
-    if (size() == 1) {
-      copy_flat(exec, send, recv);
-      return;
+  // An operation with a non-blocking twin is one post_* function run in two
+  // modes: its checks and traffic accounting (once per call), then route,
+  // staging and backend call in post_one or post_pair. Mode::blocking runs the
+  // backend's blocking call and returns a complete Request (so the blocking
+  // twin's wait() returns at once); Mode::nonblocking returns the operation in
+  // flight. broadcast and reduce share post_one and post_pair.
+
+  /// A Request for `pending` that runs `finish` once it completes; at once when
+  /// the backend has already completed the operation (no PendingOp: Mode::blocking).
+  template <class F>
+  static Request make_request(std::unique_ptr<PendingOp> pending, F&& finish) {
+    if (pending == nullptr) {
+      finish();
+      return Request();
     }
-    const Route route = route_for<VS>();
-    detail::Staged<VS> in(send, route == Route::staged, true);
-    detail::Staged<VR> out(recv, route == Route::staged, false);
-    prepare(exec, route);
-    call(backend(route), in.data(), out.data(), compat::native_stream(exec));
-    out.copy_back();
+    return Request(std::move(pending), std::forward<F>(finish));
   }
 
-  // The non-blocking twin of run_pair. A one-rank group copies and completes at once.
+  /// One View on `route`, staged on a host copy when the route needs it (copied
+  /// in when `copy_in`, back on completion when `copy_out`). `call(backend,
+  /// buffer, stream)` returns the backend's PendingOp (nullptr once done).
+  template <class Exec, class V, class F>
+  Request post_one(const Exec& exec, const V& data, Route route, bool copy_in, bool copy_out,
+                   F&& call) const {
+    detail::Staged<V> buf(data, route == Route::staged, copy_in);
+    prepare(exec, route);
+    return make_request(call(backend(route), buf.data(), compat::native_stream(exec)),
+                        [buf, data, copy_out] {
+                          if (copy_out)
+                            buf.copy_back();
+                          (void)data; // held until completion
+                        });
+  }
+
+  /// send to recv (recv written only where `receives`): staged like post_one,
+  /// `call(backend, send buffer, recv buffer, stream)`. A one-rank group copies
+  /// and completes at once.
   template <class Exec, class VS, class VR, class F>
-  Request start_pair(const Exec& exec, const VS& send, const VR& recv, F&& call) const {
+  Request post_pair(const Exec& exec, const VS& send, const VR& recv, bool receives, Mode mode,
+                    F&& call) const {
     if (size() == 1) {
       copy_flat(exec, send, recv);
-      exec.fence();
+      if (mode == Mode::nonblocking)
+        exec.fence(); // the Request is complete: so is the copy
       return Request();
     }
     const Route route = route_for<VS>();
     detail::Staged<VS> in(send, route == Route::staged, true);
-    detail::Staged<VR> out(recv, route == Route::staged, false);
+    detail::Staged<VR> out(recv, route == Route::staged && receives, false);
     prepare(exec, route);
-    auto pending = call(backend(route), in.data(), out.data(), compat::native_stream(exec));
-    return Request(std::move(pending), [in, out, send, recv] {
-      out.copy_back();
-      (void)in, (void)send, (void)recv; // held until completion
+    return make_request(call(backend(route), in.data(), out.data(), compat::native_stream(exec)),
+                        [in, out, send, recv] {
+                          out.copy_back();
+                          (void)in, (void)send, (void)recv; // held until completion
+                        });
+  }
+
+  template <class Exec, class V>
+  Request post_all_reduce(const Exec& exec, const V& data, ReduceOp op, Mode mode) const {
+    detail::require_contiguous(data, name_, mode == Mode::blocking ? "all_reduce" : "iall_reduce");
+    using T = typename V::non_const_value_type;
+    const std::size_t n = data.span();
+    account(Kind::all_reduce, n * sizeof(T));
+    if (size() == 1)
+      return Request();
+    return post_one(exec, data, route_for<V>(), true, true,
+                    [&](Backend& b, void* buf, void* stream) {
+                      return b.all_reduce(buf, buf, n, data_type_of<T>(), op, stream, mode);
+                    });
+  }
+
+  template <class Exec, class VS, class VR>
+  Request post_all_gather(const Exec& exec, const VS& send, const VR& recv, Mode mode) const {
+    const char* what = mode == Mode::blocking ? "all_gather" : "iall_gather";
+    check_pair<VS, VR>(send, recv, what);
+    using T = typename VR::non_const_value_type;
+    const std::size_t n = send.span();
+    check_blocks(recv.span(), n, what, "recv");
+    account(Kind::all_gather, n * sizeof(T));
+    return post_pair(exec, send, recv, true, mode, [&](Backend& b, void* s, void* r, void* stream) {
+      return b.all_gather(s, r, n, data_type_of<T>(), stream, mode);
     });
+  }
+
+  template <class Exec, class VS, class VR>
+  Request post_reduce_scatter(const Exec& exec, const VS& send, const VR& recv, ReduceOp op,
+                              Mode mode) const {
+    const char* what = mode == Mode::blocking ? "reduce_scatter" : "ireduce_scatter";
+    check_pair<VS, VR>(send, recv, what);
+    using T = typename VR::non_const_value_type;
+    const std::size_t n = recv.span();
+    check_blocks(send.span(), n, what, "send");
+    account(Kind::reduce_scatter, n * sizeof(T));
+    return post_pair(exec, send, recv, true, mode, [&](Backend& b, void* s, void* r, void* stream) {
+      return b.reduce_scatter(s, r, n, data_type_of<T>(), op, stream, mode);
+    });
+  }
+
+  /// send, recv, isend, irecv (`kind` is Kind::send or Kind::recv). The
+  /// non-blocking ones always go through MPI (see the file comment).
+  template <class Exec, class V>
+  Request post_p2p(const Exec& exec, const V& data, int peer, int tag, Kind kind, Mode mode) const {
+    const bool sending = kind == Kind::send;
+    const bool blocking = mode == Mode::blocking;
+    const char* what = sending ? (blocking ? "send" : "isend") : (blocking ? "recv" : "irecv");
+    detail::require_contiguous(data, name_, what);
+    check_peer(peer, what);
+    using T = typename V::non_const_value_type;
+    const std::size_t n = data.span();
+    account(kind, n * sizeof(T));
+    return post_one(exec, data, route_for<V>(blocking), sending, !sending,
+                    [&](Backend& b, void* buf, void* stream) {
+                      return sending ? b.send(buf, n, data_type_of<T>(), peer, tag, stream, mode)
+                                     : b.recv(buf, n, data_type_of<T>(), peer, tag, stream, mode);
+                    });
   }
 
   std::string name_;
