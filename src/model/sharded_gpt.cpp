@@ -25,11 +25,11 @@ struct ShardedGPT<T>::Acts {
   kernels::Tensor4<T> probs;
 };
 
-// One (micro-batch, chunk) in flight. Without recomputation the residual stream
-// holds each layer's input and inner state and the chunk's output (2c + 1) and
+// The buffers of one activation slot: one (micro-batch, chunk) in flight. Without recomputation the
+// residual stream holds each layer's input and inner state and the chunk's output (2c + 1) and
 // every layer's activations; with it, only the layers' inputs and the output (c + 1).
 template <class T>
-struct ShardedGPT<T>::Slot {
+struct ShardedGPT<T>::SlotBuffers {
   std::vector<Mat<T>> stream;
   std::vector<Acts> acts;
   Mat<T> lnf_out;
@@ -99,26 +99,23 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
       CUBELM_ASSERT(l >= 0 && l < L && (layer_ids_.empty() || l > layer_ids_.back()),
                     "stage layers must be increasing ids below model.layers");
       layer_ids_.push_back(l);
-      const std::string p = "layers/" + std::to_string(l) + "/";
+      const LayerParams n = layer_params(l);
       auto y = std::make_unique<Layer>();
-      y->ln1 = mode.layernorm(params_, p + "ln1", H, rows_);
-      y->qkv = mode.linear(params_, {p + "attn/wq", p + "attn/wk", p + "attn/wv"},
-                           {p + "attn/bq", p + "attn/bk", p + "attn/bv"}, H, H, rows_,
-                           tp::Role::first, std_dev, seed);
-      y->proj = mode.linear(params_, {p + "attn/wo"}, {p + "attn/bo"}, H, H, rows_,
-                            tp::Role::second, proj_std, seed);
-      y->ln2 = mode.layernorm(params_, p + "ln2", H, rows_);
-      y->fc1 = mode.linear(params_, {p + "mlp/w1"}, {p + "mlp/b1"}, H, 4 * H, rows_,
-                           tp::Role::first, std_dev, seed);
-      y->fc2 = mode.linear(params_, {p + "mlp/w2"}, {p + "mlp/b2"}, 4 * H, H, rows_,
-                           tp::Role::second, proj_std, seed);
+      y->ln1 = mode.layernorm(params_, n.ln1, H, rows_);
+      y->qkv = mode.linear(params_, n.qkv, n.qkv_bias, H, H, rows_, tp::Role::first, std_dev, seed);
+      y->proj = mode.linear(params_, {n.wo}, {n.bo}, H, H, rows_, tp::Role::second, proj_std, seed);
+      y->ln2 = mode.layernorm(params_, n.ln2, H, rows_);
+      y->fc1 =
+          mode.linear(params_, {n.w1}, {n.b1}, H, 4 * H, rows_, tp::Role::first, std_dev, seed);
+      y->fc2 =
+          mode.linear(params_, {n.w2}, {n.b2}, 4 * H, H, rows_, tp::Role::second, proj_std, seed);
       layers_.push_back(std::move(y));
     }
   if (stage_.last)
     lnf_ = mode.layernorm(params_, "ln_f", H, rows_);
   const int c = stage_.longest();
   for (int k = 0; k < stage_.slots; ++k) {
-    auto slot = std::make_unique<Slot>();
+    auto slot = std::make_unique<SlotBuffers>();
     const int states = stage_.recompute ? c + 1 : 2 * c + 1;
     for (int i = 0; i < states; ++i)
       slot->stream.push_back(matrix<T>("cubelm::stream", rows_, outer_));
@@ -278,7 +275,7 @@ template <class T>
 void ShardedGPT<T>::forward(int chunk, int slot, const std::vector<std::int32_t>& inputs) {
   const ExecSpace exec;
   const int c = chunk_length(chunk);
-  Slot& s = *slots_.at(static_cast<std::size_t>(slot));
+  SlotBuffers& s = *slots_.at(static_cast<std::size_t>(slot));
   const bool embed = stage_.first && chunk == 0;
   const bool head = stage_.last && chunk + 1 == static_cast<int>(stage_.chunks.size());
   if (embed) {
@@ -314,7 +311,7 @@ double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32
                                const UnitDone& done) {
   const ExecSpace exec;
   const int c = chunk_length(chunk);
-  Slot& s = *slots_.at(static_cast<std::size_t>(slot));
+  SlotBuffers& s = *slots_.at(static_cast<std::size_t>(slot));
   const bool embed = stage_.first && chunk == 0;
   const bool head = stage_.last && chunk + 1 == static_cast<int>(stage_.chunks.size());
   double sum = 0;

@@ -1,8 +1,10 @@
 #include "cubelm/train/data_parallel.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/model/shape.hpp"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 namespace cubelm::train {
@@ -26,17 +28,22 @@ struct DataParallel::Segment {
 
 namespace {
 
-// The unit whose completion makes a parameter's gradient final (see UnitDone).
-int unit_of(const std::string& name, bool lookup, int layers) {
-  if (name == "wte")
-    return lookup ? -1 : layers; // the head's copy is done with ln_f
-  if (name == "wpe")
-    return -1;
-  if (name.rfind("ln_f", 0) == 0)
-    return layers;
-  const std::string prefix = "layers/";
-  CUBELM_ASSERT(name.rfind(prefix, 0) == 0, "parameter '" + name + "' belongs to no unit");
-  return std::stoi(name.substr(prefix.size()));
+// The unit whose completion makes a parameter's gradient final (see UnitDone), and the
+// order of the buckets: wte alone first, then units in the order backward completes them.
+struct Unit {
+  int done; ///< the unit of UnitDone
+  int key;  ///< buckets in decreasing key
+  bool alone;
+};
+
+std::map<std::string, Unit> units_of(const ModelConfig& config, bool lookup) {
+  std::map<std::string, Unit> units;
+  for (const model::ParamEntry& e : model::parameter_table(config)) {
+    // A stage without the lookup holds wte for the head: done with ln_f.
+    const int done = e.tied && !lookup ? config.layers : e.unit;
+    units[e.name] = Unit{done, e.tied ? config.layers + 1 : done, e.tied};
+  }
+  return units;
 }
 
 } // namespace
@@ -45,15 +52,18 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
                            double bucket_bytes, bool zero)
     : model_(model), grid_(grid), zero_(zero), shards_(zero ? grid.dp().size() : 1) {
   auto& params = model.params();
-  const int layers = model.config().layers;
   const bool lookup = model.stage().first;
   // Order: wte alone first, then units in the order backward completes them.
   std::vector<std::size_t> order(params.size());
   for (std::size_t i = 0; i < order.size(); ++i)
     order[i] = i;
-  auto key = [&](std::size_t i) {
-    return params[i].name == "wte" ? layers + 1 : unit_of(params[i].name, lookup, layers);
+  const std::map<std::string, Unit> units = units_of(model.config(), lookup);
+  auto unit = [&](std::size_t i) -> const Unit& {
+    const auto u = units.find(params[i].name);
+    CUBELM_ASSERT(u != units.end(), "parameter '" + params[i].name + "' belongs to no unit");
+    return u->second;
   };
+  auto key = [&](std::size_t i) { return unit(i).key; };
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return key(a) > key(b); });
   const auto per_bucket =
@@ -64,7 +74,7 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
   for (std::size_t k = 0; k < order.size(); ++k) {
     const std::size_t i = order[k];
     const bool new_unit = k == 0 || key(order[k - 1]) != key(i);
-    const bool alone = params[i].name == "wte" || (k > 0 && params[order[k - 1]].name == "wte");
+    const bool alone = unit(i).alone || (k > 0 && unit(order[k - 1]).alone);
     if (buckets_.empty() || alone || (new_unit && buckets_.back().size >= per_bucket)) {
       if (!buckets_.empty()) { // pad the finished bucket
         Bucket& b = buckets_.back();
@@ -78,7 +88,7 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
     Bucket& b = buckets_.back();
     offset_[i] = b.first + b.size;
     b.size += params[i].size();
-    const int u = unit_of(params[i].name, lookup, layers);
+    const int u = unit(i).done;
     if (std::find(b.units.begin(), b.units.end(), u) == b.units.end())
       b.units.push_back(u);
     members.back().push_back(i);

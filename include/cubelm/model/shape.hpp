@@ -27,30 +27,68 @@ inline std::int64_t parameter_count(const ModelConfig& m) {
          m.layers * parameters_per_layer(m) + 2 * h;
 }
 
-/// \brief Every parameter of the model with its global shape (DESIGN §5 names, below
-/// /model), in a fixed order: wte, wpe, the layers, ln_f.
+/// \brief The parameter names of transformer block `layer`, below /model (the checkpoint
+/// schema of docs/training.md): the one place these names are spelled.
+struct LayerParams {
+  std::string ln1, ln2;                   ///< LayerNorm prefixes: <prefix>/gamma, /beta
+  std::vector<std::string> qkv, qkv_bias; ///< attn/wq, wk, wv and attn/bq, bk, bv
+  std::string wo, bo, w1, b1, w2, b2;     ///< attention output; the MLP's two linears
+};
+inline LayerParams layer_params(int layer) {
+  const std::string p = "layers/" + std::to_string(layer) + "/";
+  return LayerParams{p + "ln1",
+                     p + "ln2",
+                     {p + "attn/wq", p + "attn/wk", p + "attn/wv"},
+                     {p + "attn/bq", p + "attn/bk", p + "attn/bv"},
+                     p + "attn/wo",
+                     p + "attn/bo",
+                     p + "mlp/w1",
+                     p + "mlp/b1",
+                     p + "mlp/w2",
+                     p + "mlp/b2"};
+}
+
+/// \brief One parameter of the model.
+struct ParamEntry {
+  std::string name;                ///< below /model
+  std::vector<std::int64_t> shape; ///< global shape
+  /// The unit whose backward completes the gradient: -1 the lookup (wte, wpe), l for
+  /// layer l, `layers` for ln_f and the head.
+  int unit = -1;
+  bool tied = false; ///< wte: the lookup's table is also the head's weight
+};
+
+/// \brief Every parameter of the model with its global shape, in a fixed order: wte, wpe,
+/// the layers, ln_f.
+inline std::vector<ParamEntry> parameter_table(const ModelConfig& m) {
+  const std::int64_t h = m.hidden;
+  std::vector<ParamEntry> all = {{"wte", {m.vocab_size, h}, -1, true}, {"wpe", {m.seq_len, h}}};
+  for (int l = 0; l < m.layers; ++l) {
+    const LayerParams n = layer_params(l);
+    for (const std::string& ln : {n.ln1, n.ln2}) {
+      all.push_back({ln + "/gamma", {h}, l});
+      all.push_back({ln + "/beta", {h}, l});
+    }
+    for (const std::string& w : {n.qkv[0], n.qkv[1], n.qkv[2], n.wo})
+      all.push_back({w, {h, h}, l});
+    for (const std::string& b : {n.qkv_bias[0], n.qkv_bias[1], n.qkv_bias[2], n.bo})
+      all.push_back({b, {h}, l});
+    all.push_back({n.w1, {h, 4 * h}, l});
+    all.push_back({n.b1, {4 * h}, l});
+    all.push_back({n.w2, {4 * h, h}, l});
+    all.push_back({n.b2, {h}, l});
+  }
+  all.push_back({"ln_f/gamma", {h}, m.layers});
+  all.push_back({"ln_f/beta", {h}, m.layers});
+  return all;
+}
+
+/// \brief The names and global shapes of parameter_table.
 inline std::vector<std::pair<std::string, std::vector<std::int64_t>>>
 parameter_shapes(const ModelConfig& m) {
-  const std::int64_t h = m.hidden;
-  std::vector<std::pair<std::string, std::vector<std::int64_t>>> all = {{"wte", {m.vocab_size, h}},
-                                                                        {"wpe", {m.seq_len, h}}};
-  for (int l = 0; l < m.layers; ++l) {
-    const std::string p = "layers/" + std::to_string(l) + "/";
-    for (const char* ln : {"ln1", "ln2"}) {
-      all.push_back({p + ln + "/gamma", {h}});
-      all.push_back({p + ln + "/beta", {h}});
-    }
-    for (const char* w : {"wq", "wk", "wv", "wo"})
-      all.push_back({p + "attn/" + w, {h, h}});
-    for (const char* b : {"bq", "bk", "bv", "bo"})
-      all.push_back({p + "attn/" + b, {h}});
-    all.push_back({p + "mlp/w1", {h, 4 * h}});
-    all.push_back({p + "mlp/b1", {4 * h}});
-    all.push_back({p + "mlp/w2", {4 * h, h}});
-    all.push_back({p + "mlp/b2", {h}});
-  }
-  all.push_back({"ln_f/gamma", {h}});
-  all.push_back({"ln_f/beta", {h}});
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> all;
+  for (const ParamEntry& e : parameter_table(m))
+    all.emplace_back(e.name, e.shape);
   return all;
 }
 

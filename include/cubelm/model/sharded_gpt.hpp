@@ -91,7 +91,7 @@ public:
 private:
   struct Layer;
   struct Acts;
-  struct Slot;
+  struct SlotBuffers; // the tensors of one activation slot
   void forward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x, const Mat<T>& x1,
                      const Mat<T>& x2);
   void backward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x, const Mat<T>& x1);
@@ -109,7 +109,7 @@ private:
   std::vector<std::unique_ptr<Layer>> layers_; // this stage's layers, in model order
   std::vector<int> layer_ids_;
   std::unique_ptr<tp::LayerNorm<T>> lnf_;
-  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<std::unique_ptr<SlotBuffers>> slots_;
   std::unique_ptr<Acts> redo_; // recompute: one layer's activations, re-made in backward
   Mat<T> redo_x1_, redo_x2_;   // recompute: the layer's inner residual state and output
   Mat<T> d_outer_, dx_;
