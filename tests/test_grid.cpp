@@ -1,5 +1,5 @@
 // The process grid: coordinates and group membership of every rank for every
-// layout that fits the job, checked against the rank formulas of DESIGN §2
+// layout that fits the job, checked against the rank formulas of docs/grid.md
 // written out again here (w = t + tp (d + dp s); 2d t = i q + j; 3d t = a + q (b + q c)),
 // including the group of the first and last pipeline stage ("pp.ends").
 

@@ -1,5 +1,5 @@
 // The whole GPT in double precision: every parameter gradient against central
-// finite differences of the mean loss; initialisation rules of DESIGN §4.
+// finite differences of the mean loss; initialisation rules of docs/model.md.
 
 #include "cubelm/model/shape.hpp"
 #include "cubelm/model/sharded_gpt.hpp"

@@ -109,6 +109,16 @@ public:
   }
   bool has(const char* key) const { return table_ && table_->find(key) != nullptr; }
 
+  /// Fails unless value >= least: "must be at least <least> (<note>)".
+  template <class V>
+  void at_least(const char* key, V value, V least, const std::string& note = "") const {
+    if (!(value >= least)) {
+      std::ostringstream rule;
+      rule << "must be at least " << least << (note.empty() ? "" : " (" + note + ")");
+      fail(key, rule.str());
+    }
+  }
+
   /// Fails with the key's line and value when `ok` is false.
   void require(bool ok, const char* key, const std::string& rule) const {
     if (!ok)
@@ -214,11 +224,11 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   model.get("hidden", m.hidden);
   model.get("heads", m.heads);
   model.get("layers", m.layers);
-  model.require(m.vocab_size >= 2, "vocab_size", "must be at least 2");
-  model.require(m.seq_len >= 1, "seq_len", "must be at least 1");
-  model.require(m.hidden >= 1, "hidden", "must be at least 1");
-  model.require(m.heads >= 1, "heads", "must be at least 1");
-  model.require(m.layers >= 1, "layers", "must be at least 1");
+  model.at_least("vocab_size", m.vocab_size, 2);
+  model.at_least("seq_len", m.seq_len, 1);
+  model.at_least("hidden", m.hidden, 1);
+  model.at_least("heads", m.heads, 1);
+  model.at_least("layers", m.layers, 1);
   model.require(m.hidden % m.heads == 0, "hidden",
                 "must be divisible by model.heads = " + std::to_string(m.heads) +
                     " (each head gets hidden/heads features)");
@@ -247,7 +257,7 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   par.require(p.zero == 0 || p.zero == 1, "zero", "must be 0 (off) or 1 (sharded optimizer)");
   par.require(!p.sequence_parallel || p.tensor_mode == TensorMode::d1, "sequence_parallel",
               "sequence parallelism exists only for tensor_mode = \"1d\"");
-  par.require(p.data_size >= 1, "data_size", "must be at least 1");
+  par.at_least("data_size", p.data_size, 1);
   {
     // The schedule's rules (plan/schedule.hpp: pipeline_size, microbatches and
     // virtual_stages at least 1, a layer per stage, the interleaved divisibility);
@@ -271,8 +281,8 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   train.get("steps", t.steps);
   train.get("global_batch", t.global_batch);
   train.get("seed", t.seed);
-  train.require(t.steps >= 0, "steps", "must be at least 0");
-  train.require(t.global_batch >= 1, "global_batch", "must be at least 1");
+  train.at_least("steps", t.steps, 0);
+  train.at_least("global_batch", t.global_batch, 1);
   const int per_step = p.data_size * p.microbatches;
   train.require(t.global_batch % per_step == 0, "global_batch",
                 "must be divisible by parallel.data_size x parallel.microbatches = " +
@@ -314,12 +324,12 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   opt.get("grad_clip", o.grad_clip);
   opt.require(o.lr > 0.0, "lr", "must be positive");
   opt.require(o.min_lr >= 0.0 && o.min_lr <= o.lr, "min_lr", "must lie in [0, optimizer.lr]");
-  opt.require(o.warmup_steps >= 0, "warmup_steps", "must be at least 0");
-  opt.require(o.weight_decay >= 0.0, "weight_decay", "must be at least 0");
+  opt.at_least("warmup_steps", o.warmup_steps, 0);
+  opt.at_least("weight_decay", o.weight_decay, 0.0);
   opt.require(o.beta1 >= 0.0 && o.beta1 < 1.0, "beta1", "must lie in [0, 1)");
   opt.require(o.beta2 >= 0.0 && o.beta2 < 1.0, "beta2", "must lie in [0, 1)");
   opt.require(o.eps > 0.0, "eps", "must be positive");
-  opt.require(o.grad_clip >= 0.0, "grad_clip", "must be at least 0 (0 switches clipping off)");
+  opt.at_least("grad_clip", o.grad_clip, 0.0, "0 switches clipping off");
   opt.finish();
 
   Section data = section("data");
@@ -345,8 +355,8 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   ckpt.get("keep", c.keep);
   ckpt.get("resume", c.resume);
   ckpt.require(!c.dir.empty(), "dir", "must not be empty");
-  ckpt.require(c.interval >= 0, "interval", "must be at least 0 (0: only at the end)");
-  ckpt.require(c.keep >= 0, "keep", "must be at least 0 (0: keep all)");
+  ckpt.at_least("interval", c.interval, 0, "0: only at the end");
+  ckpt.at_least("keep", c.keep, 0, "0: keep all");
   ckpt.require(!c.resume.empty(), "resume", "must be \"none\", \"auto\" or a file name");
   ckpt.finish();
 
@@ -355,8 +365,8 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   log.get("interval", l.interval);
   log.get("metrics", l.metrics);
   log.get("peak_gflops", l.peak_gflops);
-  log.require(l.peak_gflops >= 0.0, "peak_gflops", "must be at least 0 (0: measure at start-up)");
-  log.require(l.interval >= 1, "interval", "must be at least 1");
+  log.at_least("peak_gflops", l.peak_gflops, 0.0, "0: measure at start-up");
+  log.at_least("interval", l.interval, 1);
   log.finish();
 
   return deck;

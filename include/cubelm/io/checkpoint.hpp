@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// \brief Layout-independent checkpoints: one parallel HDF5 file, every tensor
-/// stored once with its global shape (DESIGN.md §5).
+/// stored once with its global shape (docs/training.md, Checkpoints).
 ///
 /// The layer knows nothing about models. A caller names each tensor by an HDF5
 /// path ("/model/layers/0/attn/wq"), gives its global, logical shape and the

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// \brief Closed-form sizes of the GPT model of DESIGN §4 (no allocation).
+/// \brief Closed-form sizes of the GPT model of docs/model.md (no allocation).
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/config.hpp"

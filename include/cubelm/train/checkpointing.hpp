@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// \brief The model and AdamW state to and from the checkpoint schema of DESIGN §5.
+/// \brief The model and AdamW state to and from the checkpoint schema of docs/training.md.
 ///
 /// /model/<name> holds each parameter with its global shape, /optimizer/m/<name>
 /// and /optimizer/v/<name> the AdamW moments; root attributes: format, version,
