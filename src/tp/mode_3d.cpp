@@ -163,17 +163,13 @@ public:
     Kokkos::deep_copy(wte_grad_, T(0));
     cube.ws.reserve(kWeightBlock, (bv_ / q) * bh_);
     if (lookup_) {
-      wpe_.emplace(Shared<T>::replicated(
-          params,
-          make_param<T>("wpe", {seq, hidden}, {0, cube.c->rank() * bh_}, {seq, bh_}, 0.02, 0, seed),
-          *cube.ab, cube.b, cube.ws));
-      tokens_.emplace(cube.ws.tokens("cubelm::tokens", rows_ * q));
+      ends_.lookup(params, seq, hidden, cube.c->rank() * bh_, bh_, seed, *cube.ab, cube.b,
+                   rows_ * q, cube.ws);
       cube.ws.reserve(kInput, rows_ * q * bh_);
       cube.ws.reserve(kOutput, rows_ * q * bh_);
     }
     if (ends != Ends::lookup) {
-      logits_ = cube.ws.matrix("cubelm::logits", rows_, bv_);
-      loss_.emplace(cube.a, cube.bc, rows_, cube.ws);
+      ends_.head(cube.a, cube.bc, rows_, bv_, cube.ws);
       cube.ws.reserve(kInput, rows_ * q * bh_);
       cube.ws.reserve(kOutput, rows_ * q * bv_);
       cube.ws.reserve(kInputGrad, rows_ * q * bh_);
@@ -185,12 +181,12 @@ public:
     const int q = cube_.q, first = static_cast<int>(cube_.a->rank() * bv_);
     // Row block b of q: the sequences whose rows this rank's A axis shares. The
     // gathered wte stays for the head (parameters change only between steps).
-    const Tokens& ids = tokens_->set(mine(tokens));
+    const Tokens& ids = ends_.tokens->set(mine(tokens));
     cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
     const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bh_);
     kernels::embedding_lookup<T>(exec, ids, wte_gathered_, first, part);
     cube_.a->reduce_scatter(exec, part, x);
-    kernels::position_add<T>(exec, wpe_->param().mat(), seq_, x);
+    kernels::position_add<T>(exec, ends_.wpe->param().mat(), seq_, x);
   }
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
@@ -202,8 +198,8 @@ public:
     // wte_grad_ may hold the head's share too (loss() adds to it and runs first).
     kernels::token_backward<T>(exec, index, all, wte_grad_);
     reduce_wte_grad(exec);
-    kernels::position_backward<T>(exec, all, seq_, wpe_->grad_mat(exec));
-    wpe_->reduce(exec);
+    kernels::position_backward<T>(exec, all, seq_, ends_.wpe->grad_mat(exec));
+    ends_.wpe->reduce(exec);
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
@@ -215,14 +211,15 @@ public:
     cube_.a->all_gather(exec, h, hg);
     const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bv_);
     kernels::gemm<T>(exec, false, true, T(1), hg, wte_gathered_, T(0), part);
-    cube_.c->reduce_scatter(exec, part, logits_);
+    const Mat<T>& logits = ends_.logits;
+    cube_.c->reduce_scatter(exec, part, logits);
     const int block = cube_.b->rank() * q + cube_.c->rank();
-    const double sum = (*loss_)(exec, logits_, static_cast<int>(cube_.a->rank() * bv_),
-                                sequences(targets, seq_, block * per_, per_), grad_scale);
+    const double sum = (*ends_.loss)(exec, logits, static_cast<int>(cube_.a->rank() * bv_),
+                                     sequences(targets, seq_, block * per_, per_), grad_scale);
     if (grad_scale == T(0))
       return sum;
     const Mat<T> dl = cube_.ws.scratch(kOutput, rows_ * q, bv_);
-    cube_.c->all_gather(exec, logits_, dl);
+    cube_.c->all_gather(exec, logits, dl);
     const Mat<T> dhg = cube_.ws.scratch(kInputGrad, rows_ * q, bh_);
     kernels::gemm<T>(exec, false, false, T(1), dl, wte_gathered_, T(0), dhg);
     cube_.a->reduce_scatter(exec, dhg, dh);
@@ -251,24 +248,22 @@ private:
   std::int64_t bv_, bh_, rows_;
   bool lookup_;
   Shared<T> wte_;
-  std::optional<Shared<T>> wpe_;
-  std::optional<DeviceTokens> tokens_;
-  Mat<T> wte_gathered_, wte_grad_, logits_;
-  std::optional<VocabLoss<T>> loss_;
+  Mat<T> wte_gathered_, wte_grad_;
+  EmbeddingEnds<T> ends_;
 };
 
 template <class T>
-class Mode3D final : public Mode<T> {
+class Mode3D final : public ModeBase<T> {
 public:
   explicit Mode3D(const comm::ProcessGrid& grid)
-      : Mode<T>(grid.layout()), cube_{grid.tp_axis(comm::Axis::a).size(),
-                                      &grid.tp_axis(comm::Axis::a),
-                                      &grid.tp_axis(comm::Axis::b),
-                                      &grid.tp_axis(comm::Axis::c),
-                                      &grid.tp_plane(comm::Plane::ab),
-                                      &grid.tp_plane(comm::Plane::bc),
-                                      &grid.tp_plane(comm::Plane::ca),
-                                      ws_} {}
+      : ModeBase<T>(grid.layout()), cube_{grid.tp_axis(comm::Axis::a).size(),
+                                          &grid.tp_axis(comm::Axis::a),
+                                          &grid.tp_axis(comm::Axis::b),
+                                          &grid.tp_axis(comm::Axis::c),
+                                          &grid.tp_plane(comm::Plane::ab),
+                                          &grid.tp_plane(comm::Plane::bc),
+                                          &grid.tp_plane(comm::Plane::ca),
+                                          ws_} {}
   const char* name() const override { return "3d"; }
   int sequences(int batch) const override { return batch / (cube_.q * cube_.q); }
   std::int64_t outer_cols(std::int64_t features) const override { return features / cube_.q; }
@@ -299,10 +294,9 @@ public:
                                           Ends ends) override {
     return std::make_unique<Embedding3D<T>>(cube_, params, vocab, seq, hidden, batch, seed, ends);
   }
-  std::int64_t workspace_bytes() const override { return ws_.bytes(); }
 
 private:
-  Workspace<T> ws_;
+  using ModeBase<T>::ws_;
   Cube<T> cube_;
 };
 
