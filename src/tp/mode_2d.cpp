@@ -1,4 +1,7 @@
-// 2D tensor parallelism (Optimus, SUMMA) on a q x q grid (docs/tensor-parallel.md).
+// 2D tensor parallelism on a q x q grid (docs/tensor-parallel.md): Optimus, Xu et al.
+// 2021, "An Efficient 2D Method for Training Super-Large Deep Learning Models",
+// arXiv 2104.05343, whose matrix products are SUMMA, van de Geijn & Watts 1997,
+// "SUMMA: Scalable Universal Matrix Multiplication Algorithm".
 //
 // Rank (i, j) holds block (i, j) of every activation (rows: sequence block i of
 // q, columns: feature block j of q) and of every weight (input-feature block i,
@@ -19,6 +22,35 @@
 // vocabulary-parallel over the row. wpe [T, H] holds hidden block j, replicated
 // over the column (its gradient comes from the gathered full-row dx, so it is
 // the same on every rank of the column).
+//
+// The papers' notation here. SUMMA computes C = A B on a mesh as C_ij = sum_k A_ik B_kj:
+// at step k, A_ik is broadcast along mesh row i and B_kj along mesh column j. A linear
+// is that product with A, B, C = X, W, Y, and k is the step of Linear2D's loops. The
+// backward products dX = dY W^T and dW = X^T dY are SUMMA's A B^T and A^T B forms:
+// one operand is broadcast and the local product is reduced to the step's column
+// (along the row) or row (along the column). The head logits = h wte^T is A B^T again,
+// its step named m (the vocabulary block). Optimus's mesh of q^2 devices is the grid,
+// device (i, j) being tp rank i q + j (docs/grid.md), and its activations [b, s, h],
+// cut into blocks [b/q, s, h/q], are those here: whole sequences over i, features over j.
+//
+// Glossary:
+//   q, i, j         grid side (tp = q^2); this rank's row and column.
+//   Grid2D          q, i, j, the row and column groups and the workspace, with the two
+//                   collectives of a SUMMA step; grid_ in Mode2D, g and g_ in the layers.
+//   row, col        the ranks of row i (ordered by j); of column j (ordered by i).
+//   broadcast       a block from group rank k to the group (the owner's own view on it).
+//   reduce_add      a partial product summed on group rank k and added to a gradient there.
+//   bi, bo          a linear's input- and output-feature block: in/q, out/q.
+//   bv_, bh_        wte's vocabulary and hidden block: V/q, H/q.
+//   rows_, per      local rows of the head, per * seq; sequences per row block, batch/q.
+//   Slot            scratch shared by all layers (Workspace::scratch):
+//     kAct            a broadcast activation block: X_ik, or dlogits_im in the head;
+//     kWeight         a broadcast weight block: W_kj, or wte block (m, j);
+//     kPartial        a partial product shaped like an activation (dY W^T before the row
+//                     reduce, partial logits), or all rows of the micro-batch in the lookup
+//                     (looked up, or dX gathered over the column);
+//     kWeightPartial  a partial product shaped like a weight block: X^T dY, dlogits^T h;
+//     kWeightSum      its sum on the rank it is reduced to (Grid2D::reduce_add).
 
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/elementwise.hpp"

@@ -1,4 +1,6 @@
-// 3D cube tensor parallelism on a q x q x q grid (docs/tensor-parallel.md; Bian et al.).
+// 3D cube tensor parallelism on a q x q x q grid (docs/tensor-parallel.md): Bian et
+// al. 2021, "Maximizing Parallelism in Distributed Training for Huge Neural Networks",
+// arXiv 2105.14450.
 //
 // Rank (a, b, c). A linear has a direction (in, w, out), a permutation of the
 // axes: its input has rows split over (in, w) -- row block coord(w) q + coord(in)
@@ -29,6 +31,47 @@
 // vocabulary chunk a, with the cross-entropy vocabulary-parallel over A. wpe
 // holds hidden chunk c, replicated over the AB plane; its gradient, from row
 // block b, is all-reduced over B.
+//
+// The paper's notation here. Its cube of P = p^3 processors is the q^3 tp ranks (its p
+// is q here: cubelm's p is the 1D group size), its processor (i, j, k) rank (a, b, c),
+// tp rank a + q (b + q c) (docs/grid.md). Its 3-D product C = A B is a linear's
+// Y = X W, built from all-gathers and reduce-scatters along three directions of the
+// cube: Direction's in (X gathered; the paper's input direction), w (W gathered) and
+// out (Y reduce-scattered; the paper's output direction). The paper arranges the
+// input and output directions over a Transformer's layers so that each output is
+// already laid out as the next input; here first() and second() swap in and out. Its
+// load-balanced storage of vectors is replaced by the replication described above.
+//
+// Glossary:
+//   q                  cube side (tp = q^3).
+//   Cube               q, the axis and plane groups and the workspace; cube_ in Mode3D
+//                      and Embedding3D, cube in the constructors.
+//   a, b, c            the axis groups A, B, C: the q ranks along one axis, ordered by it;
+//                      a rank's coordinate on an axis is its rank there.
+//   ab, bc, ca         the plane groups: q^2 ranks of equal c, a, b (ca serves no layer).
+//   Direction          in, w, out: the axes of a linear as above; plane: the plane of w and
+//                      out, over which its bias is replicated; coord(g) is the rank in g.
+//   first(), second()  the directions of Role::first (A, B, C; plane BC) and Role::second
+//                      (C, B, A; plane AB).
+//   wr, wc             a weight block's rows and columns: in/q^2, out/q; row0, col0 its
+//                      first row and column.
+//   bv_, bh_           wte's vocabulary chunk as gathered over B, V/q (bv_/q rows held),
+//                      and its hidden chunk, H/q.
+//   per_, rows_        sequences per row block, batch/q^2; local rows, per_ * seq.
+//   wte_gathered_      wte gathered over B; wte_grad_ its gradient in that shape (the
+//                      head's and the lookup's when both are here), reduce-scattered over B.
+//   lookup_            this Embedding has the lookup end (Ends::both or Ends::lookup).
+//   Slot               scratch shared by all layers (Workspace::scratch):
+//     kInput             X gathered over in; h or dX gathered over A in the embedding;
+//     kWeight            W gathered over w;
+//     kOutput            Y's partial sums before the reduce-scatter over out, or dY
+//                        gathered over out; the lookup's and the head's partial sums, and
+//                        dlogits gathered over C;
+//     kInputGrad         dY W^T before the reduce-scatter over in; dh before the one
+//                        over A in the head;
+//     kWeightGrad        X^T dY before the reduce-scatter over w;
+//     kWeightBlock       the block a weight gradient (kWeightGrad, or wte_grad_) is
+//                        reduce-scattered to, then added to the parameter's gradient.
 
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/elementwise.hpp"
