@@ -84,24 +84,18 @@ public:
         wte_(Shared<T>::owned(params, make_param<T>("wte", {vocab, hidden}, {first_, 0},
                                                     {slice_, hidden}, 0.02, 0, seed))) {
     const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
-    if (ends != Ends::head) {
-      wpe_.emplace(Shared<T>::replicated(
-          params, make_param<T>("wpe", {seq, hidden}, {0, 0}, {seq, hidden}, 0.02, 0, seed), group,
-          nullptr, ws));
-      tokens_.emplace(ws.tokens("cubelm::tokens", n));
-    }
-    if (ends != Ends::lookup) {
-      logits_ = ws.matrix("cubelm::logits", n, slice_);
-      loss_.emplace(&group, nullptr, n, ws);
-    }
+    if (ends != Ends::head)
+      ends_.lookup(params, seq, hidden, 0, hidden, seed, group, nullptr, n, ws);
+    if (ends != Ends::lookup)
+      ends_.head(&group, nullptr, n, slice_, ws);
   }
 
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                const Mat<T>& x) override {
-    kernels::embedding_lookup<T>(exec, tokens_->set(tokens), wte_.param().mat(),
+    kernels::embedding_lookup<T>(exec, ends_.tokens->set(tokens), wte_.param().mat(),
                                  static_cast<int>(first_), x);
     group_.all_reduce(exec, x); // each token's row comes from the rank that owns it
-    kernels::position_add<T>(exec, wpe_->param().mat(), seq_, x);
+    kernels::position_add<T>(exec, ends_.wpe->param().mat(), seq_, x);
   }
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
@@ -109,16 +103,17 @@ public:
     const auto index =
         kernels::make_token_index(tokens, static_cast<int>(first_), static_cast<int>(slice_));
     kernels::token_backward<T>(exec, index, dx, wte_.param().grad_mat());
-    kernels::position_backward<T>(exec, dx, seq_, wpe_->param().grad_mat());
+    kernels::position_backward<T>(exec, dx, seq_, ends_.wpe->param().grad_mat());
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
               T grad_scale, const Mat<T>& dh) override {
-    kernels::gemm<T>(exec, false, true, T(1), h, wte_.param().mat(), T(0), logits_);
-    const double sum = (*loss_)(exec, logits_, static_cast<int>(first_), targets, grad_scale);
+    const Mat<T>& logits = ends_.logits;
+    kernels::gemm<T>(exec, false, true, T(1), h, wte_.param().mat(), T(0), logits);
+    const double sum = (*ends_.loss)(exec, logits, static_cast<int>(first_), targets, grad_scale);
     if (grad_scale != T(0)) {
-      kernels::gemm<T>(exec, true, false, T(1), logits_, h, T(1), wte_.param().grad_mat());
-      kernels::gemm<T>(exec, false, false, T(1), logits_, wte_.param().mat(), T(0), dh);
+      kernels::gemm<T>(exec, true, false, T(1), logits, h, T(1), wte_.param().grad_mat());
+      kernels::gemm<T>(exec, false, false, T(1), logits, wte_.param().mat(), T(0), dh);
       group_.all_reduce(exec, dh);
     }
     return sum;
@@ -129,16 +124,13 @@ private:
   int seq_;
   std::int64_t slice_, first_;
   Shared<T> wte_;
-  std::optional<Shared<T>> wpe_;
-  std::optional<DeviceTokens> tokens_;
-  Mat<T> logits_;
-  std::optional<VocabLoss<T>> loss_;
+  EmbeddingEnds<T> ends_;
 };
 
 template <class T>
-class Mode1D final : public Mode<T> {
+class Mode1D final : public ModeBase<T> {
 public:
-  explicit Mode1D(const comm::ProcessGrid& grid) : Mode<T>(grid.layout()), group_(grid.tp()) {}
+  explicit Mode1D(const comm::ProcessGrid& grid) : ModeBase<T>(grid.layout()), group_(grid.tp()) {}
   const char* name() const override { return group_.size() == 1 ? "none" : "1d"; }
   int sequences(int batch) const override { return batch; }
   std::int64_t outer_cols(std::int64_t features) const override { return features; }
@@ -168,11 +160,10 @@ public:
     return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, seq, hidden, batch, seed,
                                             ends);
   }
-  std::int64_t workspace_bytes() const override { return ws_.bytes(); }
 
 private:
+  using ModeBase<T>::ws_;
   const comm::Group& group_;
-  Workspace<T> ws_;
 };
 
 } // namespace

@@ -1,4 +1,7 @@
-// 2D tensor parallelism (Optimus, SUMMA) on a q x q grid (docs/tensor-parallel.md).
+// 2D tensor parallelism on a q x q grid (docs/tensor-parallel.md): Optimus, Xu et al.
+// 2021, "An Efficient 2D Method for Training Super-Large Deep Learning Models",
+// arXiv 2104.05343, whose matrix products are SUMMA, van de Geijn & Watts 1997,
+// "SUMMA: Scalable Universal Matrix Multiplication Algorithm".
 //
 // Rank (i, j) holds block (i, j) of every activation (rows: sequence block i of
 // q, columns: feature block j of q) and of every weight (input-feature block i,
@@ -19,6 +22,35 @@
 // vocabulary-parallel over the row. wpe [T, H] holds hidden block j, replicated
 // over the column (its gradient comes from the gathered full-row dx, so it is
 // the same on every rank of the column).
+//
+// The papers' notation here. SUMMA computes C = A B on a mesh as C_ij = sum_k A_ik B_kj:
+// at step k, A_ik is broadcast along mesh row i and B_kj along mesh column j. A linear
+// is that product with A, B, C = X, W, Y, and k is the step of Linear2D's loops. The
+// backward products dX = dY W^T and dW = X^T dY are SUMMA's A B^T and A^T B forms:
+// one operand is broadcast and the local product is reduced to the step's column
+// (along the row) or row (along the column). The head logits = h wte^T is A B^T again,
+// its step named m (the vocabulary block). Optimus's mesh of q^2 devices is the grid,
+// device (i, j) being tp rank i q + j (docs/grid.md), and its activations [b, s, h],
+// cut into blocks [b/q, s, h/q], are those here: whole sequences over i, features over j.
+//
+// Glossary:
+//   q, i, j         grid side (tp = q^2); this rank's row and column.
+//   Grid2D          q, i, j, the row and column groups and the workspace, with the two
+//                   collectives of a SUMMA step; grid_ in Mode2D, g and g_ in the layers.
+//   row, col        the ranks of row i (ordered by j); of column j (ordered by i).
+//   broadcast       a block from group rank k to the group (the owner's own view on it).
+//   reduce_add      a partial product summed on group rank k and added to a gradient there.
+//   bi, bo          a linear's input- and output-feature block: in/q, out/q.
+//   bv_, bh_        wte's vocabulary and hidden block: V/q, H/q.
+//   rows_, per      local rows of the head, per * seq; sequences per row block, batch/q.
+//   Slot            scratch shared by all layers (Workspace::scratch):
+//     kAct            a broadcast activation block: X_ik, or dlogits_im in the head;
+//     kWeight         a broadcast weight block: W_kj, or wte block (m, j);
+//     kPartial        a partial product shaped like an activation (dY W^T before the row
+//                     reduce, partial logits), or all rows of the micro-batch in the lookup
+//                     (looked up, or dX gathered over the column);
+//     kWeightPartial  a partial product shaped like a weight block: X^T dY, dlogits^T h;
+//     kWeightSum      its sum on the rank it is reduced to (Grid2D::reduce_add).
 
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/elementwise.hpp"
@@ -134,15 +166,11 @@ public:
                                                     {bv_, bh_}, 0.02, 0, seed))) {
     const std::int64_t all = static_cast<std::int64_t>(batch) * seq;
     if (ends != Ends::head) {
-      wpe_.emplace(Shared<T>::replicated(
-          params, make_param<T>("wpe", {seq, hidden}, {0, g.j * bh_}, {seq, bh_}, 0.02, 0, seed),
-          g.col, nullptr, g.ws));
-      tokens_.emplace(g.ws.tokens("cubelm::tokens", all));
+      ends_.lookup(params, seq, hidden, g.j * bh_, bh_, seed, g.col, nullptr, all, g.ws);
       g.ws.reserve(kPartial, all * bh_);
     }
     if (ends != Ends::lookup) {
-      logits_ = g.ws.matrix("cubelm::logits", rows_, bv_);
-      loss_.emplace(&g.row, &g.col, rows_, g.ws);
+      ends_.head(&g.row, &g.col, rows_, bv_, g.ws);
       g.ws.reserve(kPartial, rows_ * bv_);
       g.ws.reserve(kWeight, bv_ * bh_);
       g.ws.reserve(kAct, rows_ * bv_);
@@ -154,13 +182,13 @@ public:
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                const Mat<T>& x) override {
     const int first = static_cast<int>(g_.i * bv_);
-    const Tokens& ids = tokens_->set(tokens);
+    const Tokens& ids = ends_.tokens->set(tokens);
     // Every row of the micro-batch looked up in vocabulary block i; summing over the
     // column completes the rows, and each rank keeps its row block.
     const Mat<T> part = g_.ws.scratch(kPartial, ids.extent(0), bh_);
     kernels::embedding_lookup<T>(exec, ids, wte_.param().mat(), first, part);
     g_.col.reduce_scatter(exec, part, x);
-    kernels::position_add<T>(exec, wpe_->param().mat(), seq_, x);
+    kernels::position_add<T>(exec, ends_.wpe->param().mat(), seq_, x);
   }
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
@@ -170,26 +198,27 @@ public:
     const Mat<T> all = g_.ws.scratch(kPartial, static_cast<std::int64_t>(tokens.size()), bh_);
     g_.col.all_gather(exec, dx, all);
     kernels::token_backward<T>(exec, index, all, wte_.param().grad_mat());
-    kernels::position_backward<T>(exec, all, seq_, wpe_->param().grad_mat());
+    kernels::position_backward<T>(exec, all, seq_, ends_.wpe->param().grad_mat());
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
               T grad_scale, const Mat<T>& dh) override {
+    const Mat<T>& logits = ends_.logits;
     // logits_im = sum_k h_ik wte_mk^T: reduced along row i to column m.
     for (int m = 0; m < g_.q; ++m) {
       const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, kWeight);
       const Mat<T> part = g_.ws.scratch(kPartial, rows_, bv_);
       kernels::gemm<T>(exec, false, true, T(1), h, wm, T(0), part);
-      g_.row.reduce(exec, part, logits_, m);
+      g_.row.reduce(exec, part, logits, m);
     }
     const int per = batch_ / g_.q;
-    const double sum = (*loss_)(exec, logits_, static_cast<int>(g_.j * bv_),
-                                sequences(targets, seq_, g_.i * per, per), grad_scale);
+    const double sum = (*ends_.loss)(exec, logits, static_cast<int>(g_.j * bv_),
+                                     sequences(targets, seq_, g_.i * per, per), grad_scale);
     if (grad_scale == T(0))
       return sum;
     // dh_ik = sum_m dlogits_im wte_mk; dwte_mk = sum_i dlogits_im^T h_ik.
     for (int m = 0; m < g_.q; ++m) {
-      const Mat<T> dm = g_.broadcast(exec, g_.row, logits_, m, kAct);
+      const Mat<T> dm = g_.broadcast(exec, g_.row, logits, m, kAct);
       const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, kWeight);
       kernels::gemm<T>(exec, false, false, T(1), dm, wm, m == 0 ? T(0) : T(1), dh);
       const Mat<T> dw = g_.ws.scratch(kWeightPartial, bv_, bh_);
@@ -204,19 +233,16 @@ private:
   int seq_, batch_;
   std::int64_t bv_, bh_, rows_;
   Shared<T> wte_;
-  std::optional<Shared<T>> wpe_;
-  std::optional<DeviceTokens> tokens_;
-  Mat<T> logits_;
-  std::optional<VocabLoss<T>> loss_;
+  EmbeddingEnds<T> ends_;
 };
 
 template <class T>
-class Mode2D final : public Mode<T> {
+class Mode2D final : public ModeBase<T> {
 public:
   explicit Mode2D(const comm::ProcessGrid& grid)
-      : Mode<T>(grid.layout()), grid_{grid.tp_row(),        grid.tp_col(),
-                                      grid.tp_row().size(), grid.tp_col().rank(),
-                                      grid.tp_row().rank(), ws_} {}
+      : ModeBase<T>(grid.layout()), grid_{grid.tp_row(),        grid.tp_col(),
+                                          grid.tp_row().size(), grid.tp_col().rank(),
+                                          grid.tp_row().rank(), ws_} {}
   const char* name() const override { return "2d"; }
   int sequences(int batch) const override { return batch / grid_.q; }
   std::int64_t outer_cols(std::int64_t features) const override { return features / grid_.q; }
@@ -245,10 +271,9 @@ public:
                                           Ends ends) override {
     return std::make_unique<Embedding2D<T>>(grid_, params, vocab, seq, hidden, batch, seed, ends);
   }
-  std::int64_t workspace_bytes() const override { return ws_.bytes(); }
 
 private:
-  Workspace<T> ws_;
+  using ModeBase<T>::ws_;
   Grid2D<T> grid_;
 };
 

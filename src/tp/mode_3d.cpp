@@ -1,4 +1,6 @@
-// 3D cube tensor parallelism on a q x q x q grid (docs/tensor-parallel.md; Bian et al.).
+// 3D cube tensor parallelism on a q x q x q grid (docs/tensor-parallel.md): Bian et
+// al. 2021, "Maximizing Parallelism in Distributed Training for Huge Neural Networks",
+// arXiv 2105.14450.
 //
 // Rank (a, b, c). A linear has a direction (in, w, out), a permutation of the
 // axes: its input has rows split over (in, w) -- row block coord(w) q + coord(in)
@@ -29,6 +31,47 @@
 // vocabulary chunk a, with the cross-entropy vocabulary-parallel over A. wpe
 // holds hidden chunk c, replicated over the AB plane; its gradient, from row
 // block b, is all-reduced over B.
+//
+// The paper's notation here. Its cube of P = p^3 processors is the q^3 tp ranks (its p
+// is q here: cubelm's p is the 1D group size), its processor (i, j, k) rank (a, b, c),
+// tp rank a + q (b + q c) (docs/grid.md). Its 3-D product C = A B is a linear's
+// Y = X W, built from all-gathers and reduce-scatters along three directions of the
+// cube: Direction's in (X gathered; the paper's input direction), w (W gathered) and
+// out (Y reduce-scattered; the paper's output direction). The paper arranges the
+// input and output directions over a Transformer's layers so that each output is
+// already laid out as the next input; here first() and second() swap in and out. Its
+// load-balanced storage of vectors is replaced by the replication described above.
+//
+// Glossary:
+//   q                  cube side (tp = q^3).
+//   Cube               q, the axis and plane groups and the workspace; cube_ in Mode3D
+//                      and Embedding3D, cube in the constructors.
+//   a, b, c            the axis groups A, B, C: the q ranks along one axis, ordered by it;
+//                      a rank's coordinate on an axis is its rank there.
+//   ab, bc, ca         the plane groups: q^2 ranks of equal c, a, b (ca serves no layer).
+//   Direction          in, w, out: the axes of a linear as above; plane: the plane of w and
+//                      out, over which its bias is replicated; coord(g) is the rank in g.
+//   first(), second()  the directions of Role::first (A, B, C; plane BC) and Role::second
+//                      (C, B, A; plane AB).
+//   wr, wc             a weight block's rows and columns: in/q^2, out/q; row0, col0 its
+//                      first row and column.
+//   bv_, bh_           wte's vocabulary chunk as gathered over B, V/q (bv_/q rows held),
+//                      and its hidden chunk, H/q.
+//   per_, rows_        sequences per row block, batch/q^2; local rows, per_ * seq.
+//   wte_gathered_      wte gathered over B; wte_grad_ its gradient in that shape (the
+//                      head's and the lookup's when both are here), reduce-scattered over B.
+//   lookup_            this Embedding has the lookup end (Ends::both or Ends::lookup).
+//   Slot               scratch shared by all layers (Workspace::scratch):
+//     kInput             X gathered over in; h or dX gathered over A in the embedding;
+//     kWeight            W gathered over w;
+//     kOutput            Y's partial sums before the reduce-scatter over out, or dY
+//                        gathered over out; the lookup's and the head's partial sums, and
+//                        dlogits gathered over C;
+//     kInputGrad         dY W^T before the reduce-scatter over in; dh before the one
+//                        over A in the head;
+//     kWeightGrad        X^T dY before the reduce-scatter over w;
+//     kWeightBlock       the block a weight gradient (kWeightGrad, or wte_grad_) is
+//                        reduce-scattered to, then added to the parameter's gradient.
 
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/elementwise.hpp"
@@ -163,17 +206,13 @@ public:
     Kokkos::deep_copy(wte_grad_, T(0));
     cube.ws.reserve(kWeightBlock, (bv_ / q) * bh_);
     if (lookup_) {
-      wpe_.emplace(Shared<T>::replicated(
-          params,
-          make_param<T>("wpe", {seq, hidden}, {0, cube.c->rank() * bh_}, {seq, bh_}, 0.02, 0, seed),
-          *cube.ab, cube.b, cube.ws));
-      tokens_.emplace(cube.ws.tokens("cubelm::tokens", rows_ * q));
+      ends_.lookup(params, seq, hidden, cube.c->rank() * bh_, bh_, seed, *cube.ab, cube.b,
+                   rows_ * q, cube.ws);
       cube.ws.reserve(kInput, rows_ * q * bh_);
       cube.ws.reserve(kOutput, rows_ * q * bh_);
     }
     if (ends != Ends::lookup) {
-      logits_ = cube.ws.matrix("cubelm::logits", rows_, bv_);
-      loss_.emplace(cube.a, cube.bc, rows_, cube.ws);
+      ends_.head(cube.a, cube.bc, rows_, bv_, cube.ws);
       cube.ws.reserve(kInput, rows_ * q * bh_);
       cube.ws.reserve(kOutput, rows_ * q * bv_);
       cube.ws.reserve(kInputGrad, rows_ * q * bh_);
@@ -185,12 +224,12 @@ public:
     const int q = cube_.q, first = static_cast<int>(cube_.a->rank() * bv_);
     // Row block b of q: the sequences whose rows this rank's A axis shares. The
     // gathered wte stays for the head (parameters change only between steps).
-    const Tokens& ids = tokens_->set(mine(tokens));
+    const Tokens& ids = ends_.tokens->set(mine(tokens));
     cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
     const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bh_);
     kernels::embedding_lookup<T>(exec, ids, wte_gathered_, first, part);
     cube_.a->reduce_scatter(exec, part, x);
-    kernels::position_add<T>(exec, wpe_->param().mat(), seq_, x);
+    kernels::position_add<T>(exec, ends_.wpe->param().mat(), seq_, x);
   }
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
@@ -202,8 +241,8 @@ public:
     // wte_grad_ may hold the head's share too (loss() adds to it and runs first).
     kernels::token_backward<T>(exec, index, all, wte_grad_);
     reduce_wte_grad(exec);
-    kernels::position_backward<T>(exec, all, seq_, wpe_->grad_mat(exec));
-    wpe_->reduce(exec);
+    kernels::position_backward<T>(exec, all, seq_, ends_.wpe->grad_mat(exec));
+    ends_.wpe->reduce(exec);
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
@@ -215,14 +254,15 @@ public:
     cube_.a->all_gather(exec, h, hg);
     const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bv_);
     kernels::gemm<T>(exec, false, true, T(1), hg, wte_gathered_, T(0), part);
-    cube_.c->reduce_scatter(exec, part, logits_);
+    const Mat<T>& logits = ends_.logits;
+    cube_.c->reduce_scatter(exec, part, logits);
     const int block = cube_.b->rank() * q + cube_.c->rank();
-    const double sum = (*loss_)(exec, logits_, static_cast<int>(cube_.a->rank() * bv_),
-                                sequences(targets, seq_, block * per_, per_), grad_scale);
+    const double sum = (*ends_.loss)(exec, logits, static_cast<int>(cube_.a->rank() * bv_),
+                                     sequences(targets, seq_, block * per_, per_), grad_scale);
     if (grad_scale == T(0))
       return sum;
     const Mat<T> dl = cube_.ws.scratch(kOutput, rows_ * q, bv_);
-    cube_.c->all_gather(exec, logits_, dl);
+    cube_.c->all_gather(exec, logits, dl);
     const Mat<T> dhg = cube_.ws.scratch(kInputGrad, rows_ * q, bh_);
     kernels::gemm<T>(exec, false, false, T(1), dl, wte_gathered_, T(0), dhg);
     cube_.a->reduce_scatter(exec, dhg, dh);
@@ -251,24 +291,22 @@ private:
   std::int64_t bv_, bh_, rows_;
   bool lookup_;
   Shared<T> wte_;
-  std::optional<Shared<T>> wpe_;
-  std::optional<DeviceTokens> tokens_;
-  Mat<T> wte_gathered_, wte_grad_, logits_;
-  std::optional<VocabLoss<T>> loss_;
+  Mat<T> wte_gathered_, wte_grad_;
+  EmbeddingEnds<T> ends_;
 };
 
 template <class T>
-class Mode3D final : public Mode<T> {
+class Mode3D final : public ModeBase<T> {
 public:
   explicit Mode3D(const comm::ProcessGrid& grid)
-      : Mode<T>(grid.layout()), cube_{grid.tp_axis(comm::Axis::a).size(),
-                                      &grid.tp_axis(comm::Axis::a),
-                                      &grid.tp_axis(comm::Axis::b),
-                                      &grid.tp_axis(comm::Axis::c),
-                                      &grid.tp_plane(comm::Plane::ab),
-                                      &grid.tp_plane(comm::Plane::bc),
-                                      &grid.tp_plane(comm::Plane::ca),
-                                      ws_} {}
+      : ModeBase<T>(grid.layout()), cube_{grid.tp_axis(comm::Axis::a).size(),
+                                          &grid.tp_axis(comm::Axis::a),
+                                          &grid.tp_axis(comm::Axis::b),
+                                          &grid.tp_axis(comm::Axis::c),
+                                          &grid.tp_plane(comm::Plane::ab),
+                                          &grid.tp_plane(comm::Plane::bc),
+                                          &grid.tp_plane(comm::Plane::ca),
+                                          ws_} {}
   const char* name() const override { return "3d"; }
   int sequences(int batch) const override { return batch / (cube_.q * cube_.q); }
   std::int64_t outer_cols(std::int64_t features) const override { return features / cube_.q; }
@@ -299,10 +337,9 @@ public:
                                           Ends ends) override {
     return std::make_unique<Embedding3D<T>>(cube_, params, vocab, seq, hidden, batch, seed, ends);
   }
-  std::int64_t workspace_bytes() const override { return ws_.bytes(); }
 
 private:
-  Workspace<T> ws_;
+  using ModeBase<T>::ws_;
   Cube<T> cube_;
 };
 

@@ -1,8 +1,10 @@
 #pragma once
 // Pieces every tensor-parallel mode is built from: the buffers a mode allocates
-// (counted for memory accounting), parameters shared by several ranks of the
-// group, LayerNorm over features that may be split over ranks, the
-// vocabulary-parallel cross-entropy and token selection. Internal to src/tp.
+// (counted for memory accounting) and the base class that owns them, parameters
+// shared by several ranks of the group, LayerNorm over features that may be split
+// over ranks, the vocabulary-parallel cross-entropy, the members an Embedding
+// keeps for each of its ends, and token selection. Internal to src/tp; the modes
+// themselves are described in docs/tensor-parallel.md.
 
 #include "cubelm/core/error.hpp"
 #include "cubelm/kernels/elementwise.hpp"
@@ -65,6 +67,18 @@ public:
 private:
   std::int64_t bytes_ = 0;
   std::vector<Vec<T>> slots_;
+};
+
+/// What every mode has: the workspace its layers allocate from, and its byte count.
+/// Built before the derived mode's members, which may hold references to it.
+template <class T>
+class ModeBase : public Mode<T> {
+public:
+  std::int64_t workspace_bytes() const final { return ws_.bytes(); }
+
+protected:
+  explicit ModeBase(const comm::Layout& layout) : Mode<T>(layout) {}
+  Workspace<T> ws_;
 };
 
 /// A parameter block as a tensor-parallel layer uses it. Three sharings:
@@ -262,6 +276,35 @@ private:
   Kokkos::View<double*, Kokkos::HostSpace> sum_{"cubelm::loss_sum", 1};
   Mat<T> stats_;
   Vec<T> mx_, losses_;
+};
+
+/// The members of an Embedding that depend on its ends (Mode::embedding): wpe and the
+/// token ids with a lookup, the logits and the loss with a head. wte, held for every
+/// end and laid out differently in each mode, stays with the mode's Embedding.
+template <class T>
+struct EmbeddingEnds {
+  std::optional<Shared<T>> wpe;
+  std::optional<DeviceTokens> tokens;
+  Mat<T> logits;
+  std::optional<VocabLoss<T>> loss;
+
+  /// The lookup end: wpe [seq, hidden] holding columns [first, first + cols) here,
+  /// replicated over `replicas` (gradient summed over `sum_over`, as in
+  /// Shared::replicated), and the device buffer for `ids` token ids.
+  void lookup(Params<T>& params, int seq, std::int64_t hidden, std::int64_t first,
+              std::int64_t cols, std::uint64_t seed, const comm::Group& replicas,
+              const comm::Group* sum_over, std::int64_t ids, Workspace<T>& ws) {
+    wpe.emplace(Shared<T>::replicated(
+        params, make_param<T>("wpe", {seq, hidden}, {0, first}, {seq, cols}, 0.02, 0, seed),
+        replicas, sum_over, ws));
+    tokens.emplace(ws.tokens("cubelm::tokens", ids));
+  }
+  /// The head end: logits [n, slice] and their loss (`vocab`, `rows` as in VocabLoss).
+  void head(const comm::Group* vocab, const comm::Group* rows, std::int64_t n, std::int64_t slice,
+            Workspace<T>& ws) {
+    logits = ws.matrix("cubelm::logits", n, slice);
+    loss.emplace(vocab, rows, n, ws);
+  }
 };
 
 /// Sequences [first, first + count) of a micro-batch of token ids (seq ids each).

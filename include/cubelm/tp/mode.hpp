@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// \brief One tensor-parallel interface, several modes (DESIGN §3).
+/// \brief One tensor-parallel interface, several modes (docs/tensor-parallel.md).
 ///
 /// A Mode owns the layouts and the collectives of its tensor-parallel group;
 /// the model is written once against it and never asks which mode it has.
