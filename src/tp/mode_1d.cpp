@@ -151,7 +151,11 @@ public:
           params, make_param<T>(prefix + what, {features}, {0}, {features}, 0, fill, 0), group_,
           nullptr, ws_);
     };
-    return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), nullptr, features,
+    // beta is registered before gamma, explicitly: the order of the parameters (and
+    // so of the gradient buffers) is not left to the order arguments are evaluated in.
+    auto beta = vec("/beta", 0);
+    auto gamma = vec("/gamma", 1);
+    return std::make_unique<SplitLayerNorm<T>>(std::move(gamma), std::move(beta), nullptr, features,
                                                rows, ws_);
   }
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,

@@ -43,7 +43,7 @@
 //   bi, bo          a linear's input- and output-feature block: in/q, out/q.
 //   bv_, bh_        wte's vocabulary and hidden block: V/q, H/q.
 //   rows_, per      local rows of the head, per * seq; sequences per row block, batch/q.
-//   Slot            scratch shared by all layers (Workspace::scratch):
+//   Scratch         buffers shared by all layers (Workspace::scratch):
 //     kAct            a broadcast activation block: X_ik, or dlogits_im in the head;
 //     kWeight         a broadcast weight block: W_kj, or wte block (m, j);
 //     kPartial        a partial product shaped like an activation (dY W^T before the row
@@ -64,9 +64,9 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch slots: a broadcast activation block, a broadcast weight block, a partial
+// Scratch buffers: a broadcast activation block, a broadcast weight block, a partial
 // product shaped like an activation, and two shaped like a weight block.
-enum Slot : std::size_t { kAct, kWeight, kPartial, kWeightPartial, kWeightSum };
+enum Scratch : std::size_t { kAct, kWeight, kPartial, kWeightPartial, kWeightSum };
 
 template <class T>
 struct Grid2D {
@@ -77,8 +77,8 @@ struct Grid2D {
 
   // Block `own` of group rank k, broadcast over `g`: this rank's own view if it is k.
   Mat<T> broadcast(const ExecSpace& exec, const comm::Group& g, const Mat<T>& own, int k,
-                   Slot slot) const {
-    const Mat<T> buf = g.rank() == k ? own : ws.scratch(slot, own.extent(0), own.extent(1));
+                   Scratch which) const {
+    const Mat<T> buf = g.rank() == k ? own : ws.scratch(which, own.extent(0), own.extent(1));
     g.broadcast(exec, buf, k);
     return buf;
   }
@@ -263,7 +263,11 @@ public:
       return Shared<T>::split(params, prefix + what, features, grid_.j * block, block, fill, 0,
                               grid_.col, ws_);
     };
-    return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), &grid_.row,
+    // beta is registered before gamma, explicitly: the order of the parameters (and
+    // so of the gradient buffers) is not left to the order arguments are evaluated in.
+    auto beta = vec("/beta", 0);
+    auto gamma = vec("/gamma", 1);
+    return std::make_unique<SplitLayerNorm<T>>(std::move(gamma), std::move(beta), &grid_.row,
                                                features, rows, ws_);
   }
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,

@@ -61,7 +61,7 @@
 //   wte_gathered_      wte gathered over B; wte_grad_ its gradient in that shape (the
 //                      head's and the lookup's when both are here), reduce-scattered over B.
 //   lookup_            this Embedding has the lookup end (Ends::both or Ends::lookup).
-//   Slot               scratch shared by all layers (Workspace::scratch):
+//   Scratch            buffers shared by all layers (Workspace::scratch):
 //     kInput             X gathered over in; h or dX gathered over A in the embedding;
 //     kWeight            W gathered over w;
 //     kOutput            Y's partial sums before the reduce-scatter over out, or dY
@@ -85,9 +85,9 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch slots: gathered input, gathered weight, gathered output (or its gradient),
+// Scratch buffers: gathered input, gathered weight, gathered output (or its gradient),
 // the input gradient's partial sum, a weight-shaped partial and its reduced block.
-enum Slot : std::size_t { kInput, kWeight, kOutput, kInputGrad, kWeightGrad, kWeightBlock };
+enum Scratch : std::size_t { kInput, kWeight, kOutput, kInputGrad, kWeightGrad, kWeightBlock };
 
 struct Direction {
   const comm::Group* in;
@@ -329,7 +329,11 @@ public:
           params, make_param<T>(prefix + what, {features}, {first}, {block}, 0, fill, 0), *cube_.ab,
           cube_.ab, ws_);
     };
-    return std::make_unique<SplitLayerNorm<T>>(vec("/gamma", 1), vec("/beta", 0), cube_.c, features,
+    // beta is registered before gamma, explicitly: the order of the parameters (and
+    // so of the gradient buffers) is not left to the order arguments are evaluated in.
+    auto beta = vec("/beta", 0);
+    auto gamma = vec("/gamma", 1);
+    return std::make_unique<SplitLayerNorm<T>>(std::move(gamma), std::move(beta), cube_.c, features,
                                                rows, ws_);
   }
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,

@@ -23,8 +23,8 @@ namespace cubelm::tp::detail {
 
 using kernels::Tokens;
 
-/// Buffers of a mode: persistent ones, and scratch slots shared by all layers
-/// (each slot is sized at construction to the largest request).
+/// Buffers of a mode: persistent ones, and scratch buffers shared by all layers
+/// (each is sized at construction to the largest request).
 template <class T>
 class Workspace {
 public:
@@ -40,33 +40,33 @@ public:
     bytes_ += n * static_cast<std::int64_t>(sizeof(std::int32_t));
     return Tokens(label, n);
   }
-  /// Makes scratch slot `slot` hold at least `elements` (construction time only:
+  /// Makes scratch buffer `which` hold at least `elements` (construction time only:
   /// views handed out earlier would dangle after a reallocation).
-  void reserve(std::size_t slot, std::int64_t elements) {
-    if (slot >= slots_.size())
-      slots_.resize(slot + 1);
-    if (slots_[slot].extent_int(0) < elements)
-      slots_[slot] = Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                               "cubelm::scratch_" + std::to_string(slot)),
-                            elements);
+  void reserve(std::size_t which, std::int64_t elements) {
+    if (which >= scratch_.size())
+      scratch_.resize(which + 1);
+    if (scratch_[which].extent_int(0) < elements)
+      scratch_[which] = Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                                  "cubelm::scratch_" + std::to_string(which)),
+                               elements);
   }
-  /// A rows x cols matrix over scratch slot `slot`.
-  Mat<T> scratch(std::size_t slot, std::int64_t rows, std::int64_t cols) const {
-    CUBELM_ASSERT(slot < slots_.size() && slots_[slot].extent_int(0) >= rows * cols,
-                  "scratch slot " + std::to_string(slot) + " was not reserved for " +
+  /// A rows x cols matrix over scratch buffer `which`.
+  Mat<T> scratch(std::size_t which, std::int64_t rows, std::int64_t cols) const {
+    CUBELM_ASSERT(which < scratch_.size() && scratch_[which].extent_int(0) >= rows * cols,
+                  "scratch buffer " + std::to_string(which) + " was not reserved for " +
                       std::to_string(rows) + " x " + std::to_string(cols));
-    return Mat<T>(slots_[slot].data(), rows, cols);
+    return Mat<T>(scratch_[which].data(), rows, cols);
   }
   std::int64_t bytes() const {
     std::int64_t total = bytes_;
-    for (const auto& s : slots_)
+    for (const auto& s : scratch_)
       total += static_cast<std::int64_t>(s.extent(0) * sizeof(T));
     return total;
   }
 
 private:
   std::int64_t bytes_ = 0;
-  std::vector<Vec<T>> slots_;
+  std::vector<Vec<T>> scratch_;
 };
 
 /// What every mode has: the workspace its layers allocate from, and its byte count.

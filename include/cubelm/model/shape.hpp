@@ -150,7 +150,7 @@ struct StageShape {
 };
 
 /// \brief Parameter elements on one rank of the tensor-parallel group (`tp` ranks in
-/// `mode`; DESIGN §3 and docs/tensor-parallel.md for the layouts) for `stage`:
+/// `mode`; docs/tensor-parallel.md for the layouts) for `stage`:
 ///  - none/1d (p = tp): per layer 12 H^2 / p + 7 H / p + 6 H; wte V H / p, wpe T H, ln_f 2 H:
 ///    vocabulary rows and weights split p ways; LayerNorms, wpe and the row-parallel
 ///    biases replicated;
