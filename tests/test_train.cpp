@@ -7,6 +7,7 @@
 #include "cubelm/train/trainer.hpp"
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <cmath>
 #include <cstring>
@@ -144,6 +145,106 @@ TEST(Train, ResumeContinuesBitwiseIdentically) {
         << "step " << s << ": " << loss << " vs " << expected[s];
   }
   std::filesystem::remove(path);
+}
+
+namespace {
+// Flips 64 bytes in the middle of the first data chunk of `dataset`: damage a checksum
+// must catch, placed where HDF5's metadata is not (that is the fuzz tests' business).
+void flip_chunk_bytes(const std::string& file, const char* dataset) {
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  {
+    const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, dataset, H5P_DEFAULT);
+    const hid_t space = H5Dget_space(d);
+    unsigned mask = 0;
+    ASSERT_GE(H5Dget_chunk_info(d, space, 0, nullptr, &mask, &addr, &size), 0);
+    H5Sclose(space);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  ASSERT_GT(size, 64u);
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  const auto at = static_cast<std::streamoff>(addr + size / 2 - 32);
+  char bytes[64];
+  io.seekg(at);
+  io.read(bytes, sizeof(bytes));
+  for (char& b : bytes)
+    b = static_cast<char>(~b);
+  io.seekp(at);
+  io.write(bytes, sizeof(bytes));
+}
+} // namespace
+
+// A damaged newest checkpoint is refused by name, resume falls back to the one before,
+// and the continuation equals the uninterrupted run bitwise. Truncated files are
+// skipped the same way; unfinished .partial files are never candidates.
+TEST(Train, DamagedCheckpointsAreSkippedAndTheRunContinuesBitwise) {
+  for (const char* damage : {"flip", "truncate"}) {
+    SCOPED_TRACE(damage);
+    const std::string dir = temp_file(std::string("fallback_") + damage);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    train::Trainer straight(small_deck(1, 6)), first(small_deck(1, 6));
+    std::vector<double> expected;
+    for (int s = 0; s < 6; ++s)
+      expected.push_back(straight.step().loss);
+    for (int s = 0; s < 4; ++s) {
+      first.step();
+      if (s == 1 || s == 3)
+        first.save(train::checkpoint_path(dir, s + 1));
+    }
+    const std::string newest = train::checkpoint_path(dir, 4);
+    if (std::string(damage) == "flip")
+      flip_chunk_bytes(newest, "/model/layers/1/mlp/w1");
+    else
+      std::filesystem::resize_file(newest, std::filesystem::file_size(newest) / 2);
+    std::ofstream(dir + "/step_00000009.h5.partial") << "an unfinished write";
+
+    train::Trainer second(small_deck(1, 6));
+    std::vector<std::pair<std::string, std::string>> skipped;
+    const std::string loaded =
+        second.resume_newest(dir, [&](const std::string& file, const std::string& why) {
+          skipped.emplace_back(file, why);
+        });
+    EXPECT_EQ(loaded, train::checkpoint_path(dir, 2));
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_EQ(skipped[0].first, newest);
+    EXPECT_NE(skipped[0].second.find(newest), std::string::npos) << skipped[0].second;
+    if (std::string(damage) == "flip")
+      EXPECT_NE(skipped[0].second.find("/model/layers/1/mlp/w1: cannot be read: a Fletcher32 "
+                                       "checksum does not match"),
+                std::string::npos)
+          << skipped[0].second;
+    EXPECT_EQ(second.steps_done(), 2);
+    for (int s = 2; s < 6; ++s) {
+      const double loss = second.step().loss;
+      EXPECT_EQ(std::memcmp(&loss, &expected[s], sizeof(double)), 0)
+          << "step " << s << ": " << loss << " vs " << expected[s];
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// With every checkpoint damaged, resume = "auto" refuses instead of starting over.
+TEST(Train, NoLoadableCheckpointIsAnError) {
+  const std::string dir = temp_file("fallback_none");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(train::checkpoint_path(dir, 3)) << "not an HDF5 file";
+  train::Trainer t(small_deck(1, 6));
+  int skipped = 0;
+  try {
+    t.resume_newest(dir, [&](const std::string&, const std::string&) { ++skipped; });
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.collective());
+    EXPECT_NE(std::string(e.what()).find("none of the 1 checkpoints in " + dir), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(skipped, 1);
+  EXPECT_EQ(t.resume_newest(dir + "/empty", [](const std::string&, const std::string&) {}), "");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Train, CheckpointOfAnotherShapeIsRefused) {

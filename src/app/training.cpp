@@ -12,20 +12,6 @@
 
 namespace cubelm::app {
 
-namespace {
-
-// The checkpoint named by checkpoint.resume, or "" to start from step 0.
-std::string resume_file(const Deck& deck) {
-  const std::string& resume = deck.checkpoint.resume;
-  if (resume == "none")
-    return "";
-  if (resume == "auto")
-    return train::latest_checkpoint(deck.checkpoint.dir);
-  return resume;
-}
-
-} // namespace
-
 int run_training(const Deck& deck, std::ostream& out) {
   train::Trainer trainer(deck);
   std::ostringstream discard; // only world rank 0 prints
@@ -78,13 +64,21 @@ int run_training(const Deck& deck, std::ostream& out) {
                   trainer.data_parallel().buckets());
     say << line;
   }
-  const std::string from = resume_file(deck);
-  if (!from.empty()) {
-    trainer.resume(from);
-    say << "resumed from " << from << " after step " << trainer.steps_done() << "\n";
-  } else if (deck.checkpoint.resume == "auto") {
-    say << "no checkpoint in " << deck.checkpoint.dir << ": starting from step 0\n";
+  std::string from;
+  const std::string& resume = deck.checkpoint.resume;
+  if (resume == "auto") {
+    from =
+        trainer.resume_newest(deck.checkpoint.dir, [&](const std::string&, const std::string& why) {
+          say << "skipped: " << why << "\n";
+        });
+    if (from.empty())
+      say << "no checkpoint in " << deck.checkpoint.dir << ": starting from step 0\n";
+  } else if (resume != "none") {
+    trainer.resume(resume);
+    from = resume;
   }
+  if (!from.empty())
+    say << "resumed from " << from << " after step " << trainer.steps_done() << "\n";
   std::ofstream metrics;
   if (!deck.log.metrics.empty() && trainer.is_root()) {
     // A resumed run appends to the metrics of the run it continues.

@@ -83,6 +83,14 @@ std::string latest_checkpoint(const std::string& dir) {
   return found.empty() ? std::string() : found.back().second;
 }
 
+std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
+  std::vector<std::string> out;
+  const auto found = checkpoints_in(dir);
+  for (auto it = found.rbegin(); it != found.rend(); ++it)
+    out.push_back(it->second);
+  return out;
+}
+
 void prune_checkpoints(const std::string& dir, int keep) {
   if (keep <= 0)
     return;

@@ -82,6 +82,30 @@ void Trainer::resume(const std::string& path) {
   dp_->set_moments(m, v);
 }
 
+std::string Trainer::resume_newest(
+    const std::string& dir,
+    const std::function<void(const std::string& file, const std::string& why)>& skipped) {
+  const std::vector<std::string> found = checkpoints_newest_first(dir);
+  for (const std::string& file : found) {
+    try {
+      // A load that fails part-way leaves some tensors read; the next one reads them all.
+      resume(file);
+      return file;
+    } catch (const Error& e) {
+      if (!e.collective()) // only a refusal every rank shares can be stepped over together
+        throw;
+      skipped(file, e.what());
+    }
+  }
+  if (!found.empty())
+    throw Error("checkpoint.resume = \"auto\": none of the " + std::to_string(found.size()) +
+                    " checkpoints in " + dir +
+                    " can be loaded (each is named above); move the damaged files away, or set "
+                    "checkpoint.resume = \"none\" to start from step 0",
+                true);
+  return "";
+}
+
 StepMetrics Trainer::step() {
   Kokkos::Timer timer;
   const int micro = deck_.micro_batch();

@@ -24,6 +24,8 @@ constexpr std::int64_t kCheckpointVersion = 1;
 std::string checkpoint_path(const std::string& dir, int step);
 /// \brief The checkpoint of `dir` with the most steps, or "" when there is none.
 std::string latest_checkpoint(const std::string& dir);
+/// \brief The checkpoints of `dir` (step_XXXXXXXX.h5; never .partial files), newest first.
+std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 /// \brief Removes all but the newest `keep` checkpoints of `dir` (keep = 0: keep all).
 void prune_checkpoints(const std::string& dir, int keep);
 

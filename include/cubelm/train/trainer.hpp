@@ -13,6 +13,7 @@
 #include "cubelm/train/pipeline.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,13 @@ public:
   void save(const std::string& path) const;
   /// \brief Continues from a checkpoint: parameters, moments and the step counter.
   void resume(const std::string& path);
+  /// \brief Continues from the newest checkpoint of `dir` that loads: a damaged one
+  /// (checksum, truncation, wrong shapes) is passed to `skipped` with the reason and the
+  /// next older one is tried. Returns the file loaded, or "" when `dir` holds none; an
+  /// Error when none of them loads (no silent restart from step 0).
+  std::string resume_newest(
+      const std::string& dir,
+      const std::function<void(const std::string& file, const std::string& why)>& skipped);
   /// \brief This rank's memory: parameters, gradients, AdamW moments, activation buffers.
   model::Memory memory() const;
   /// \brief Everything this rank sent so far, per group and collective kind.
