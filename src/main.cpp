@@ -69,6 +69,12 @@ int main(int argc, char** argv) {
       ->required();
   data->add_option("-o,--output", data_output, "The .bin file to write")->required();
 
+  std::vector<std::string> verify_files;
+  CLI::App* verify = app.add_subcommand(
+      "verify", "Verify checkpoint files: read every dataset and check its checksums "
+                "(exit 1 if any file is damaged)");
+  verify->add_option("files", verify_files, "Checkpoint files (.h5)")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -98,6 +104,8 @@ int main(int argc, char** argv) {
       return cubelm::app::run_init(init_deck, init_output, env);
     if (*data)
       return cubelm::app::run_data(data_inputs, data_output, env);
+    if (*verify)
+      return cubelm::app::run_verify(verify_files, env);
     if (rank == 0)
       std::printf("%s", app.help().c_str());
     return 0;

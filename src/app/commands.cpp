@@ -4,6 +4,7 @@
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/format.hpp"
 #include "cubelm/core/version.hpp"
+#include "cubelm/io/checkpoint.hpp"
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/model/memory.hpp"
 #include "cubelm/train/checkpointing.hpp"
@@ -159,6 +160,26 @@ int run_init(const std::string& deck_path, const std::string& output, const Envi
                 deck_path.c_str(), model::parameter_count(deck.model) / 1e6,
                 static_cast<long long>(deck.train.seed));
   return 0;
+}
+
+int run_verify(const std::vector<std::string>& files, const Environment& env) {
+  int damaged = 0;
+  const comm::Communicator world = comm::Communicator::world();
+  for (const std::string& file : files) {
+    const io::Verification v = io::verify_checkpoint(file, world);
+    if (env.world_rank() != 0)
+      continue;
+    if (!v.problem.empty()) {
+      ++damaged;
+      std::printf("%s: DAMAGED: %s\n", file.c_str(), v.problem.c_str());
+    } else if (!v.checksums) {
+      std::printf("%s: readable, %d datasets, but written without checksums: not verified\n",
+                  file.c_str(), v.datasets);
+    } else {
+      std::printf("%s: ok, %d datasets verified\n", file.c_str(), v.datasets);
+    }
+  }
+  return damaged > 0 ? 1 : 0;
 }
 
 } // namespace cubelm::app

@@ -648,4 +648,51 @@ double CheckpointReader::double_attribute(const std::string& object,
   return value;
 }
 
+namespace {
+herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* out) {
+  if (info->type == H5O_TYPE_DATASET)
+    static_cast<std::vector<std::string>*>(out)->push_back(std::string("/") + name);
+  return 0;
+}
+} // namespace
+
+bool CheckpointReader::has_checksum(const std::string& dataset) const {
+  Hid dset(CUBELM_HDF5_ID(H5Dopen2(file_, absolute(dataset).c_str(), H5P_DEFAULT)), H5Dclose);
+  Hid dcpl(CUBELM_HDF5_ID(H5Dget_create_plist(dset)), H5Pclose);
+  for (int i = 0; i < H5Pget_nfilters(dcpl); ++i) {
+    unsigned flags = 0;
+    std::size_t n = 0;
+    if (H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &n, nullptr, 0, nullptr, nullptr) ==
+        H5Z_FILTER_FLETCHER32)
+      return true;
+  }
+  return false;
+}
+
+std::vector<std::string> CheckpointReader::datasets() const {
+  std::vector<std::string> out;
+  CUBELM_HDF5_CHECK(H5Ovisit(file_, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &out));
+  return out;
+}
+
+Verification verify_checkpoint(const std::string& path, const comm::Communicator& comm) {
+  Verification v;
+  try {
+    const CheckpointReader reader(path, comm);
+    for (const std::string& name : reader.datasets()) {
+      const std::vector<std::uint64_t> shape = reader.shape(name);
+      const Block block = comm.rank() == 0 ? Block::whole(shape) : Block::none();
+      std::vector<float> data(block.size());
+      reader.read(name, block, data.data());
+      v.checksums = v.checksums && reader.has_checksum(name);
+      ++v.datasets;
+    }
+  } catch (const Error& e) {
+    if (!e.collective())
+      throw;
+    v.problem = e.what();
+  }
+  return v;
+}
+
 } // namespace cubelm::io

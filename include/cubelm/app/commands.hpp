@@ -30,6 +30,10 @@ int run_init(const std::string& deck_path, const std::string& output, const Envi
 int run_data(const std::vector<std::string>& inputs, const std::string& output,
              const Environment& env);
 
+/// \brief `cubelm verify FILE...`: reads every dataset of each checkpoint, verifying its
+/// checksums; prints one line per file. Returns 0 when every file is sound, 1 otherwise.
+int run_verify(const std::vector<std::string>& files, const Environment& env);
+
 /// \brief The summary `cubelm check` prints for a validated deck.
 std::string describe(const Deck& deck);
 

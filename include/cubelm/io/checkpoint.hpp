@@ -161,6 +161,10 @@ public:
 
   /// \brief Whether a dataset exists at `dataset`.
   bool has(const std::string& dataset) const;
+  /// \brief Every dataset of the file (absolute paths, in name order).
+  std::vector<std::string> datasets() const;
+  /// \brief The dataset carries HDF5's Fletcher32 checksum.
+  bool has_checksum(const std::string& dataset) const;
   /// \brief The stored global shape; a cubelm::Error naming the file and the dataset if missing.
   std::vector<std::uint64_t> shape(const std::string& dataset) const;
   /// \brief shape(dataset), checked against `expected` with check_shape().
@@ -193,5 +197,16 @@ private:
   std::int64_t file_ = -1; // hid_t
   std::int64_t dxpl_ = -1;
 };
+
+/// \brief What verify_checkpoint found.
+struct Verification {
+  std::string problem;   ///< "" when the file is sound; else what is wrong, naming file and dataset
+  int datasets = 0;      ///< datasets read
+  bool checksums = true; ///< every dataset carries a checksum (files of older cubelm do not)
+};
+
+/// \brief Collective: reads every dataset of the checkpoint at `path` whole (on the
+/// first rank of `comm`), so that HDF5 verifies each chunk's Fletcher32 checksum.
+Verification verify_checkpoint(const std::string& path, const comm::Communicator& comm);
 
 } // namespace cubelm::io
