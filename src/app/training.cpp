@@ -106,8 +106,13 @@ int run_training(const Deck& deck, std::ostream& out) {
       metrics << train::format_json(last) << "\n" << std::flush;
     if (s % deck.log.interval == 0 || s + 1 == steps)
       say << train::format_step(last, steps) << "\n" << std::flush;
-    if (interval > 0 && (s + 1) % interval == 0 && s + 1 < steps)
-      save(s + 1);
+    // A checkpoint is taken only after a step that updated the model (docs/reliability.md).
+    if (interval > 0 && (s + 1) % interval == 0 && s + 1 < steps) {
+      if (last.skipped)
+        say << "no checkpoint after step " << s << ": it was skipped (non-finite)\n" << std::flush;
+      else
+        save(s + 1);
+    }
   }
   if (steps > first) {
     save(steps);

@@ -281,8 +281,10 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   train.get("steps", t.steps);
   train.get("global_batch", t.global_batch);
   train.get("seed", t.seed);
+  train.get("max_bad_steps", t.max_bad_steps);
   train.at_least("steps", t.steps, 0);
   train.at_least("global_batch", t.global_batch, 1);
+  train.at_least("max_bad_steps", t.max_bad_steps, 1);
   const int per_step = p.data_size * p.microbatches;
   train.require(t.global_batch % per_step == 0, "global_batch",
                 "must be divisible by parallel.data_size x parallel.microbatches = " +

@@ -127,7 +127,7 @@ std::map<std::string, std::size_t> local_indices(const model::ShardedGPT<real>& 
 void save_checkpoint(const std::string& path, const Deck& deck,
                      const model::ShardedGPT<real>& model, const std::vector<kernels::Vec<real>>* m,
                      const std::vector<kernels::Vec<real>>* v, int step,
-                     const comm::Communicator& comm) {
+                     const comm::Communicator& comm, int optimizer_step) {
   const fs::path parent = fs::path(path).parent_path();
   if (comm.rank() == 0 && !parent.empty()) {
     std::error_code ec;
@@ -162,13 +162,14 @@ void save_checkpoint(const std::string& path, const Deck& deck,
   w.set_attribute("/", "layout", comm::layout_of(deck.parallel).describe());
   w.set_attribute("/", "seed", static_cast<std::int64_t>(deck.train.seed));
   w.set_attribute("/", "data_cursor", static_cast<std::int64_t>(step));
-  w.set_attribute("/optimizer", "step", static_cast<std::int64_t>(step));
+  w.set_attribute("/optimizer", "step",
+                  static_cast<std::int64_t>(optimizer_step < 0 ? step : optimizer_step));
   w.close();
 }
 
 int load_checkpoint(const std::string& path, model::ShardedGPT<real>& model,
                     std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
-                    const comm::Communicator& comm) {
+                    const comm::Communicator& comm, int* optimizer_step) {
   const io::CheckpointReader r(path, comm);
   const std::int64_t version = r.int_attribute("/", "version");
   if (version != kCheckpointVersion)
@@ -198,6 +199,8 @@ int load_checkpoint(const std::string& path, model::ShardedGPT<real>& model,
     read_tensor(r, "/optimizer/m/" + name, params[k], m[k]);
     read_tensor(r, "/optimizer/v/" + name, params[k], v[k]);
   }
+  if (optimizer_step)
+    *optimizer_step = static_cast<int>(r.int_attribute("/optimizer", "step"));
   return static_cast<int>(r.int_attribute("/", "step"));
 }
 

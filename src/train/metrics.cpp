@@ -2,6 +2,7 @@
 
 #include "cubelm/core/format.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -14,17 +15,34 @@ std::string format_step(const StepMetrics& m, int steps) {
                 "GFLOP/s/rank | MFU %.0f%% | mem %.0f MiB/rank",
                 m.step, steps, m.loss, m.grad_norm, m.lr, m.ms, si(m.tokens_per_s, 1).c_str(),
                 m.gflops_per_rank, 100.0 * m.mfu, m.mem_bytes / 1048576.0);
-  return buf;
+  std::string line = buf;
+  if (m.skipped)
+    line += std::isfinite(m.loss) ? " | skipped (non-finite gradient norm)"
+                                  : " | skipped (non-finite loss)";
+  return line;
 }
+
+namespace {
+// JSON has no NaN or infinity: a non-finite number is written as null.
+struct Number {
+  double x;
+};
+std::ostream& operator<<(std::ostream& out, Number n) {
+  if (std::isfinite(n.x))
+    return out << n.x;
+  return out << "null";
+}
+} // namespace
 
 std::string format_json(const StepMetrics& m) {
   std::ostringstream out;
   out.precision(9);
-  out << "{\"step\": " << m.step << ", \"loss\": " << m.loss << ", \"grad_norm\": " << m.grad_norm
-      << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms << ", \"tokens_per_s\": " << m.tokens_per_s
-      << ", \"gflops_per_rank\": " << m.gflops_per_rank << ", \"mfu\": " << m.mfu
-      << ", \"mem_bytes\": " << m.mem_bytes << ", \"comm_bytes\": " << m.comm_bytes
-      << ", \"wait_ms\": " << m.wait_ms << ", \"comm\": {";
+  out << "{\"step\": " << m.step << ", \"loss\": " << Number{m.loss}
+      << ", \"grad_norm\": " << Number{m.grad_norm} << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms
+      << ", \"tokens_per_s\": " << m.tokens_per_s << ", \"gflops_per_rank\": " << m.gflops_per_rank
+      << ", \"mfu\": " << m.mfu << ", \"mem_bytes\": " << m.mem_bytes
+      << ", \"comm_bytes\": " << m.comm_bytes << ", \"wait_ms\": " << m.wait_ms
+      << ", \"skipped\": " << (m.skipped ? "true" : "false") << ", \"comm\": {";
   bool first = true;
   for (const auto& e : m.traffic) {
     if (e.calls == 0)

@@ -68,7 +68,7 @@ model::Memory Trainer::memory() const {
 
 void Trainer::save(const std::string& path) const {
   const auto m = dp_->moments(0), v = dp_->moments(1);
-  save_checkpoint(path, deck_, *net_.model, &m, &v, step_, comm_);
+  save_checkpoint(path, deck_, *net_.model, &m, &v, step_, comm_, updates_);
 }
 
 void Trainer::resume(const std::string& path) {
@@ -78,7 +78,8 @@ void Trainer::resume(const std::string& path) {
     m.emplace_back("cubelm::moment", p.size());
     v.emplace_back("cubelm::moment", p.size());
   }
-  step_ = load_checkpoint(path, *net_.model, m, v, comm_);
+  step_ = load_checkpoint(path, *net_.model, m, v, comm_, &updates_);
+  bad_ = 0;
   dp_->set_moments(m, v);
 }
 
@@ -137,19 +138,29 @@ StepMetrics Trainer::step() {
   m.loss = sums_(0) / tokens;
   m.grad_norm = std::sqrt(sums_(1));
   m.lr = learning_rate(deck_.optimizer, deck_.train.steps, step_);
-  const OptimizerConfig& o = deck_.optimizer;
-  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
-  const double clip = o.grad_clip > 0 ? o.grad_clip / (m.grad_norm + 1e-6) : 1.0;
-  if (clip < 1.0)
-    dp_->scale(static_cast<real>(clip));
-  kernels::AdamW hp;
-  hp.lr = m.lr;
-  hp.beta1 = o.beta1;
-  hp.beta2 = o.beta2;
-  hp.eps = o.eps;
-  hp.weight_decay = o.weight_decay;
-  hp.step = step_ + 1;
-  dp_->update(hp);
+  // The numeric guard: both sums are reduced over the world, so every rank sees the
+  // same values and takes the same decision. A non-finite step leaves parameters
+  // and moments as they are; the step counter (data, learning rate) moves on.
+  m.skipped = !std::isfinite(m.loss) || !std::isfinite(m.grad_norm);
+  if (!m.skipped) {
+    const OptimizerConfig& o = deck_.optimizer;
+    // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
+    const double clip = o.grad_clip > 0 ? o.grad_clip / (m.grad_norm + 1e-6) : 1.0;
+    if (clip < 1.0)
+      dp_->scale(static_cast<real>(clip));
+    kernels::AdamW hp;
+    hp.lr = m.lr;
+    hp.beta1 = o.beta1;
+    hp.beta2 = o.beta2;
+    hp.eps = o.eps;
+    hp.weight_decay = o.weight_decay;
+    hp.step = updates_ + 1; // bias correction counts the updates the moments have seen
+    dp_->update(hp);
+    ++updates_;
+    bad_ = 0;
+  } else {
+    ++bad_;
+  }
   m.traffic = traffic.entries();
   for (auto& e : m.traffic) // this step's share: subtract what was counted before it
     for (const auto& b : before)
@@ -168,6 +179,19 @@ StepMetrics Trainer::step() {
   m.mfu = peak_gflops_ > 0 ? m.gflops_per_rank / peak_gflops_ : 0.0;
   m.mem_bytes = memory().total();
   ++step_;
+  if (bad_ >= deck_.train.max_bad_steps) {
+    char why[200];
+    std::snprintf(why, sizeof(why), "loss %g, gradient norm %g", m.loss, m.grad_norm);
+    throw Error("step " + std::to_string(m.step) + ": " + why + ": " + std::to_string(bad_) +
+                    " consecutive steps with a non-finite loss or gradient norm were skipped "
+                    "(train.max_bad_steps = " +
+                    std::to_string(deck_.train.max_bad_steps) +
+                    "); training stops without a checkpoint of this state (parameters and "
+                    "moments are those before step " +
+                    std::to_string(m.step - bad_ + 1) +
+                    "); lower optimizer.lr, set optimizer.grad_clip or check the data",
+                true);
+  }
   return m;
 }
 

@@ -60,6 +60,9 @@ struct TrainConfig {
   int steps = 100;
   int global_batch = 8; ///< sequences per optimizer step
   std::int64_t seed = 1234;
+  /// consecutive steps with a non-finite loss or gradient norm (each skipped) before
+  /// training stops with an error
+  int max_bad_steps = 10;
 };
 
 struct OptimizerConfig {

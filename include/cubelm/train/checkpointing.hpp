@@ -30,15 +30,18 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 void prune_checkpoints(const std::string& dir, int keep);
 
 /// \brief Collectively writes model, moments (zeros when `m`/`v` are null) and attributes.
+/// `optimizer_step` (the AdamW updates applied, /optimizer attribute `step`) is `step`
+/// when negative; it is smaller when steps were skipped (docs/reliability.md).
 void save_checkpoint(const std::string& path, const Deck& deck,
                      const model::ShardedGPT<real>& model, const std::vector<kernels::Vec<real>>* m,
                      const std::vector<kernels::Vec<real>>* v, int step,
-                     const comm::Communicator& comm);
+                     const comm::Communicator& comm, int optimizer_step = -1);
 
 /// \brief Reads a checkpoint into the model and moments; every shape must match the
-/// deck (a message names the file, the tensor and both shapes). Returns the step.
+/// deck (a message names the file, the tensor and both shapes). Returns the step;
+/// `optimizer_step`, when given, receives the /optimizer attribute `step`.
 int load_checkpoint(const std::string& path, model::ShardedGPT<real>& model,
                     std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
-                    const comm::Communicator& comm);
+                    const comm::Communicator& comm, int* optimizer_step = nullptr);
 
 } // namespace cubelm::train

@@ -24,6 +24,8 @@ struct StepMetrics {
   std::int64_t mem_bytes = 0;
   double comm_bytes = 0; ///< modelled bytes this rank sent in the step
   double wait_ms = 0;    ///< wall-clock time this rank waited for other pipeline stages
+  /// the loss or the gradient norm was not finite: no AdamW update (docs/reliability.md)
+  bool skipped = false;
   std::vector<comm::TrafficEntry> traffic; ///< the same per group and collective kind
 };
 

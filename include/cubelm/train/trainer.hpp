@@ -27,10 +27,18 @@ public:
   explicit Trainer(const Deck& deck, const comm::Communicator& comm = comm::Communicator::world());
   ~Trainer();
 
-  /// \brief Runs one optimizer step over the global batch of step `step()`.
+  /// \brief Runs one optimizer step over the global batch of step `steps_done()`. A step
+  /// whose loss or global gradient norm is not finite applies no AdamW update
+  /// (StepMetrics::skipped) but still counts; after train.max_bad_steps consecutive
+  /// skipped steps it throws a collective cubelm::Error (docs/reliability.md).
   StepMetrics step();
-  /// \brief Steps done so far (the next step's number).
+  /// \brief Steps done so far (the next step's number), skipped ones included.
   int steps_done() const { return step_; }
+  /// \brief AdamW updates applied so far (steps_done() less the skipped steps); the
+  /// bias correction of the next update uses updates_done() + 1.
+  int updates_done() const { return updates_; }
+  /// \brief Skipped steps since the last step that updated the model.
+  int bad_steps() const { return bad_; }
   model::ShardedGPT<real>& model() { return *net_.model; }
   /// \brief The entropy floor of the synthetic corpus (nats/token), or a negative number.
   double entropy_floor() const { return floor_; }
@@ -72,6 +80,8 @@ private:
   std::vector<io::Batch> batches_;
   Kokkos::View<double*, Kokkos::HostSpace> sums_{"cubelm::step_sums", 2}; // loss, grad^2
   int step_ = 0;
+  int updates_ = 0; // AdamW updates applied
+  int bad_ = 0;     // consecutive skipped steps
   double floor_ = -1;
   double peak_gflops_ = 0;
 };
