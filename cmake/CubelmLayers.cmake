@@ -26,6 +26,7 @@ set(CUBELM_LAYERS
 set(CUBELM_KOKKOS_FREE
   include/cubelm/core/config.hpp
   include/cubelm/core/error.hpp
+  include/cubelm/core/memory_info.hpp
   include/cubelm/core/random.hpp
   include/cubelm/comm/layout.hpp
   include/cubelm/plan/schedule.hpp

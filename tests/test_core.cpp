@@ -1,13 +1,19 @@
-// core: failure reports, error kinds, the Kokkos shims; the traffic cost model.
+// core: failure reports, error kinds, the Kokkos shims, host memory readings; the traffic
+// cost model.
 
 #include "cubelm/comm/traffic.hpp"
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/core/memory_check.hpp"
+#include "cubelm/core/memory_info.hpp"
 #include "cubelm/core/placement.hpp"
 #include "cubelm/core/types.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -176,4 +182,101 @@ TEST(Placement, PinnedThreadsOfRanksSharingCpus) {
   EXPECT_NE(w.find("OpenMP pins threads"), std::string::npos) << w;
   EXPECT_NE(w.find("OMP_PROC_BIND=false"), std::string::npos) << w;
   EXPECT_TRUE(placement_warnings({placed(0, 1, {0}, true), placed(1, 1, {1}, true)}, "n").empty());
+}
+
+// Memory admission: MemAvailable and the memory cgroup, read from fake files.
+namespace {
+
+struct FakeRoot {
+  std::string path;
+  FakeRoot() {
+    char name[] = "/tmp/cubelm_meminfo_XXXXXX";
+    path = mkdtemp(name);
+  }
+  ~FakeRoot() { std::filesystem::remove_all(path); }
+  void write(const std::string& file, const std::string& text) const {
+    const std::filesystem::path p = std::filesystem::path(path) / file;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  }
+};
+
+const char* kMeminfo = "MemTotal:       32000000 kB\n"
+                       "MemFree:         1000000 kB\n"
+                       "MemAvailable:   20000000 kB\n"
+                       "Buffers:          100000 kB\n";
+
+} // namespace
+
+TEST(MemoryInfo, MemAvailableIsReadInBytes) {
+  FakeRoot proc;
+  proc.write("meminfo", kMeminfo);
+  EXPECT_EQ(read_mem_available(proc.path), 20000000ull * 1024);
+  FakeRoot none;
+  EXPECT_FALSE(read_mem_available(none.path).has_value());
+  none.write("meminfo", "MemTotal: 1000 kB\n");
+  EXPECT_FALSE(read_mem_available(none.path).has_value());
+}
+
+TEST(MemoryInfo, CgroupV2LimitMinusUsage) {
+  FakeRoot proc, cg;
+  proc.write("meminfo", kMeminfo);
+  cg.write("memory.max", "8589934592\n");     // 8 GiB
+  cg.write("memory.current", "1073741824\n"); // 1 GiB
+  const HostMemory m = read_host_memory(proc.path, cg.path);
+  EXPECT_EQ(m.cgroup_version, "v2");
+  EXPECT_EQ(m.cgroup_headroom(), 7ull << 30);
+  EXPECT_EQ(m.available(), 7ull << 30); // below MemAvailable (19 GiB)
+  EXPECT_NE(m.describe().find("cgroup v2 limit 8.0 GiB - usage 1.0 GiB"), std::string::npos)
+      << m.describe();
+  // A cgroup over its limit leaves nothing.
+  cg.write("memory.current", "9000000000\n");
+  EXPECT_EQ(read_host_memory(proc.path, cg.path).available(), 0u);
+}
+
+TEST(MemoryInfo, CgroupV2MaxMeansNoLimit) {
+  FakeRoot proc, cg;
+  proc.write("meminfo", kMeminfo);
+  cg.write("memory.max", "max\n");
+  cg.write("memory.current", "1073741824\n");
+  const HostMemory m = read_host_memory(proc.path, cg.path);
+  EXPECT_FALSE(m.cgroup_limit.has_value());
+  EXPECT_EQ(m.available(), 20000000ull * 1024);
+}
+
+TEST(MemoryInfo, CgroupV1LimitAndUnlimited) {
+  FakeRoot proc, cg;
+  proc.write("meminfo", kMeminfo);
+  cg.write("memory/memory.limit_in_bytes", "4294967296\n"); // 4 GiB
+  cg.write("memory/memory.usage_in_bytes", "1073741824\n");
+  HostMemory m = read_host_memory(proc.path, cg.path);
+  EXPECT_EQ(m.cgroup_version, "v1");
+  EXPECT_EQ(m.available(), 3ull << 30);
+  // v1 writes "no limit" as LONG_MAX rounded down to a page.
+  cg.write("memory/memory.limit_in_bytes", "9223372036854771712\n");
+  m = read_host_memory(proc.path, cg.path);
+  EXPECT_FALSE(m.cgroup_limit.has_value());
+  EXPECT_EQ(m.available(), 20000000ull * 1024);
+}
+
+TEST(MemoryInfo, MissingFiles) {
+  FakeRoot proc, cg;
+  // Nothing readable: nothing known.
+  EXPECT_FALSE(read_host_memory(proc.path, cg.path).available().has_value());
+  // Only a cgroup limit (usage missing counts as 0).
+  cg.write("memory.max", "2147483648\n");
+  const HostMemory m = read_host_memory(proc.path, cg.path);
+  EXPECT_EQ(m.available(), 2ull << 30);
+  EXPECT_EQ(m.describe(), "cgroup v2 limit 2.0 GiB - usage 0 B");
+  // Only MemAvailable.
+  proc.write("meminfo", kMeminfo);
+  EXPECT_EQ(read_host_memory(proc.path, proc.path + "/none").available(), 20000000ull * 1024);
+}
+
+TEST(MemoryInfo, BytesInBinaryUnitsUpToGiB) {
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(3.5 * 1048576), "3.5 MiB");
+  EXPECT_EQ(format_bytes(1.5 * 1073741824.0), "1.5 GiB");
+  EXPECT_EQ(format_bytes(2048.0 * 1073741824.0), "2048.0 GiB");
+  EXPECT_EQ(usable_memory(1000), 900u);
 }

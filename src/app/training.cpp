@@ -1,7 +1,12 @@
 #include "cubelm/app/training.hpp"
 
+#include "cubelm/comm/communicator.hpp"
+#include "cubelm/comm/layout.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/core/memory_check.hpp"
+#include "cubelm/core/memory_info.hpp"
 #include "cubelm/kernels/blas.hpp"
+#include "cubelm/model/memory.hpp"
 #include "cubelm/model/shape.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/trainer.hpp"
@@ -12,7 +17,47 @@
 
 namespace cubelm::app {
 
+void admit_memory(const Deck& deck) {
+  const comm::Layout layout = comm::layout_of(deck.parallel);
+  const int rank = comm::Communicator::world().rank();
+  const int stage = comm::coords_of(layout, rank).pp;
+  const model::Memory mine = model::estimate_memory(deck, stage);
+  const MemoryCheck check = check_memory(static_cast<std::uint64_t>(mine.total()));
+  if (check.skipped || check.fits)
+    return;
+  // The numbers of the rank with the least room, the same on every rank.
+  const int worst_stage = comm::coords_of(layout, check.rank).pp;
+  const model::Memory need = model::estimate_memory(deck, worst_stage);
+  const ParallelConfig& p = deck.parallel;
+  std::string keys = "raise parallel.tensor_size (tensor_mode), parallel.pipeline_size";
+  if (p.recompute != Recompute::full)
+    keys += ", set parallel.recompute = \"full\"";
+  if (p.data_size > 1 && p.zero == 0)
+    keys += ", set parallel.zero = 1";
+  if (deck.micro_batch() > 1)
+    keys += ", lower the micro-batch size (" + std::to_string(deck.micro_batch()) +
+            " = train.global_batch / (parallel.data_size x parallel.microbatches): lower "
+            "train.global_batch or raise parallel.microbatches)";
+  char reserve[32];
+  std::snprintf(reserve, sizeof(reserve), "%.0f%%", 100.0 * kMemoryReserve);
+  throw Error(
+      deck.source + ": not enough memory: rank " + std::to_string(check.rank) +
+          " (pipeline stage " + std::to_string(worst_stage) + ") needs " +
+          format_bytes(static_cast<double>(check.need)) + " (parameters " +
+          format_bytes(static_cast<double>(need.parameters)) + ", gradients " +
+          format_bytes(static_cast<double>(need.gradients)) + ", optimizer " +
+          format_bytes(static_cast<double>(need.optimizer)) + ", activations " +
+          format_bytes(static_cast<double>(need.activations)) + ") but " +
+          format_bytes(static_cast<double>(check.available)) + " is available to it (" +
+          check.source + ", shared by " + std::to_string(check.sharing) + " rank" +
+          (check.sharing == 1 ? "" : "s") + "; " + reserve + " kept for the runtime leaves " +
+          format_bytes(static_cast<double>(check.usable)) + "). To need less per rank: " + keys +
+          ". " + kSkipMemoryCheck + "=1 skips this check.",
+      true);
+}
+
 int run_training(const Deck& deck, std::ostream& out) {
+  admit_memory(deck);
   train::Trainer trainer(deck);
   std::ostringstream discard; // only world rank 0 prints
   std::ostream& say = trainer.is_root() ? out : discard;
