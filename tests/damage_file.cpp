@@ -1,10 +1,11 @@
 // Damages a file the way storage and crashed jobs do, for the checkpoint tests:
 //   damage_file FILE flip       inverts 64 bytes in the middle of the file
 //   damage_file FILE truncate   cuts the file to half its size
+#include "damage.hpp"
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -21,15 +22,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(argv[2], "truncate") == 0) {
     std::filesystem::resize_file(file, size / 2);
   } else if (std::strcmp(argv[2], "flip") == 0) {
-    std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
-    const auto at = static_cast<std::streamoff>(size / 2 - 32);
-    char bytes[64];
-    io.seekg(at);
-    io.read(bytes, sizeof(bytes));
-    for (char& b : bytes)
-      b = static_cast<char>(~b);
-    io.seekp(at);
-    io.write(bytes, sizeof(bytes));
+    cubelm::test::invert_bytes(file.string(), static_cast<std::streamoff>(size / 2 - 32), 64);
   } else {
     std::fprintf(stderr, "damage_file: unknown damage '%s'\n", argv[2]);
     return 2;

@@ -6,6 +6,8 @@
 #include "cubelm/train/lr_schedule.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "damage.hpp"
+
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -164,15 +166,7 @@ void flip_chunk_bytes(const std::string& file, const char* dataset) {
     H5Fclose(f);
   }
   ASSERT_GT(size, 64u);
-  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
-  const auto at = static_cast<std::streamoff>(addr + size / 2 - 32);
-  char bytes[64];
-  io.seekg(at);
-  io.read(bytes, sizeof(bytes));
-  for (char& b : bytes)
-    b = static_cast<char>(~b);
-  io.seekp(at);
-  io.write(bytes, sizeof(bytes));
+  test::invert_bytes(file, static_cast<std::streamoff>(addr + size / 2 - 32), 64);
 }
 } // namespace
 
