@@ -180,8 +180,15 @@ StepMetrics Trainer::step() {
   m.mem_bytes = memory().total();
   ++step_;
   if (bad_ >= deck_.train.max_bad_steps) {
-    char why[200];
-    std::snprintf(why, sizeof(why), "loss %g, gradient norm %g", m.loss, m.grad_norm);
+    // "nan", never the sign of a NaN's bit pattern ("-nan").
+    const auto text = [](double x) {
+      char buf[32];
+      if (std::isnan(x))
+        return std::string("nan");
+      std::snprintf(buf, sizeof(buf), "%g", x);
+      return std::string(buf);
+    };
+    const std::string why = "loss " + text(m.loss) + ", gradient norm " + text(m.grad_norm);
     throw Error("step " + std::to_string(m.step) + ": " + why + ": " + std::to_string(bad_) +
                     " consecutive steps with a non-finite loss or gradient norm were skipped "
                     "(train.max_bad_steps = " +
