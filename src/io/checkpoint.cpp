@@ -649,10 +649,28 @@ double CheckpointReader::double_attribute(const std::string& object,
 }
 
 namespace {
-herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* out) {
-  if (info->type == H5O_TYPE_DATASET)
-    static_cast<std::vector<std::string>*>(out)->push_back(std::string("/") + name);
-  return 0;
+// The datasets below group `where` (recursively), through calls whose signatures are
+// the same in HDF5 1.10 to 1.14 (H5Ovisit and H5Lvisit changed theirs in 1.12).
+void collect_datasets(hid_t file, const std::string& where, std::vector<std::string>& out) {
+  Hid group(CUBELM_HDF5_ID(H5Gopen2(file, where.c_str(), H5P_DEFAULT)), H5Gclose);
+  H5G_info_t info;
+  CUBELM_HDF5_CHECK(H5Gget_info(group, &info));
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t n =
+        H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    CUBELM_HDF5_CHECK(n);
+    std::string name(static_cast<std::size_t>(n) + 1, '\0');
+    CUBELM_HDF5_CHECK(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
+                                         name.size(), H5P_DEFAULT));
+    name.resize(static_cast<std::size_t>(n));
+    const std::string path = (where == "/" ? "" : where) + "/" + name;
+    Hid object(CUBELM_HDF5_ID(H5Oopen(file, path.c_str(), H5P_DEFAULT)), H5Oclose);
+    const H5I_type_t type = H5Iget_type(object);
+    if (type == H5I_DATASET)
+      out.push_back(path);
+    else if (type == H5I_GROUP)
+      collect_datasets(file, path, out);
+  }
 }
 } // namespace
 
@@ -671,7 +689,7 @@ bool CheckpointReader::has_checksum(const std::string& dataset) const {
 
 std::vector<std::string> CheckpointReader::datasets() const {
   std::vector<std::string> out;
-  CUBELM_HDF5_CHECK(H5Ovisit(file_, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &out));
+  collect_datasets(file_, "/", out);
   return out;
 }
 
