@@ -3,6 +3,8 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/placement.hpp"
 
+#include "node.hpp"
+
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
 
@@ -39,12 +41,7 @@ bool has_device_argument(int argc, char** argv) {
 
 // One GPU per rank on a node: node-local rank modulo the visible GPUs.
 int pick_device() {
-  MPI_Comm node = MPI_COMM_NULL;
-  CUBELM_MPI_CHECK(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int local_rank = 0;
-  CUBELM_MPI_CHECK(MPI_Comm_rank(node, &local_rank));
-  CUBELM_MPI_CHECK(MPI_Comm_free(&node));
+  const int local_rank = NodeComm().rank();
   int devices = 0;
   CUBELM_CUDA_CHECK(cudaGetDeviceCount(&devices));
   return devices > 0 ? local_rank % devices : 0;
@@ -122,12 +119,9 @@ Environment::Environment(int& argc, char**& argv) {
 }
 
 std::vector<std::string> Environment::placement_warnings() const {
-  MPI_Comm node = MPI_COMM_NULL;
-  CUBELM_MPI_CHECK(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-  int local = 0, locals = 1;
-  CUBELM_MPI_CHECK(MPI_Comm_rank(node, &local));
-  CUBELM_MPI_CHECK(MPI_Comm_size(node, &locals));
+  const NodeComm node_ranks(rank_);
+  const MPI_Comm node = node_ranks.raw();
+  const int local = node_ranks.rank(), locals = node_ranks.size();
 
   // One record per rank: world rank, threads, pins, yields, CPU count, then the CPUs.
   constexpr int head = 5;
@@ -146,7 +140,6 @@ std::vector<std::string> Environment::placement_warnings() const {
   std::vector<int> all(static_cast<std::size_t>(total));
   CUBELM_MPI_CHECK(MPI_Gatherv(mine.data(), count, MPI_INT, all.data(), counts.data(),
                                offsets.data(), MPI_INT, 0, node));
-  CUBELM_MPI_CHECK(MPI_Comm_free(&node));
   if (local != 0)
     return {};
 

@@ -1,5 +1,7 @@
 #include "cubelm/core/memory_check.hpp"
 
+#include "node.hpp"
+
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/memory_info.hpp"
 
@@ -26,14 +28,12 @@ bool skip_requested() {
 
 // The ranks of this node (they share its memory), split further by `color`.
 int ranks_sharing(int color) {
-  MPI_Comm node = MPI_COMM_NULL, same = MPI_COMM_NULL;
-  CUBELM_MPI_CHECK(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  CUBELM_MPI_CHECK(MPI_Comm_split(node, color, 0, &same));
+  const NodeComm node;
+  MPI_Comm same = MPI_COMM_NULL;
+  CUBELM_MPI_CHECK(MPI_Comm_split(node.raw(), color, 0, &same));
   int size = 1;
   CUBELM_MPI_CHECK(MPI_Comm_size(same, &size));
   CUBELM_MPI_CHECK(MPI_Comm_free(&same));
-  CUBELM_MPI_CHECK(MPI_Comm_free(&node));
   return size;
 }
 
