@@ -276,6 +276,13 @@ TEST(Train, CheckpointFilesAreFoundAndPruned) {
   EXPECT_FALSE(std::filesystem::exists(train::checkpoint_path(dir, 2)));
   EXPECT_TRUE(std::filesystem::exists(train::checkpoint_path(dir, 4)));
   EXPECT_TRUE(std::filesystem::exists(train::checkpoint_path(dir, 10)));
+  // After a fallback to step 4 (10 did not load) and a new checkpoint at step 6, keep = 1
+  // removes 4 but leaves 10, which is neither counted nor the run's newest.
+  std::ofstream(train::checkpoint_path(dir, 6)) << "x";
+  train::prune_checkpoints(dir, 1, 6);
+  EXPECT_FALSE(std::filesystem::exists(train::checkpoint_path(dir, 4)));
+  EXPECT_TRUE(std::filesystem::exists(train::checkpoint_path(dir, 6)));
+  EXPECT_TRUE(std::filesystem::exists(train::checkpoint_path(dir, 10)));
   EXPECT_EQ(train::latest_checkpoint(dir + "/none"), "");
   std::filesystem::remove_all(dir);
 }

@@ -91,10 +91,14 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   return out;
 }
 
-void prune_checkpoints(const std::string& dir, int keep) {
+void prune_checkpoints(const std::string& dir, int keep, int committed) {
   if (keep <= 0)
     return;
   auto found = checkpoints_in(dir);
+  if (committed >= 0)
+    found.erase(std::remove_if(found.begin(), found.end(),
+                               [&](const auto& f) { return f.first > committed; }),
+                found.end());
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < found.size(); ++i) {
     std::error_code ec;
     fs::remove(found[i].second, ec);

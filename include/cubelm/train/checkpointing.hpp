@@ -26,8 +26,13 @@ std::string checkpoint_path(const std::string& dir, int step);
 std::string latest_checkpoint(const std::string& dir);
 /// \brief The checkpoints of `dir` (step_XXXXXXXX.h5; never .partial files), newest first.
 std::vector<std::string> checkpoints_newest_first(const std::string& dir);
-/// \brief Removes all but the newest `keep` checkpoints of `dir` (keep = 0: keep all).
-void prune_checkpoints(const std::string& dir, int keep);
+/// \brief After the checkpoint of step `committed` has been committed: removes all but
+/// the newest `keep` checkpoints of `dir` up to that step (keep = 0: keep all).
+/// Checkpoints of later steps (left by an earlier run, e.g. damaged ones that a
+/// fallback passed over) are neither counted nor removed, so the newest checkpoint
+/// that loaded is never pruned in their favour; the run overwrites them as it
+/// reaches their steps. `committed` < 0 counts every checkpoint.
+void prune_checkpoints(const std::string& dir, int keep, int committed = -1);
 
 /// \brief Collectively writes model, moments (zeros when `m`/`v` are null) and attributes.
 /// `optimizer_step` (the AdamW updates applied, /optimizer attribute `step`) is `step`
