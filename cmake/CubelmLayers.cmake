@@ -28,6 +28,7 @@ set(CUBELM_KOKKOS_FREE
   include/cubelm/core/error.hpp
   include/cubelm/core/memory_info.hpp
   include/cubelm/core/random.hpp
+  include/cubelm/core/stop.hpp
   include/cubelm/comm/layout.hpp
   include/cubelm/plan/schedule.hpp
   include/cubelm/tp/shapes.hpp

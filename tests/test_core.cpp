@@ -7,13 +7,16 @@
 #include "cubelm/core/memory_check.hpp"
 #include "cubelm/core/memory_info.hpp"
 #include "cubelm/core/placement.hpp"
+#include "cubelm/core/stop.hpp"
 #include "cubelm/core/types.hpp"
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -279,4 +282,88 @@ TEST(MemoryInfo, BytesInBinaryUnitsUpToGiB) {
   EXPECT_EQ(format_bytes(1.5 * 1073741824.0), "1.5 GiB");
   EXPECT_EQ(format_bytes(2048.0 * 1073741824.0), "2048.0 GiB");
   EXPECT_EQ(usable_memory(1000), 900u);
+}
+
+// ---------------------------------------------------------------------------
+// Stopping early: signals, the job's end time, the deadline's arithmetic.
+
+TEST(Stop, SignalsAreRecordedNotFatal) {
+  {
+    const StopSignals signals;
+    EXPECT_EQ(StopSignals::received(), 0);
+    std::raise(SIGUSR1); // would end the process without the handler
+    EXPECT_EQ(StopSignals::received(), SIGUSR1);
+    std::raise(SIGTERM); // the first one is kept
+    EXPECT_EQ(StopSignals::received(), SIGUSR1);
+    StopSignals::clear();
+    std::raise(SIGTERM);
+    EXPECT_EQ(StopSignals::received(), SIGTERM);
+  }
+  // The previous disposition is back: ignore SIGUSR1 to prove it without dying.
+  struct sigaction now;
+  sigaction(SIGUSR1, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  EXPECT_EQ(signal_name(SIGUSR1), "SIGUSR1");
+  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+}
+
+namespace {
+std::map<std::string, std::string> fake_env;
+const char* fake_get(const char* name) {
+  const auto it = fake_env.find(name);
+  return it == fake_env.end() ? nullptr : it->second.c_str();
+}
+} // namespace
+
+TEST(Stop, EndTimeFromTheEnvironment) {
+  fake_env.clear();
+  EXPECT_EQ(end_time_from_environment(fake_get).epoch_s, 0);
+  fake_env["SLURM_JOB_END_TIME"] = "1900000000";
+  EndTime end = end_time_from_environment(fake_get);
+  EXPECT_EQ(end.epoch_s, 1900000000.0);
+  EXPECT_EQ(end.source, "SLURM_JOB_END_TIME");
+  fake_env["CUBELM_END_TIME"] = "1800000000"; // the earlier one wins
+  end = end_time_from_environment(fake_get);
+  EXPECT_EQ(end.epoch_s, 1800000000.0);
+  EXPECT_EQ(end.source, "CUBELM_END_TIME");
+  for (const char* bad : {"soon", "-5", "12:00:00", "17e8"}) {
+    fake_env["CUBELM_END_TIME"] = bad;
+    try {
+      end_time_from_environment(fake_get);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("CUBELM_END_TIME = \"") + bad + "\""),
+                std::string::npos)
+          << e.what();
+      EXPECT_TRUE(e.collective());
+    }
+  }
+}
+
+TEST(Stop, DeadlineIsTheEarlierLimit) {
+  using Clock = Deadline::Clock;
+  const Clock::time_point start = Clock::now();
+  const Deadline none(0, start, EndTime{}, 1e9);
+  EXPECT_FALSE(none.limited());
+  EXPECT_FALSE(none.too_near(1e9));
+  EXPECT_EQ(none.describe(), "none");
+
+  const Deadline own(60, start, EndTime{}, 1e9);
+  EXPECT_TRUE(own.limited());
+  EXPECT_NEAR(own.seconds_left(start), 60, 1e-6);
+  EXPECT_FALSE(own.too_near(59, start));
+  EXPECT_TRUE(own.too_near(61, start));
+  EXPECT_TRUE(own.too_near(1, start + std::chrono::seconds(60)));
+  EXPECT_NE(own.describe().find("train.time_limit_s = 60"), std::string::npos);
+  // Before any checkpoint is timed: its size at the assumed rate; then the longest one.
+  EXPECT_NEAR(own.save_estimate(0), 1e9 / kAssumedWriteRate, 1e-9);
+  EXPECT_NEAR(own.save_estimate(30), 30, 1e-9);
+
+  const double wall =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const Deadline job(60, Clock::now(), EndTime{wall + 20, "SLURM_JOB_END_TIME"}, 0);
+  EXPECT_NEAR(job.seconds_left(), 20, 1.0);
+  EXPECT_NE(job.describe().find("SLURM_JOB_END_TIME"), std::string::npos);
+  const Deadline later(10, Clock::now(), EndTime{wall + 3600, "CUBELM_END_TIME"}, 0);
+  EXPECT_NEAR(later.seconds_left(), 10, 1.0);
 }

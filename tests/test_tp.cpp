@@ -249,9 +249,10 @@ Volumes closed_form(const Deck& deck) {
   auto add = [&](const char* group, Kind kind, double calls, double bytes) {
     v[{group, kind}] = Volume{static_cast<std::uint64_t>(calls), bytes};
   };
-  // The loss and the squared gradient norm, once per step over the world (= tp here).
+  // The loss, the squared gradient norm and three stop votes, once per step over the
+  // world (= tp here).
   if (p > 1)
-    add("world", Kind::all_reduce, 1, 2.0 * (p - 1) / p * 16);
+    add("world", Kind::all_reduce, 1, 2.0 * (p - 1) / p * 40);
   switch (layout.mode) {
   case TensorMode::none:
   case TensorMode::d1:

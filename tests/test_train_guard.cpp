@@ -10,8 +10,10 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -203,6 +205,66 @@ TEST(Guard, MetricsMarkSkippedSteps) {
             std::string::npos);
   m.loss = INFINITY;
   EXPECT_NE(train::format_step(m, 10).find("| skipped (non-finite loss)"), std::string::npos);
+}
+
+// A request to stop made on one rank reaches every rank through the step's reduction,
+// in every layout, and changes nothing of the step itself.
+TEST(Stop, VotesReachEveryRank) {
+  const int rank = comm::Communicator::world().rank();
+  for (const std::string& layout : layouts()) {
+    SCOPED_TRACE(layout);
+    train::Trainer voted(nan_deck(layout, 3, 1e-3)), plain(nan_deck(layout, 3, 1e-3));
+    train::StopVotes vote;
+    vote.sigusr1 = rank == world_size() - 1;
+    vote.deadline = 1;
+    voted.vote_stop(vote);
+    const train::StepMetrics a = voted.step(), b = plain.step();
+    EXPECT_EQ(a.stop.sigusr1, 1);
+    EXPECT_EQ(a.stop.sigterm, 0);
+    EXPECT_EQ(a.stop.deadline, world_size());
+    EXPECT_FALSE(b.stop.any());
+    EXPECT_EQ(a.loss, b.loss);
+    EXPECT_EQ(a.grad_norm, b.grad_norm);
+    EXPECT_FALSE(voted.step().stop.any()) << "a vote counts for one step";
+  }
+}
+
+TEST(Stop, TimeLimitDeckKey) {
+  EXPECT_EQ(io::parse_deck("", "d.toml").train.time_limit_s, 0);
+  EXPECT_EQ(io::parse_deck("[train]\ntime_limit_s = 3600\n", "d.toml").train.time_limit_s, 3600);
+  try {
+    io::parse_deck("[train]\ntime_limit_s = -1\n", "d.toml");
+    ADD_FAILURE() << "time_limit_s = -1 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.time_limit_s = -1: must be at least 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A resumed run writes the steps after its checkpoint again: their old lines go.
+TEST(Stop, ResumedMetricsDropRepeatedSteps) {
+  const std::string path =
+      "stop_metrics_" + std::to_string(comm::Communicator::world().rank()) + ".jsonl";
+  {
+    std::ofstream out(path);
+    for (int s = 0; s < 6; ++s) {
+      train::StepMetrics m;
+      m.step = s;
+      m.loss = s;
+      out << train::format_json(m) << "\n";
+    }
+  }
+  train::drop_metrics_from(path, 4);
+  std::ifstream in(path);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line))
+    EXPECT_EQ(line.find("{\"step\": " + std::to_string(lines++) + ","), 0u) << line;
+  EXPECT_EQ(lines, 4);
+  std::remove(path.c_str());
+  train::drop_metrics_from(path, 0); // missing: stays missing
+  EXPECT_FALSE(std::ifstream(path).good());
 }
 
 TEST(Guard, DeckKey) {

@@ -5,12 +5,16 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/memory_check.hpp"
 #include "cubelm/core/memory_info.hpp"
+#include "cubelm/core/stop.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/model/memory.hpp"
 #include "cubelm/model/shape.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -56,7 +60,29 @@ void admit_memory(const Deck& deck) {
       true);
 }
 
+namespace {
+
+// "SIGUSR1 on 1 rank", "the time limit", ... for the stop message.
+std::string stop_reason(const train::StopVotes& votes) {
+  std::string out;
+  const auto add = [&](int ranks, const std::string& what) {
+    if (ranks == 0)
+      return;
+    out += (out.empty() ? "" : ", ") + what + " on " + std::to_string(ranks) + " rank" +
+           (ranks == 1 ? "" : "s");
+  };
+  add(votes.sigterm, "SIGTERM");
+  add(votes.sigusr1, "SIGUSR1");
+  add(votes.deadline, "too little time left before the deadline");
+  return out;
+}
+
+} // namespace
+
 int run_training(const Deck& deck, std::ostream& out) {
+  const auto clock_start = std::chrono::steady_clock::now();
+  // From here on SIGTERM and SIGUSR1 ask for a checkpoint and a clean stop.
+  const StopSignals signals;
   admit_memory(deck);
   train::Trainer trainer(deck);
   std::ostringstream discard; // only world rank 0 prints
@@ -126,7 +152,10 @@ int run_training(const Deck& deck, std::ostream& out) {
     say << "resumed from " << from << " after step " << trainer.steps_done() << "\n";
   std::ofstream metrics;
   if (!deck.log.metrics.empty() && trainer.is_root()) {
-    // A resumed run appends to the metrics of the run it continues.
+    // A resumed run appends to the metrics of the run it continues, without the
+    // lines of the steps it repeats (written after the checkpoint it resumed from).
+    if (!from.empty())
+      train::drop_metrics_from(deck.log.metrics, trainer.steps_done());
     metrics.open(deck.log.metrics, from.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics)
       throw Error("log.metrics = \"" + deck.log.metrics + "\": cannot open the file for writing",
@@ -134,25 +163,47 @@ int run_training(const Deck& deck, std::ostream& out) {
   }
   const int steps = deck.train.steps;
   const int interval = deck.checkpoint.interval;
+  int saved = -1;          // the step of the last checkpoint written by this run
+  double longest_save = 0; // seconds
   auto save = [&](int done) {
+    Kokkos::Timer timer;
     const std::string path = train::checkpoint_path(deck.checkpoint.dir, done);
     trainer.save(path);
-    train::prune_checkpoints(deck.checkpoint.dir, deck.checkpoint.keep);
+    if (trainer.is_root())
+      train::prune_checkpoints(deck.checkpoint.dir, deck.checkpoint.keep, done);
+    longest_save = std::max(longest_save, timer.seconds());
+    saved = done;
     say << "checkpoint " << path << "\n" << std::flush;
   };
+  // A checkpoint holds the parameters and both AdamW moments in float32.
+  const Deadline deadline(deck.train.time_limit_s, clock_start, end_time_from_environment(),
+                          3.0 * sizeof(float) * model::parameter_count(deck.model));
+  if (deadline.limited())
+    say << "time limit: " << deadline.describe() << "\n";
   train::StepMetrics last;
-  double total_ms = 0, wait_ms = 0;
+  double total_ms = 0, wait_ms = 0, longest_step = 0;
   const int first = trainer.steps_done();
-  for (int s = first; s < steps; ++s) {
+  bool stopped = false;
+  for (int s = first; s < steps && !stopped; ++s) {
+    // Votes to stop after this step: a signal received, or too little time left for
+    // this step and a checkpoint after it (twice the longest step so far, to be safe).
+    train::StopVotes vote;
+    const int signal = StopSignals::received();
+    vote.sigterm = signal == SIGTERM;
+    vote.sigusr1 = signal == SIGUSR1;
+    vote.deadline = deadline.too_near(2 * longest_step + deadline.save_estimate(longest_save));
+    trainer.vote_stop(vote);
     last = trainer.step();
     total_ms += last.ms;
     wait_ms += last.wait_ms;
+    longest_step = std::max(longest_step, last.ms / 1e3);
     if (metrics.is_open())
       metrics << train::format_json(last) << "\n" << std::flush;
-    if (s % deck.log.interval == 0 || s + 1 == steps)
+    stopped = last.stop.any() && s + 1 < steps;
+    if (s % deck.log.interval == 0 || s + 1 == steps || stopped)
       say << train::format_step(last, steps) << "\n" << std::flush;
     // A checkpoint is taken only after a step that updated the model (docs/reliability.md).
-    if (interval > 0 && (s + 1) % interval == 0 && s + 1 < steps) {
+    if (interval > 0 && (s + 1) % interval == 0 && s + 1 < steps && !stopped) {
       if (last.skipped)
         say << "no checkpoint after step " << s << ": it was skipped (non-finite)\n" << std::flush;
       else
@@ -160,7 +211,8 @@ int run_training(const Deck& deck, std::ostream& out) {
     }
   }
   if (steps > first) {
-    save(steps);
+    if (saved != trainer.steps_done())
+      save(trainer.steps_done());
     if (plan.stages > 1) {
       // Wall-clock share of the step each stage spent waiting for its neighbours.
       const comm::Group& pp = trainer.grid().pp();
@@ -175,7 +227,7 @@ int run_training(const Deck& deck, std::ostream& out) {
       }
       say << "\n";
     }
-    say << "communication of rank 0 over " << steps - first
+    say << "communication of rank 0 over " << trainer.steps_done() - first
         << " steps (modelled bytes sent, docs/communication.md):\n";
     for (const auto& e : trainer.traffic().entries())
       if (e.calls > 0) {
@@ -184,8 +236,9 @@ int run_training(const Deck& deck, std::ostream& out) {
                       static_cast<unsigned long long>(e.calls), e.bytes);
         say << line;
       }
-    std::snprintf(line, sizeof(line), "done: %d steps in %.1f s, final loss %.4f", steps - first,
-                  total_ms / 1e3, last.loss);
+    std::snprintf(line, sizeof(line), "%s: %d steps in %.1f s, final loss %.4f",
+                  stopped ? "stopped" : "done", trainer.steps_done() - first, total_ms / 1e3,
+                  last.loss);
     say << line;
     if (trainer.entropy_floor() >= 0) {
       std::snprintf(line, sizeof(line), " (floor %.4f, %.4f above it)", trainer.entropy_floor(),
@@ -193,6 +246,15 @@ int run_training(const Deck& deck, std::ostream& out) {
       say << line;
     }
     say << "\n";
+  }
+  if (stopped) {
+    say << "stopped early after step " << trainer.steps_done() - 1 << " of " << steps << " ("
+        << stop_reason(last.stop) << "); the checkpoint "
+        << train::checkpoint_path(deck.checkpoint.dir, trainer.steps_done())
+        << " holds the state; exit status " << kExitStopped
+        << ": run again with checkpoint.resume = \"auto\" to continue\n"
+        << std::flush;
+    return kExitStopped;
   }
   return 0;
 }

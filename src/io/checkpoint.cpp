@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -504,6 +505,24 @@ void CheckpointWriter::set_attribute(const std::string& object, const std::strin
   put_attribute(file_, path_, object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
 
+namespace {
+
+// Test hook: CUBELM_TEST_PAUSE_BEFORE_RENAME=<file name> stops rank 0 for good once the
+// data of that checkpoint is written, flushed and closed on every rank but before the
+// rename, so that a test can kill the job at the worst moment (docs/reliability.md).
+void pause_before_rename(const std::string& path) {
+  const char* name = std::getenv("CUBELM_TEST_PAUSE_BEFORE_RENAME");
+  if (name == nullptr || fs::path(path).filename() != name)
+    return;
+  std::fprintf(stderr, "cubelm: test hook: rank 0 (pid %ld) paused before renaming %s\n",
+               static_cast<long>(::getpid()), path.c_str());
+  std::fflush(stderr);
+  for (;;)
+    ::pause();
+}
+
+} // namespace
+
 void CheckpointWriter::close() {
   CUBELM_ASSERT(file_ >= 0, "CheckpointWriter::close called twice");
   // Flushing syncs the MPI-IO file, so the data is on storage before the
@@ -513,6 +532,8 @@ void CheckpointWriter::close() {
   // Every rank has closed the file before rank 0 gives it its final name.
   CUBELM_MPI_CHECK(MPI_Barrier(comm_.raw()));
   std::string problem;
+  if (comm_.rank() == 0)
+    pause_before_rename(path_);
   if (comm_.rank() == 0 && std::rename(partial_path(path_).c_str(), path_.c_str()) != 0)
     problem = "checkpoint " + path_ + ": cannot rename " + partial_path(path_) +
               " to it: " + std::strerror(errno);

@@ -282,9 +282,11 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   train.get("global_batch", t.global_batch);
   train.get("seed", t.seed);
   train.get("max_bad_steps", t.max_bad_steps);
+  train.get("time_limit_s", t.time_limit_s);
   train.at_least("steps", t.steps, 0);
   train.at_least("global_batch", t.global_batch, 1);
   train.at_least("max_bad_steps", t.max_bad_steps, 1);
+  train.at_least("time_limit_s", t.time_limit_s, 0.0, "0: no limit");
   const int per_step = p.data_size * p.microbatches;
   train.require(t.global_batch % per_step == 0, "global_batch",
                 "must be divisible by parallel.data_size x parallel.microbatches = " +

@@ -1,9 +1,11 @@
 #include "cubelm/train/metrics.hpp"
 
+#include "cubelm/core/error.hpp"
 #include "cubelm/core/format.hpp"
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 namespace cubelm::train {
@@ -53,6 +55,33 @@ std::string format_json(const StepMetrics& m) {
   }
   out << "}}";
   return out.str();
+}
+
+void drop_metrics_from(const std::string& path, int step) {
+  std::ifstream in(path);
+  if (!in)
+    return;
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    int s = -1;
+    if (std::sscanf(line.c_str(), "{\"step\": %d", &s) == 1 && s >= step) {
+      dropped = true;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  if (!dropped)
+    return;
+  const std::string temporary = path + ".tmp";
+  std::ofstream out(temporary, std::ios::trunc);
+  out << kept;
+  out.close();
+  if (!out || std::rename(temporary.c_str(), path.c_str()) != 0)
+    throw Error("log.metrics = \"" + path + "\": cannot rewrite the file without the steps from " +
+                    std::to_string(step) + " on (they are repeated after resuming)",
+                true);
 }
 
 } // namespace cubelm::train

@@ -131,12 +131,20 @@ StepMetrics Trainer::step() {
   // gradient norm (each element once), summed over the world.
   sums_(0) = model.stage().last && grid.tp().rank() == 0 ? run.loss_sum : 0.0;
   sums_(1) = dp_->sum_squares();
+  // Requests to stop after this step ride on the same reduction: no extra collective.
+  sums_(2) = vote_.sigterm ? 1.0 : 0.0;
+  sums_(3) = vote_.sigusr1 ? 1.0 : 0.0;
+  sums_(4) = vote_.deadline ? 1.0 : 0.0;
+  vote_ = StopVotes{};
   if (grid.world().size() > 1)
     grid.world().all_reduce(HostExecSpace(), sums_);
   StepMetrics m;
   m.step = step_;
   m.loss = sums_(0) / tokens;
   m.grad_norm = std::sqrt(sums_(1));
+  m.stop.sigterm = static_cast<int>(sums_(2));
+  m.stop.sigusr1 = static_cast<int>(sums_(3));
+  m.stop.deadline = static_cast<int>(sums_(4));
   m.lr = learning_rate(deck_.optimizer, deck_.train.steps, step_);
   // The numeric guard: both sums are reduced over the world, so every rank sees the
   // same values and takes the same decision. A non-finite step leaves parameters

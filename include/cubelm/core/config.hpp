@@ -63,6 +63,8 @@ struct TrainConfig {
   /// consecutive steps with a non-finite loss or gradient norm (each skipped) before
   /// training stops with an error
   int max_bad_steps = 10;
+  /// seconds after the start of `cubelm train` by which it stops with a checkpoint; 0: none
+  double time_limit_s = 0;
 };
 
 struct OptimizerConfig {

@@ -11,6 +11,15 @@
 
 namespace cubelm::train {
 
+/// \brief Reasons to stop after a step: on one rank (Trainer::vote_stop) a yes or
+/// no each; in StepMetrics::stop the number of ranks that said yes.
+struct StopVotes {
+  int sigterm = 0;  ///< SIGTERM received
+  int sigusr1 = 0;  ///< SIGUSR1 received
+  int deadline = 0; ///< the time limit or the job's end is too near for another step
+  bool any() const { return sigterm + sigusr1 + deadline > 0; }
+};
+
 /// \brief What one optimizer step did (the keys of the JSON-lines metrics).
 struct StepMetrics {
   int step = 0;
@@ -26,6 +35,8 @@ struct StepMetrics {
   double wait_ms = 0;    ///< wall-clock time this rank waited for other pipeline stages
   /// the loss or the gradient norm was not finite: no AdamW update (docs/reliability.md)
   bool skipped = false;
+  /// ranks that asked to stop after this step, by reason (not written to the metrics)
+  StopVotes stop;
   std::vector<comm::TrafficEntry> traffic; ///< the same per group and collective kind
 };
 
@@ -33,5 +44,9 @@ struct StepMetrics {
 std::string format_step(const StepMetrics& m, int steps);
 /// \brief One JSON object on one line.
 std::string format_json(const StepMetrics& m);
+/// \brief Removes from the JSON-lines file `path` the lines of steps >= `step` (a run
+/// resumed from step `step` writes them again); a missing file is left missing. The
+/// file is rewritten through a temporary file and a rename, so it is never half-written.
+void drop_metrics_from(const std::string& path, int step);
 
 } // namespace cubelm::train

@@ -32,6 +32,10 @@ public:
   /// (StepMetrics::skipped) but still counts; after train.max_bad_steps consecutive
   /// skipped steps it throws a collective cubelm::Error (docs/reliability.md).
   StepMetrics step();
+  /// \brief This rank's reasons to stop after the next step(); that step's world
+  /// reduction sums them over the ranks into StepMetrics::stop, so every rank learns
+  /// of a request made on any one (docs/reliability.md#walltime-and-signals).
+  void vote_stop(const StopVotes& vote) { vote_ = vote; }
   /// \brief Steps done so far (the next step's number), skipped ones included.
   int steps_done() const { return step_; }
   /// \brief AdamW updates applied so far (steps_done() less the skipped steps); the
@@ -78,7 +82,9 @@ private:
   model::GridModel<real> net_;
   std::unique_ptr<DataParallel> dp_;
   std::vector<io::Batch> batches_;
-  Kokkos::View<double*, Kokkos::HostSpace> sums_{"cubelm::step_sums", 2}; // loss, grad^2
+  // loss, grad^2, then the ranks that voted to stop: SIGTERM, SIGUSR1, deadline
+  Kokkos::View<double*, Kokkos::HostSpace> sums_{"cubelm::step_sums", 5};
+  StopVotes vote_;
   int step_ = 0;
   int updates_ = 0; // AdamW updates applied
   int bad_ = 0;     // consecutive skipped steps
