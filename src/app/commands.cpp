@@ -3,6 +3,8 @@
 #include "cubelm/app/training.hpp"
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/format.hpp"
+#include "cubelm/core/memory_check.hpp"
+#include "cubelm/core/memory_info.hpp"
 #include "cubelm/core/version.hpp"
 #include "cubelm/io/checkpoint.hpp"
 #include "cubelm/io/tokens.hpp"
@@ -125,6 +127,23 @@ int run_check(const std::string& deck_path, const Environment& env) {
     if (env.world_size() == 1 && layout.world_size() > 1)
       std::printf("launch     this deck needs %d processes (mpiexec -n %d)\n", layout.world_size(),
                   layout.world_size());
+  }
+  // What `cubelm train` would decide here (docs/reliability.md#memory-admission); on one
+  // process of a larger layout the node's ranks do not share the memory yet.
+  const std::uint64_t need = static_cast<std::uint64_t>(model::estimate_memory(deck).total());
+  const MemoryCheck mem = check_memory(need);
+  if (env.world_rank() == 0) {
+    if (mem.skipped)
+      std::printf("available  not checked (%s=1)\n", kSkipMemoryCheck);
+    else
+      std::printf("available  %s per rank (%s, shared by %d rank%s): the fullest rank needs %s, "
+                  "%s\n",
+                  format_bytes(static_cast<double>(mem.available)).c_str(), mem.source.c_str(),
+                  mem.sharing, mem.sharing == 1 ? "" : "s",
+                  format_bytes(static_cast<double>(mem.need)).c_str(),
+                  mem.fits ? "fits"
+                           : "does not fit: cubelm train would refuse it here (with the keys "
+                             "that lower the need)");
   }
   return 0;
 }
