@@ -21,6 +21,35 @@ if(NOT CUBELM_ENABLE_CUDA AND cubelm_kokkos_has_cuda)
     "(cmake --preset cuda) or point Kokkos_ROOT at a host-only Kokkos.")
 endif()
 
+# One thread pool on CPUs: the BLAS must run its threads on the same OpenMP
+# runtime as Kokkos, so that OMP_NUM_THREADS, OMP_PROC_BIND and OMP_PLACES place
+# both (docs/performance.md). Kokkos Kernels links whatever libopenblas the system
+# points at (on Debian the pthreads build by default, whose threads inherit the
+# main thread's binding); cubelm links OpenBLAS built for OpenMP instead when it
+# is installed (Debian: libopenblas-openmp-dev), or the library given here.
+set(CUBELM_BLAS_LIBRARY "" CACHE FILEPATH
+    "BLAS (and LAPACK) library linked instead of Kokkos Kernels' choice; empty: OpenBLAS built for OpenMP when found")
+if(NOT CUBELM_BLAS_LIBRARY)
+  find_library(CUBELM_OPENBLAS_OPENMP NAMES openblas
+               PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp
+                     /usr/lib64/openblas-openmp /usr/lib/openblas-openmp
+               NO_DEFAULT_PATH)
+  if(CUBELM_OPENBLAS_OPENMP)
+    set(CUBELM_BLAS_LIBRARY ${CUBELM_OPENBLAS_OPENMP})
+  endif()
+endif()
+if(CUBELM_BLAS_LIBRARY)
+  foreach(target Kokkos::BLAS Kokkos::LAPACK)
+    if(TARGET ${target})
+      set_target_properties(${target} PROPERTIES INTERFACE_LINK_LIBRARIES ${CUBELM_BLAS_LIBRARY})
+    endif()
+  endforeach()
+  message(STATUS "cubelm: BLAS ${CUBELM_BLAS_LIBRARY}")
+else()
+  message(STATUS "cubelm: BLAS as Kokkos Kernels found it (no OpenMP build of OpenBLAS found: "
+                 "its threads and Kokkos' may compete; Debian: apt-get install libopenblas-openmp-dev)")
+endif()
+
 find_package(MPI REQUIRED COMPONENTS CXX)
 
 # HDF5 must be the MPI-parallel build: checkpoints are written collectively.

@@ -8,6 +8,7 @@
 #include "cubelm/core/version.hpp"
 #include "cubelm/io/checkpoint.hpp"
 #include "cubelm/io/tokens.hpp"
+#include "cubelm/kernels/blas.hpp"
 #include "cubelm/model/memory.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/trainer.hpp"
@@ -76,6 +77,7 @@ std::string version_text() {
       << "  Kokkos       " << compat::kokkos_version_string() << ", execution space "
       << Kokkos::DefaultExecutionSpace::name() << " (host "
       << Kokkos::DefaultHostExecutionSpace::name() << ")\n"
+      << "  BLAS         " << kernels::blas_threading() << "\n"
       << "  MPI          " << mpi_library() << "\n"
       << "  HDF5         " << h5_major << "." << h5_minor << "." << h5_release << " (parallel)\n";
 #ifdef CUBELM_ENABLE_NCCL

@@ -92,11 +92,20 @@ int run_training(const Deck& deck, std::ostream& out) {
     peak = kernels::measure_gemm_gflops();
   trainer.set_peak_gflops(peak);
   char line[320];
-  std::snprintf(line, sizeof(line),
-                "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s)\n",
-                deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
-                deck.log.peak_gflops > 0 ? "from the deck" : "measured sgemm");
+  const int threads = static_cast<int>(Kokkos::DefaultHostExecutionSpace().concurrency());
+  std::snprintf(
+      line, sizeof(line), "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s)\n",
+      deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
+      deck.log.peak_gflops > 0 ? "from the deck"
+                               : ("measured sgemm, " + std::to_string(threads) + " thread" +
+                                  (threads == 1 ? "" : "s") + ", " + kernels::blas_threading())
+                                     .c_str());
   say << line;
+  if (threads > 1 && kernels::blas_has_own_threads())
+    say << "warning: the BLAS (" << kernels::blas_threading()
+        << ") starts threads of its own beside Kokkos' " << threads
+        << " OpenMP threads: they compete for the cores. Use OpenBLAS built for OpenMP "
+           "(docs/launching.md#blas-threads)\n";
   if (trainer.entropy_floor() >= 0) {
     std::snprintf(line, sizeof(line),
                   "synthetic corpus: %lld tokens, entropy floor %.4f nats/token (ln %d)\n",

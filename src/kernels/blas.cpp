@@ -4,6 +4,8 @@
 
 #include <KokkosBlas3_gemm.hpp>
 
+#include <dlfcn.h>
+
 #include <string>
 
 namespace cubelm::kernels {
@@ -40,5 +42,38 @@ template void gemm<float>(const ExecSpace&, bool, bool, float, const Mat<float>&
                           float, const Mat<float>&);
 template void gemm<double>(const ExecSpace&, bool, bool, double, const Mat<double>&,
                            const Mat<double>&, double, const Mat<double>&);
+
+namespace {
+
+// OpenBLAS' own queries, looked up in the process so that a BLAS without them links too.
+int openblas_parallel() {
+  using Fn = int (*)();
+  const auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  return fn ? fn() : -1;
+}
+
+} // namespace
+
+std::string blas_threading() {
+  const int parallel = openblas_parallel();
+  if (parallel < 0)
+    return "not OpenBLAS";
+  using Config = char* (*)();
+  const auto config = reinterpret_cast<Config>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  std::string name = "OpenBLAS";
+  if (config) {
+    // "OpenBLAS 0.3.21 NO_AFFINITY USE_OPENMP Haswell MAX_THREADS=64": keep name and version.
+    const std::string text = config();
+    const auto second = text.find(' ', text.find(' ') + 1);
+    name = text.substr(0, second);
+  }
+  return name + (parallel == 2   ? ", OpenMP threads"
+                 : parallel == 1 ? ", pthreads"
+                                 : ", sequential");
+}
+
+bool blas_has_own_threads() {
+  return openblas_parallel() == 1;
+}
 
 } // namespace cubelm::kernels
