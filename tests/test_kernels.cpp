@@ -325,3 +325,72 @@ TEST(Kernels, AdamWStepMatchesHandComputation) {
   scale<D>(exec, g, 2.0);
   EXPECT_DOUBLE_EQ(host(g)[1], 0.5);
 }
+
+// The optimizer's one pass over a chunk table equals the per-segment kernels element by
+// element: the same AdamW arithmetic (bitwise, also with clipping folded in), the same
+// sum of squares up to the order of double additions, and untouched gaps.
+TEST(Kernels, OptimizerChunksMatchPerSegmentKernels) {
+  using F = float;
+  const std::int64_t total = 3 * kOptimChunk + 777;
+  // Two segments with a gap between them; moments packed without the gap.
+  std::vector<OptimChunk> table;
+  const std::int64_t seg[2][3] = {{5, kOptimChunk + 3, 1}, {kOptimChunk + 100, 2 * kOptimChunk, 0}};
+  std::int64_t moment = 0;
+  for (const auto& sg : seg) {
+    for (std::int64_t at = 0; at < sg[1]; at += kOptimChunk)
+      table.push_back(
+          {sg[0] + at, moment + at, std::min(kOptimChunk, sg[1] - at), sg[2] == 1, sg[2] == 1});
+    moment += sg[1];
+  }
+  Kokkos::View<OptimChunk*, MemSpace> chunks("chunks", table.size());
+  auto hc = Kokkos::create_mirror_view(chunks);
+  for (std::size_t i = 0; i < table.size(); ++i)
+    hc(i) = table[i];
+  Kokkos::deep_copy(chunks, hc);
+
+  Vec<F> p("p", total), g("g", total), m("m", moment), v("v", moment);
+  randomize(p, 1);
+  randomize(g, 2);
+  randomize(m, 3, -0.1, 0.1);
+  randomize(v, 4, 0.0, 0.1);
+  Vec<F> p2("p2", total), g2("g2", total), m2("m2", moment), v2("v2", moment);
+  Kokkos::deep_copy(p2, p);
+  Kokkos::deep_copy(g2, g);
+  Kokkos::deep_copy(m2, m);
+  Kokkos::deep_copy(v2, v);
+
+  // Sum of squares over the counted segment only.
+  double expected = 0;
+  const auto hg = host(g);
+  for (std::int64_t i = seg[0][0]; i < seg[0][0] + seg[0][1]; ++i)
+    expected += static_cast<double>(static_cast<F>(hg[static_cast<std::size_t>(i)])) *
+                static_cast<double>(static_cast<F>(hg[static_cast<std::size_t>(i)]));
+  EXPECT_NEAR(sum_squares<F>(exec, chunks, g), expected, 1e-12 * expected);
+
+  AdamW hp{};
+  hp.lr = 1e-2;
+  hp.weight_decay = 0.1;
+  hp.step = 4;
+  const F clip = 0.375f;
+  adamw_update<F>(exec, hp, clip, chunks, p, g, m, v);
+  // Reference: scale, then the per-segment kernel with the segment's decay.
+  moment = 0;
+  for (const auto& sg : seg) {
+    const auto r = std::make_pair(sg[0], sg[0] + sg[1]);
+    const auto rm = std::make_pair(moment, moment + sg[1]);
+    scale<F>(exec, Kokkos::subview(g2, r), clip);
+    AdamW h = hp;
+    h.weight_decay = sg[2] == 1 ? hp.weight_decay : 0.0;
+    adamw_update<F>(exec, h, Kokkos::subview(p2, r), Kokkos::subview(g2, r),
+                    Kokkos::subview(m2, rm), Kokkos::subview(v2, rm));
+    moment += sg[1];
+  }
+  const auto a = host(p), b = host(p2), ma = host(m), mb = host(m2), va = host(v), vb = host(v2);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(a[i], b[i]) << "element " << i; // gaps untouched in both
+  for (std::size_t i = 0; i < ma.size(); ++i) {
+    ASSERT_EQ(ma[i], mb[i]) << "m " << i;
+    ASSERT_EQ(va[i], vb[i]) << "v " << i;
+  }
+  EXPECT_EQ(host(g), hg) << "the gradients are read, not scaled in place";
+}

@@ -3,6 +3,7 @@
 #include "cubelm/core/compat.hpp"
 
 #include <cmath>
+#include <type_traits>
 
 namespace cubelm::kernels {
 
@@ -10,29 +11,93 @@ namespace {
 using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
 }
 
+namespace {
+
+using Team = Kokkos::TeamPolicy<ExecSpace>;
+
+// One team per chunk: on a GPU its threads stride through the chunk together
+// (coalesced); on CPUs a team is one thread and the chunk one contiguous loop.
+Team chunk_teams(const ExecSpace& exec, std::int64_t chunks) {
+#ifdef KOKKOS_ENABLE_CUDA
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda>)
+    return Team(exec, static_cast<int>(chunks), Kokkos::AUTO);
+#endif
+  return Team(exec, static_cast<int>(chunks), 1);
+}
+
+// The scalars of one AdamW step, computed once on the host in double as torch does
+// with Python floats.
+template <class T>
+struct AdamWStep {
+  explicit AdamWStep(const AdamW& hp)
+      : decay(T(1.0 - hp.lr * hp.weight_decay)), w1(T(1.0 - hp.beta1)), b2(T(hp.beta2)),
+        w2(T(1.0 - hp.beta2)),
+        step_size(T(hp.lr / (1.0 - std::pow(hp.beta1, static_cast<double>(hp.step))))),
+        bias2_sqrt(T(std::sqrt(1.0 - std::pow(hp.beta2, static_cast<double>(hp.step))))),
+        eps(T(hp.eps)) {}
+
+  // torch: p *= 1 - lr wd; exp_avg.lerp_(grad, 1 - beta1);
+  // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2).
+  KOKKOS_INLINE_FUNCTION void apply(T grad, T decay_factor, T& p, T& m, T& v) const {
+    T param = p * decay_factor;
+    const T mi = m + w1 * (grad - m);
+    const T vi = v * b2 + w2 * grad * grad;
+    param -= step_size * mi / (kmath::sqrt(vi) / bias2_sqrt + eps);
+    m = mi;
+    v = vi;
+    p = param;
+  }
+
+  T decay, w1, b2, w2, step_size, bias2_sqrt, eps;
+};
+
+} // namespace
+
 template <class T>
 void adamw_update(const ExecSpace& exec, const AdamW& hp, const Vec<T>& p, const Vec<T>& g,
                   const Vec<T>& m, const Vec<T>& v) {
-  // Scalars computed once on the host in double, as torch does with Python floats.
-  const T decay = T(1.0 - hp.lr * hp.weight_decay);
-  const T w1 = T(1.0 - hp.beta1), b2 = T(hp.beta2), w2 = T(1.0 - hp.beta2);
-  const double bias1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
-  const double bias2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
-  const T step_size = T(hp.lr / bias1);
-  const T bias2_sqrt = T(std::sqrt(bias2));
-  const T eps = T(hp.eps);
+  const AdamWStep<T> step(hp);
   Kokkos::parallel_for(
-      "cubelm::adamw", Range(exec, 0, p.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
-        const T grad = g(i);
-        T param = p(i) * decay;
-        // torch: exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 -
-        // beta2)
-        const T mi = m(i) + w1 * (grad - m(i));
-        const T vi = v(i) * b2 + w2 * grad * grad;
-        param -= step_size * mi / (kmath::sqrt(vi) / bias2_sqrt + eps);
-        m(i) = mi;
-        v(i) = vi;
-        p(i) = param;
+      "cubelm::adamw", Range(exec, 0, p.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { step.apply(g(i), step.decay, p(i), m(i), v(i)); });
+}
+
+template <class T>
+double sum_squares(const ExecSpace& exec, const OptimChunks& chunks, const Vec<T>& g) {
+  double total = 0;
+  Kokkos::parallel_reduce(
+      "cubelm::sum_squares_chunks", chunk_teams(exec, chunks.extent(0)),
+      KOKKOS_LAMBDA(const Team::member_type& team, double& acc) {
+        const OptimChunk c = chunks(team.league_rank());
+        if (!c.counted)
+          return;
+        double part = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, c.n),
+            [&](const std::int64_t i, double& a) {
+              const double x = static_cast<double>(g(c.first + i));
+              a += x * x;
+            },
+            part);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += part; });
+      },
+      total);
+  return total;
+}
+
+template <class T>
+void adamw_update(const ExecSpace& exec, const AdamW& hp, T clip, const OptimChunks& chunks,
+                  const Vec<T>& p, const Vec<T>& g, const Vec<T>& m, const Vec<T>& v) {
+  const AdamWStep<T> step(hp);
+  Kokkos::parallel_for(
+      "cubelm::adamw_chunks", chunk_teams(exec, chunks.extent(0)),
+      KOKKOS_LAMBDA(const Team::member_type& team) {
+        const OptimChunk c = chunks(team.league_rank());
+        const T decay = c.decay ? step.decay : T(1);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c.n), [&](const std::int64_t i) {
+          const std::int64_t k = c.first + i, j = c.moment_first + i;
+          step.apply(g(k) * clip, decay, p(k), m(j), v(j));
+        });
       });
 }
 
@@ -68,6 +133,9 @@ void scale(const ExecSpace& exec, const Vec<T>& x, T s) {
 #define CUBELM_INSTANTIATE_OPTIM(T)                                                                \
   template void adamw_update<T>(const ExecSpace&, const AdamW&, const Vec<T>&, const Vec<T>&,      \
                                 const Vec<T>&, const Vec<T>&);                                     \
+  template double sum_squares<T>(const ExecSpace&, const OptimChunks&, const Vec<T>&);             \
+  template void adamw_update<T>(const ExecSpace&, const AdamW&, T, const OptimChunks&,             \
+                                const Vec<T>&, const Vec<T>&, const Vec<T>&, const Vec<T>&);       \
   template double sum_squares<T>(const ExecSpace&, const Vec<T>&);                                 \
   template double sum<T>(const ExecSpace&, const Vec<T>&);                                         \
   template void scale<T>(const ExecSpace&, const Vec<T>&, T);

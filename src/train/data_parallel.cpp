@@ -129,6 +129,18 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
   }
   m_ = Vec<real>("cubelm::adam_m", moments);
   v_ = Vec<real>("cubelm::adam_v", moments);
+  // The segments as the optimizer's chunk table, on the device.
+  std::vector<kernels::OptimChunk> chunks;
+  for (const auto& seg : segments_)
+    for (std::int64_t at = 0; at < seg.n; at += kernels::kOptimChunk)
+      chunks.push_back({seg.first + at, seg.moment_first + at,
+                        std::min(kernels::kOptimChunk, seg.n - at), seg.decay, seg.counted});
+  Kokkos::View<kernels::OptimChunk*, MemSpace> table("cubelm::optim_chunks", chunks.size());
+  const Kokkos::View<const kernels::OptimChunk*, Kokkos::HostSpace,
+                     Kokkos::MemoryTraits<Kokkos::Unmanaged>>
+      host(chunks.data(), chunks.size());
+  Kokkos::deep_copy(table, host);
+  chunks_ = table;
 }
 
 DataParallel::~DataParallel() {
@@ -205,31 +217,19 @@ void DataParallel::finish() {
   exec.fence();
 }
 
+void DataParallel::zero_grad() {
+  Kokkos::deep_copy(ExecSpace(), grads_, real(0));
+}
+
 double DataParallel::sum_squares() const {
   if (!zero_ && grid_.dp().rank() != 0)
     return 0.0; // identical on every dp rank: counted once
-  const ExecSpace exec;
-  double sum = 0;
-  for (const auto& s : segments_)
-    if (s.counted)
-      sum += kernels::sum_squares<real>(exec, range(grads_, s.first, s.n));
-  return sum;
+  return kernels::sum_squares<real>(ExecSpace(), chunks_, grads_);
 }
 
-void DataParallel::scale(real factor) {
+void DataParallel::update(const kernels::AdamW& hp, real clip) {
   const ExecSpace exec;
-  for (const auto& s : segments_)
-    kernels::scale<real>(exec, range(grads_, s.first, s.n), factor);
-}
-
-void DataParallel::update(const kernels::AdamW& hp) {
-  const ExecSpace exec;
-  for (const auto& s : segments_) {
-    kernels::AdamW h = hp;
-    h.weight_decay = s.decay ? hp.weight_decay : 0.0;
-    kernels::adamw_update<real>(exec, h, range(values_, s.first, s.n), range(grads_, s.first, s.n),
-                                range(m_, s.moment_first, s.n), range(v_, s.moment_first, s.n));
-  }
+  kernels::adamw_update<real>(exec, hp, clip, chunks_, values_, grads_, m_, v_);
   const comm::Group& dp = grid_.dp();
   if (zero_ && dp.size() > 1) {
     const std::int64_t rank = dp.rank();

@@ -122,7 +122,7 @@ StepMetrics Trainer::step() {
   for (int k = 0; k < count; ++k)
     sampler_->fill_rows(tokens_, step_, (d * count + k) * micro, micro,
                         batches_[static_cast<std::size_t>(k)]);
-  model.zero_grad();
+  dp_->zero_grad();
   dp_->start_step();
   const PipelineStage::Result run =
       stage_.run(model, grid, batches_, 1.0 / tokens, [&](int unit) { dp_->unit_done(unit); });
@@ -154,8 +154,6 @@ StepMetrics Trainer::step() {
     const OptimizerConfig& o = deck_.optimizer;
     // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
     const double clip = o.grad_clip > 0 ? o.grad_clip / (m.grad_norm + 1e-6) : 1.0;
-    if (clip < 1.0)
-      dp_->scale(static_cast<real>(clip));
     kernels::AdamW hp;
     hp.lr = m.lr;
     hp.beta1 = o.beta1;
@@ -163,7 +161,7 @@ StepMetrics Trainer::step() {
     hp.eps = o.eps;
     hp.weight_decay = o.weight_decay;
     hp.step = updates_ + 1; // bias correction counts the updates the moments have seen
-    dp_->update(hp);
+    dp_->update(hp, clip < 1.0 ? static_cast<real>(clip) : real(1));
     ++updates_;
     bad_ = 0;
   } else {

@@ -42,14 +42,15 @@ public:
   /// the summed gradient of every element it updates.
   void finish();
 
+  /// \brief Zeroes every gradient of the stage (one fill of the flat buffer).
+  void zero_grad();
   /// \brief Sum of squares of the gradient elements this rank accounts for in the global
-  /// norm (each element of the model once over the world).
+  /// norm (each element of the model once over the world): one reduction.
   double sum_squares() const;
-  /// \brief Multiplies the gradients this rank updates by `factor` (clipping).
-  void scale(real factor);
-  /// \brief AdamW on this rank's elements (the whole stage, or its ZeRO shard), then the
-  /// all-gather of the updated shards. `hp.weight_decay` is applied to matrices only.
-  void update(const kernels::AdamW& hp);
+  /// \brief AdamW on this rank's elements (the whole stage, or its ZeRO shard) with the
+  /// gradients scaled by `clip` (one kernel), then the all-gather of the updated shards.
+  /// `hp.weight_decay` is applied to matrices only.
+  void update(const kernels::AdamW& hp, real clip = 1);
 
   /// \brief AdamW moments m (which = 0) or v (which = 1) of every parameter of the stage,
   /// in params() order, whole blocks (gathered over dp under ZeRO).
@@ -79,6 +80,7 @@ private:
   kernels::Vec<real> values_, grads_, m_, v_;
   std::vector<Bucket> buckets_;
   std::vector<Segment> segments_;
+  kernels::OptimChunks chunks_;      // segments_ cut into pieces of at most kernels::kOptimChunk
   std::vector<std::int64_t> offset_; // per parameter: its first element in values_/grads_
 };
 
