@@ -228,8 +228,15 @@ const Mat<T>& ShardedGPT<T>::input(int slot) const {
 template <class T>
 void ShardedGPT<T>::detach_input(int slot) {
   CUBELM_ASSERT(slot >= 0 && slot < stage_.slots, "activation slot out of range");
-  slots_[static_cast<std::size_t>(slot)]->stream.front() =
-      matrix<T>("cubelm::stream", rows_, outer_);
+  Mat<T>& front = slots_[static_cast<std::size_t>(slot)]->stream.front();
+  // A pooled buffer that only the pool holds is free: swap it in, the busy one out.
+  for (Mat<T>& spare : spare_inputs_)
+    if (spare.use_count() == 1) {
+      std::swap(front, spare);
+      return;
+    }
+  spare_inputs_.push_back(front);
+  front = matrix<T>("cubelm::stream", rows_, outer_);
 }
 
 template <class T>

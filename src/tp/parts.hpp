@@ -285,6 +285,7 @@ template <class T>
 struct EmbeddingEnds {
   std::optional<Shared<T>> wpe;
   std::optional<DeviceTokens> tokens;
+  kernels::TokenIndexer index; ///< of the lookup's tokens, for the backward
   Mat<T> logits;
   std::optional<VocabLoss<T>> loss;
 

@@ -1,5 +1,7 @@
 #include "cubelm/train/pipeline.hpp"
 
+#include <algorithm>
+
 #include "cubelm/core/error.hpp"
 #include "cubelm/model/memory.hpp"
 
@@ -55,6 +57,10 @@ PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
     if (a.op == plan::Op::forward) {
       fwd.wait();
       if (!bwd.test()) {
+        // Completed sends give their buffers back to the model's pool first.
+        retired.erase(std::remove_if(retired.begin(), retired.end(),
+                                     [](comm::Request& q) { return q.test(); }),
+                      retired.end());
         retired.push_back(std::move(bwd));
         model.detach_input(s);
       }

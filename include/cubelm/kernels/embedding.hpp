@@ -23,6 +23,22 @@ struct TokenIndex {
   Kokkos::View<int*, MemSpace> positions; ///< [N]: row numbers sorted by token, then by row
 };
 
+/// \brief Builds TokenIndexes into buffers it keeps: after the first build of a given
+/// vocabulary slice and token count, building allocates nothing (host or device).
+class TokenIndexer {
+public:
+  /// \brief The index of the tokens of the slice [first, first + count) (token t is
+  /// entry t - first; other tokens are left out), by a stable counting sort on the host,
+  /// copied to the device on `exec`. Valid until the next build.
+  const TokenIndex& build(const ExecSpace& exec, const std::vector<std::int32_t>& tokens, int first,
+                          int count);
+
+private:
+  TokenIndex index_;
+  Kokkos::View<int*, MemSpace>::HostMirror offsets_, positions_;
+  std::vector<int> next_;
+};
+
 /// \brief Builds the TokenIndex of `tokens` (host ids < vocab) with a stable counting sort.
 TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int vocab);
 /// \brief The same for the vocabulary slice [first, first + count): other tokens are left

@@ -59,9 +59,13 @@ public:
   /// replaces the input, which backward no longer needs).
   const Mat<T>& input_grad(int slot) const { return input(slot); }
 
-  /// \brief Gives `slot` a new input buffer: the old one stays alive only as long as
-  /// something else (a send in flight) holds it.
+  /// \brief Gives `slot` another input buffer while something else (a send in flight)
+  /// still holds the current one. Buffers come from a pool that keeps every buffer it
+  /// handed out and reuses those nothing else holds any more, so steady-state steps
+  /// allocate nothing; the pool grows to the most sends ever in flight at once.
   void detach_input(int slot);
+  /// \brief Buffers detach_input's pool holds (in flight or free).
+  int pooled_inputs() const { return static_cast<int>(spare_inputs_.size()); }
 
   /// \brief Forward of local chunk `chunk` for the micro-batch in `slot` (enqueued on the
   /// default execution space instance, like backward: collectives and sends fence it);
@@ -110,8 +114,9 @@ private:
   std::vector<int> layer_ids_;
   std::unique_ptr<tp::LayerNorm<T>> lnf_;
   std::vector<std::unique_ptr<SlotBuffers>> slots_;
-  std::unique_ptr<Acts> redo_; // recompute: one layer's activations, re-made in backward
-  Mat<T> redo_x1_, redo_x2_;   // recompute: the layer's inner residual state and output
+  std::vector<Mat<T>> spare_inputs_; // detach_input's pool
+  std::unique_ptr<Acts> redo_;       // recompute: one layer's activations, re-made in backward
+  Mat<T> redo_x1_, redo_x2_;         // recompute: the layer's inner residual state and output
   Mat<T> d_outer_, dx_;
   Mat<T> dq_, dk_, dv_, da_, dh_, dg_;
   kernels::Tensor4<T> dscratch_;
