@@ -14,6 +14,14 @@ set(CUBELM_TEST_ENVIRONMENT
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe)
 
+# In a CUDA build every test program runs its kernels and collectives on the GPU:
+# label them `gpu` (scripts/gpu-check runs `ctest -L gpu`).
+if(CUBELM_ENABLE_CUDA)
+  set(CUBELM_DEVICE_LABEL gpu)
+else()
+  set(CUBELM_DEVICE_LABEL "")
+endif()
+
 function(cubelm_add_mpi_test)
   cmake_parse_arguments(ARG "" "NAME" "SOURCES;RANKS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SOURCES})
@@ -27,7 +35,7 @@ function(cubelm_add_mpi_test)
       ENVIRONMENT "${CUBELM_TEST_ENVIRONMENT}"
       PROCESSORS ${n}
       TIMEOUT 300
-      LABELS "mpi;${ARG_LABELS}")
+      LABELS "mpi;${CUBELM_DEVICE_LABEL};${ARG_LABELS}")
   endforeach()
 endfunction()
 
