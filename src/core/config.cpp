@@ -34,6 +34,8 @@ const std::pair<Schedule, const char*> kSchedules[] = {{Schedule::gpipe, "gpipe"
                                                        {Schedule::layered, "layered"}};
 const std::pair<Recompute, const char*> kRecompute[] = {{Recompute::none, "none"},
                                                         {Recompute::full, "full"}};
+const std::pair<Precision, const char*> kPrecision[] = {
+    {Precision::fp32, "fp32"}, {Precision::tf32, "tf32"}, {Precision::bf16, "bf16"}};
 
 } // namespace
 
@@ -49,6 +51,13 @@ const char* schedule_name(Schedule schedule) {
 std::optional<Schedule> parse_schedule(const std::string& text) {
   return value_of(kSchedules, text);
 }
+const char* precision_name(Precision precision) {
+  return name_of(kPrecision, precision);
+}
+std::optional<Precision> parse_precision(const std::string& text) {
+  return value_of(kPrecision, text);
+}
+
 const char* recompute_name(Recompute recompute) {
   return name_of(kRecompute, recompute);
 }

@@ -283,6 +283,9 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   train.get("seed", t.seed);
   train.get("max_bad_steps", t.max_bad_steps);
   train.get("time_limit_s", t.time_limit_s);
+  std::string precision = precision_name(t.precision);
+  train.choice("precision", precision, {"fp32", "tf32", "bf16"});
+  t.precision = *parse_precision(precision);
   train.at_least("steps", t.steps, 0);
   train.at_least("global_batch", t.global_batch, 1);
   train.at_least("max_bad_steps", t.max_bad_steps, 1);

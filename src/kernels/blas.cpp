@@ -1,12 +1,16 @@
 #include "cubelm/kernels/blas.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/kernels/precision.hpp"
+
+#include "bf16_gemm.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 
 #include <dlfcn.h>
 
 #include <string>
+#include <type_traits>
 
 namespace cubelm::kernels {
 
@@ -32,6 +36,11 @@ void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { cc(i, j) *= beta; });
     return;
   }
+  if constexpr (std::is_same_v<T, float>)
+    if (gemm_precision() == Precision::bf16) {
+      detail::bf16_gemm(exec, trans_a, trans_b, alpha, a, b, beta, c);
+      return;
+    }
   // Version shim: the execution-space overload of KokkosBlas::gemm only exists
   // from Kokkos Kernels 4.x; 3.4 works on the default instance.
   (void)exec;

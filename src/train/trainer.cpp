@@ -4,6 +4,7 @@
 #include "cubelm/io/synthetic.hpp"
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/kernels/optim.hpp"
+#include "cubelm/kernels/precision.hpp"
 #include "cubelm/model/shape.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/lr_schedule.hpp"
@@ -109,6 +110,8 @@ std::string Trainer::resume_newest(
 
 StepMetrics Trainer::step() {
   Kokkos::Timer timer;
+  // The gemm precision is process-wide: this trainer's, whatever another one set.
+  kernels::set_gemm_precision(deck_.train.precision);
   const int micro = deck_.micro_batch();
   const int seq = deck_.model.seq_len;
   const int count = deck_.parallel.microbatches;

@@ -34,6 +34,15 @@ const char* recompute_name(Recompute recompute);
 /// \brief Parses "none"/"full"; std::nullopt otherwise.
 std::optional<Recompute> parse_recompute(const std::string& text);
 
+/// \brief Arithmetic of the matrix products (docs/precision.md): fp32; tf32 (the
+/// tensor cores' 19-bit inputs on NVIDIA GPUs, fp32 elsewhere); bf16 inputs with
+/// fp32 accumulation. Master weights, gradients, optimizer state and every other
+/// kernel stay fp32.
+enum class Precision { fp32, tf32, bf16 };
+const char* precision_name(Precision precision);
+/// \brief Parses "fp32"/"tf32"/"bf16"; std::nullopt otherwise.
+std::optional<Precision> parse_precision(const std::string& text);
+
 struct ModelConfig {
   int vocab_size = 256;
   int seq_len = 64;
@@ -65,6 +74,7 @@ struct TrainConfig {
   int max_bad_steps = 10;
   /// seconds after the start of `cubelm train` by which it stops with a checkpoint; 0: none
   double time_limit_s = 0;
+  Precision precision = Precision::fp32; ///< of the matrix products
 };
 
 struct OptimizerConfig {
