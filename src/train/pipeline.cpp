@@ -1,5 +1,6 @@
 #include "cubelm/train/pipeline.hpp"
 
+#include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/model/memory.hpp"
 
@@ -50,6 +51,7 @@ PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
     const int s = a.slot;
     const int vs = plan_.virtual_stage(stage_, a.chunk);
     const io::Batch& batch = batches.at(static_cast<std::size_t>(a.micro));
+    comm::watchdog::set_micro_batch(a.micro);
     comm::Request& fwd = forward[static_cast<std::size_t>(s)];
     comm::Request& bwd = backward[static_cast<std::size_t>(s)];
     if (a.op == plan::Op::forward) {
@@ -83,6 +85,7 @@ PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
         bwd = pp.isend(exec, model.input_grad(s), prev, tag(true, a.micro, vs));
     }
   }
+  comm::watchdog::set_micro_batch(-1);
   wait_for([&] {
     comm::wait_all(forward);
     comm::wait_all(backward);
