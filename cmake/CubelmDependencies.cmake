@@ -51,6 +51,8 @@ else()
 endif()
 
 find_package(MPI REQUIRED COMPONENTS CXX)
+# The hang watchdog of the comm layer runs on a thread of its own.
+find_package(Threads REQUIRED)
 
 # HDF5 must be the MPI-parallel build: checkpoints are written collectively.
 set(HDF5_PREFER_PARALLEL TRUE)

@@ -5,6 +5,7 @@
 // bytes/s column is the modelled bytes this rank sends (docs/communication.md).
 
 #include "cubelm/comm/grid.hpp"
+#include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/environment.hpp"
 #include "cubelm/core/types.hpp"
 
@@ -53,9 +54,33 @@ void BM_Broadcast(benchmark::State& state) {
   bytes_sent(state, g_world->traffic(), before);
 }
 
+// The hang watchdog's cost (docs/reliability.md) where it is largest relative to
+// the work: a 16-float all_reduce, with the watchdog off (0) and armed (1).
+void BM_AllReduceWatchdog(benchmark::State& state) {
+  const cubelm::comm::Watchdog watchdog(state.range(0) != 0 ? 600.0 : 0.0);
+  cubelm::View1<float> v("v", 16);
+  const cubelm::ExecSpace exec;
+  const double before = g_world->traffic().total_bytes();
+  for (auto _ : state)
+    g_world->all_reduce(exec, v);
+  bytes_sent(state, g_world->traffic(), before);
+}
+
+// One watched wait without MPI: the watchdog's bookkeeping alone, off (0) and armed (1).
+void BM_WatchdogScope(benchmark::State& state) {
+  const cubelm::comm::Watchdog watchdog(state.range(0) != 0 ? 600.0 : 0.0);
+  const char* group = cubelm::comm::watchdog::intern("world");
+  for (auto _ : state) {
+    const cubelm::comm::watchdog::Scope waiting(group, "all_reduce");
+    benchmark::ClobberMemory();
+  }
+}
+
 BENCHMARK(BM_AllReduce)->RangeMultiplier(16)->Range(1 << 10, 1 << 22)->Iterations(kIterations);
 BENCHMARK(BM_AllGather)->RangeMultiplier(16)->Range(1 << 10, 1 << 20)->Iterations(kIterations);
 BENCHMARK(BM_Broadcast)->RangeMultiplier(16)->Range(1 << 10, 1 << 22)->Iterations(kIterations);
+BENCHMARK(BM_AllReduceWatchdog)->Arg(0)->Arg(1)->Arg(0)->Arg(1)->Iterations(20000);
+BENCHMARK(BM_WatchdogScope)->Arg(0)->Arg(1)->Iterations(10000000);
 
 } // namespace
 

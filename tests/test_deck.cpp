@@ -52,6 +52,7 @@ TEST(Deck, EmptyDeckGivesTheDocumentedDefaults) {
   EXPECT_EQ(d.data.sampler, "shuffle");
   EXPECT_EQ(d.checkpoint.resume, "none");
   EXPECT_EQ(d.log.interval, 1);
+  EXPECT_DOUBLE_EQ(d.parallel.timeout_s, 600.0);
 }
 
 TEST(Deck, ReadsEveryKey) {
@@ -73,6 +74,7 @@ microbatches = 4
 zero = 1
 sequence_parallel = false
 recompute = "full"
+timeout_s = 120
 [train]
 steps = 7
 global_batch = 16
@@ -108,6 +110,7 @@ metrics = "m.jsonl"
   EXPECT_EQ(d.parallel.virtual_stages, 2);
   EXPECT_EQ(d.parallel.zero, 1);
   EXPECT_EQ(d.parallel.recompute, Recompute::full);
+  EXPECT_DOUBLE_EQ(d.parallel.timeout_s, 120.0);
   EXPECT_EQ(d.train.seed, 99);
   EXPECT_EQ(d.micro_batch(), 2);
   EXPECT_DOUBLE_EQ(d.optimizer.min_lr, 0.0); // integer accepted for a float key
@@ -177,6 +180,26 @@ TEST(Deck, RulesNameTheValueAndTheRule) {
   EXPECT_HAS(error_of("[data]\nsampler = \"random\"\n"), "\"sequential\", \"shuffle\"");
   EXPECT_HAS(error_of("[checkpoint]\ninterval = -1\n"), "checkpoint.interval = -1");
   EXPECT_HAS(error_of("[log]\ninterval = 0\n"), "log.interval = 0: must be at least 1");
+}
+
+// parallel.timeout_s, the hang watchdog's limit (docs/reliability.md): seconds, 0 for
+// off; a negative, NaN or infinite value is refused naming the key, its line, the
+// value and the rule.
+TEST(Deck, WatchdogTimeout) {
+  EXPECT_DOUBLE_EQ(parse_deck("[parallel]\ntimeout_s = 0\n").parallel.timeout_s, 0.0);
+  EXPECT_DOUBLE_EQ(parse_deck("[parallel]\ntimeout_s = 2.5\n").parallel.timeout_s, 2.5);
+  EXPECT_DOUBLE_EQ(parse_deck("[parallel]\ntimeout_s = 3600\n").parallel.timeout_s, 3600.0);
+  const std::string rule =
+      "must be a finite number of seconds, at least 0 (0 switches the hang watchdog off)";
+  EXPECT_HAS(error_of("[parallel]\ntimeout_s = -1\n"),
+             "deck.toml:2: parallel.timeout_s = -1: " + rule);
+  EXPECT_HAS(error_of("[parallel]\ntensor_mode = \"none\"\ntimeout_s = -0.5\n"),
+             "deck.toml:3: parallel.timeout_s = -0.5: " + rule);
+  EXPECT_HAS(error_of("[parallel]\ntimeout_s = nan\n"), "parallel.timeout_s = nan: " + rule);
+  EXPECT_HAS(error_of("[parallel]\ntimeout_s = inf\n"), "parallel.timeout_s = inf: " + rule);
+  EXPECT_HAS(error_of("[parallel]\ntimeout_s = \"10m\"\n"),
+             "parallel.timeout_s = \"10m\": must be a number, got string");
+  EXPECT_HAS(error_of("[parallel]\ntimeout = 5\n"), "did you mean 'timeout_s'");
 }
 
 // The pipeline rules are the schedule's own (plan::check_plan), reported at the

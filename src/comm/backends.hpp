@@ -13,7 +13,8 @@ std::unique_ptr<Backend> make_mpi_backend(const Communicator& comm);
 
 #ifdef CUBELM_ENABLE_NCCL
 /// NCCL on device memory; the unique id travels over `comm` (collective call).
-std::unique_ptr<Backend> make_nccl_backend(const Communicator& comm);
+/// `group` (a watchdog::intern()ed name) names the group to the hang watchdog.
+std::unique_ptr<Backend> make_nccl_backend(const Communicator& comm, const char* group);
 #endif
 
 } // namespace cubelm::comm::detail

@@ -26,8 +26,9 @@ CommOptions CommOptions::from_environment() {
 
 Group::Group(std::string name, Communicator comm, std::shared_ptr<TrafficCounters> traffic,
              CommOptions options)
-    : name_(std::move(name)), comm_(std::move(comm)), traffic_(std::move(traffic)),
-      options_(options), host_backend_(detail::make_mpi_backend(comm_)) {
+    : name_(std::move(name)), watch_name_(watchdog::intern(name_)), comm_(std::move(comm)),
+      traffic_(std::move(traffic)), options_(options),
+      host_backend_(detail::make_mpi_backend(comm_)) {
   CUBELM_ASSERT(comm_, "group '" + name_ + "' needs a communicator");
   CUBELM_ASSERT(traffic_, "group '" + name_ + "' needs traffic counters");
 }
@@ -51,7 +52,7 @@ Backend& Group::backend(Route route) const {
     return *host_backend_; // MPI: host memory, host copies, or GPU-aware device pointers
 #ifdef CUBELM_ENABLE_NCCL
   if (!device_backend_)
-    device_backend_ = detail::make_nccl_backend(comm_);
+    device_backend_ = detail::make_nccl_backend(comm_, watch_name_);
   return *device_backend_;
 #else
   return *host_backend_;
@@ -77,6 +78,7 @@ void Group::check_blocks(std::size_t elements, std::size_t block, const char* op
 }
 
 void Group::barrier() const {
+  const watchdog::Scope waiting(watch_name_, "barrier");
   host_backend_->barrier();
 }
 

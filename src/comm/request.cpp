@@ -1,16 +1,19 @@
 #include "cubelm/comm/request.hpp"
 
+#include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/error.hpp"
 
 namespace cubelm::comm {
 
-Request::Request(std::unique_ptr<PendingOp> op, std::function<void()> finish)
-    : op_(std::move(op)), finish_(std::move(finish)) {
+Request::Request(std::unique_ptr<PendingOp> op, std::function<void()> finish, const char* group,
+                 const char* what)
+    : op_(std::move(op)), finish_(std::move(finish)), group_(group), what_(what) {
   CUBELM_ASSERT(op_ != nullptr, "a Request needs an operation in flight");
 }
 
 Request::Request(Request&& other) noexcept
-    : op_(std::move(other.op_)), finish_(std::move(other.finish_)) {
+    : op_(std::move(other.op_)), finish_(std::move(other.finish_)), group_(other.group_),
+      what_(other.what_) {
   other.finish_ = nullptr;
 }
 
@@ -19,6 +22,8 @@ Request& Request::operator=(Request&& other) {
     wait();
     op_ = std::move(other.op_);
     finish_ = std::move(other.finish_);
+    group_ = other.group_;
+    what_ = other.what_;
     other.finish_ = nullptr;
   }
   return *this;
@@ -40,7 +45,10 @@ bool Request::test() {
 void Request::wait() {
   if (op_ == nullptr)
     return;
-  op_->wait();
+  {
+    const watchdog::Scope waiting(group_, what_);
+    op_->wait();
+  }
   finish();
 }
 

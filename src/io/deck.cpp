@@ -9,6 +9,7 @@
 #include "toml_document.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <initializer_list>
 #include <limits>
@@ -254,6 +255,9 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   p.recompute = *parse_recompute(recompute);
   par.get("bucket_mb", p.bucket_mb);
   par.require(p.bucket_mb > 0, "bucket_mb", "must be positive (MB per gradient bucket)");
+  par.get("timeout_s", p.timeout_s);
+  par.require(std::isfinite(p.timeout_s) && p.timeout_s >= 0, "timeout_s",
+              "must be a finite number of seconds, at least 0 (0 switches the hang watchdog off)");
   par.require(p.zero == 0 || p.zero == 1, "zero", "must be 0 (off) or 1 (sharded optimizer)");
   par.require(!p.sequence_parallel || p.tensor_mode == TensorMode::d1, "sequence_parallel",
               "sequence parallelism exists only for tensor_mode = \"1d\"");

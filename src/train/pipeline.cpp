@@ -1,9 +1,10 @@
 #include "cubelm/train/pipeline.hpp"
 
-#include <algorithm>
-
+#include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/model/memory.hpp"
+
+#include <algorithm>
 
 namespace cubelm::train {
 
@@ -52,6 +53,7 @@ PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
     const int s = a.slot;
     const int vs = plan_.virtual_stage(stage_, a.chunk);
     const io::Batch& batch = batches.at(static_cast<std::size_t>(a.micro));
+    comm::watchdog::set_micro_batch(a.micro);
     comm::Request& fwd = forward[static_cast<std::size_t>(s)];
     comm::Request& bwd = backward[static_cast<std::size_t>(s)];
     if (a.op == plan::Op::forward) {
@@ -89,6 +91,7 @@ PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
         bwd = pp.isend(exec, model.input_grad(s), prev, tag(true, a.micro, vs));
     }
   }
+  comm::watchdog::set_micro_batch(-1);
   wait_for([&] {
     comm::wait_all(forward);
     comm::wait_all(backward);

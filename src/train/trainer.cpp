@@ -30,11 +30,19 @@ comm::Layout trainable(const Deck& deck) {
 int stage_of(const Deck& deck, const comm::Communicator& comm) {
   return comm::coords_of(trainable(deck), comm.rank()).pp;
 }
+
+// The hang watchdog's limit; until the first step, a hang is reported as before it.
+double watchdog_timeout(const Deck& deck) {
+  comm::watchdog::set_step(-1);
+  comm::watchdog::set_micro_batch(-1);
+  return deck.parallel.timeout_s;
+}
 } // namespace
 
 Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
-    : deck_(deck), comm_(comm), plan_(plan::make_plan(deck.parallel, deck.model)),
-      timeline_(plan::simulate(plan_)), stage_(plan_, stage_of(deck, comm)),
+    : deck_(deck), comm_(comm), watchdog_(watchdog_timeout(deck)),
+      plan_(plan::make_plan(deck.parallel, deck.model)), timeline_(plan::simulate(plan_)),
+      stage_(plan_, stage_of(deck, comm)),
       net_(deck.model, deck.micro_batch(), static_cast<std::uint64_t>(deck.train.seed),
            trainable(deck), comm, stage_.layout(deck.parallel.recompute == Recompute::full)) {
   const DataConfig& d = deck.data;
@@ -120,6 +128,8 @@ StepMetrics Trainer::step() {
   const comm::ProcessGrid& grid = *net_.grid;
   const comm::TrafficCounters& traffic = grid.traffic();
   const std::vector<comm::TrafficEntry> before = traffic.entries();
+  comm::watchdog::set_step(step_);
+  comm::watchdog::set_micro_batch(-1);
   // Micro-batch k of data-parallel rank d: rows (d m + k) micro of the global batch.
   const int d = grid.coords().dp;
   for (int k = 0; k < count; ++k)

@@ -27,11 +27,14 @@
 /// with isend must be received with irecv, and one sent with send with recv.
 /// The non-blocking calls are [[nodiscard]]: a Request dropped at once waits
 /// in its destructor, which makes the call blocking (and can deadlock a ring).
+/// Every blocking library call and every Request::wait is a watchdog::Scope
+/// naming the group and the operation (comm/watchdog.hpp).
 
 #include "cubelm/comm/backend.hpp"
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/comm/request.hpp"
 #include "cubelm/comm/traffic.hpp"
+#include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/error.hpp"
 
@@ -140,7 +143,7 @@ public:
     account(Kind::broadcast, n * sizeof(T));
     if (size() == 1)
       return;
-    post_one(exec, data, route_for<V>(), rank() == root, true,
+    post_one(exec, data, route_for<V>(), rank() == root, true, "broadcast",
              [&](Backend& b, void* buf, void* stream) {
                b.broadcast(buf, n, data_type_of<T>(), root, stream);
                return std::unique_ptr<PendingOp>();
@@ -164,7 +167,7 @@ public:
                                           std::to_string(recv.span()) + " elements, expected " +
                                           std::to_string(n));
     account(Kind::reduce, n * sizeof(T));
-    post_pair(exec, send, recv, rank() == root, Mode::blocking,
+    post_pair(exec, send, recv, rank() == root, Mode::blocking, "reduce",
               [&](Backend& b, void* s, void* r, void* stream) {
                 b.reduce(s, r, n, data_type_of<T>(), op, root, stream);
                 return std::unique_ptr<PendingOp>();
@@ -286,15 +289,25 @@ private:
   // twin's wait() returns at once); Mode::nonblocking returns the operation in
   // flight. broadcast and reduce share post_one and post_pair.
 
-  /// A Request for `pending` that runs `finish` once it completes; at once when
-  /// the backend has already completed the operation (no PendingOp: Mode::blocking).
+  /// A Request for `pending` (operation `what`) that runs `finish` once it
+  /// completes; at once when the backend has already completed the operation
+  /// (no PendingOp: Mode::blocking).
   template <class F>
-  static Request make_request(std::unique_ptr<PendingOp> pending, F&& finish) {
+  Request make_request(std::unique_ptr<PendingOp> pending, const char* what, F&& finish) const {
     if (pending == nullptr) {
       finish();
       return Request();
     }
-    return Request(std::move(pending), std::forward<F>(finish));
+    return Request(std::move(pending), std::forward<F>(finish), watch_name_, what);
+  }
+
+  /// The backend call of operation `what` on `route`, watched while it runs: a
+  /// blocking one waits inside the library (and a backend's first use on device
+  /// memory sets up NCCL, a collective too).
+  template <class F>
+  std::unique_ptr<PendingOp> watched_call(const char* what, F&& call) const {
+    const watchdog::Scope waiting(watch_name_, what);
+    return call();
   }
 
   /// One View on `route`, staged on a host copy when the route needs it (copied
@@ -302,15 +315,17 @@ private:
   /// buffer, stream)` returns the backend's PendingOp (nullptr once done).
   template <class Exec, class V, class F>
   Request post_one(const Exec& exec, const V& data, Route route, bool copy_in, bool copy_out,
-                   F&& call) const {
+                   const char* what, F&& call) const {
     detail::Staged<V> buf(data, route == Route::staged, copy_in);
     prepare(exec, route);
-    return make_request(call(backend(route), buf.data(), compat::native_stream(exec)),
-                        [buf, data, copy_out] {
-                          if (copy_out)
-                            buf.copy_back();
-                          (void)data; // held until completion
-                        });
+    return make_request(
+        watched_call(what,
+                     [&] { return call(backend(route), buf.data(), compat::native_stream(exec)); }),
+        what, [buf, data, copy_out] {
+          if (copy_out)
+            buf.copy_back();
+          (void)data; // held until completion
+        });
   }
 
   /// send to recv (recv written only where `receives`): staged like post_one,
@@ -318,7 +333,7 @@ private:
   /// and completes at once.
   template <class Exec, class VS, class VR, class F>
   Request post_pair(const Exec& exec, const VS& send, const VR& recv, bool receives, Mode mode,
-                    F&& call) const {
+                    const char* what, F&& call) const {
     if (size() == 1) {
       copy_flat(exec, send, recv);
       if (mode == Mode::nonblocking)
@@ -329,8 +344,12 @@ private:
     detail::Staged<VS> in(send, route == Route::staged, true);
     detail::Staged<VR> out(recv, route == Route::staged && receives, false);
     prepare(exec, route);
-    return make_request(call(backend(route), in.data(), out.data(), compat::native_stream(exec)),
-                        [in, out, send, recv] {
+    return make_request(watched_call(what,
+                                     [&] {
+                                       return call(backend(route), in.data(), out.data(),
+                                                   compat::native_stream(exec));
+                                     }),
+                        what, [in, out, send, recv] {
                           out.copy_back();
                           (void)in, (void)send, (void)recv; // held until completion
                         });
@@ -338,13 +357,14 @@ private:
 
   template <class Exec, class V>
   Request post_all_reduce(const Exec& exec, const V& data, ReduceOp op, Mode mode) const {
-    detail::require_contiguous(data, name_, mode == Mode::blocking ? "all_reduce" : "iall_reduce");
+    const char* what = mode == Mode::blocking ? "all_reduce" : "iall_reduce";
+    detail::require_contiguous(data, name_, what);
     using T = typename V::non_const_value_type;
     const std::size_t n = data.span();
     account(Kind::all_reduce, n * sizeof(T));
     if (size() == 1)
       return Request();
-    return post_one(exec, data, route_for<V>(), true, true,
+    return post_one(exec, data, route_for<V>(), true, true, what,
                     [&](Backend& b, void* buf, void* stream) {
                       return b.all_reduce(buf, buf, n, data_type_of<T>(), op, stream, mode);
                     });
@@ -358,9 +378,10 @@ private:
     const std::size_t n = send.span();
     check_blocks(recv.span(), n, what, "recv");
     account(Kind::all_gather, n * sizeof(T));
-    return post_pair(exec, send, recv, true, mode, [&](Backend& b, void* s, void* r, void* stream) {
-      return b.all_gather(s, r, n, data_type_of<T>(), stream, mode);
-    });
+    return post_pair(exec, send, recv, true, mode, what,
+                     [&](Backend& b, void* s, void* r, void* stream) {
+                       return b.all_gather(s, r, n, data_type_of<T>(), stream, mode);
+                     });
   }
 
   template <class Exec, class VS, class VR>
@@ -372,9 +393,10 @@ private:
     const std::size_t n = recv.span();
     check_blocks(send.span(), n, what, "send");
     account(Kind::reduce_scatter, n * sizeof(T));
-    return post_pair(exec, send, recv, true, mode, [&](Backend& b, void* s, void* r, void* stream) {
-      return b.reduce_scatter(s, r, n, data_type_of<T>(), op, stream, mode);
-    });
+    return post_pair(exec, send, recv, true, mode, what,
+                     [&](Backend& b, void* s, void* r, void* stream) {
+                       return b.reduce_scatter(s, r, n, data_type_of<T>(), op, stream, mode);
+                     });
   }
 
   /// send, recv, isend, irecv (`kind` is Kind::send or Kind::recv). The
@@ -389,7 +411,7 @@ private:
     using T = typename V::non_const_value_type;
     const std::size_t n = data.span();
     account(kind, n * sizeof(T));
-    return post_one(exec, data, route_for<V>(blocking), sending, !sending,
+    return post_one(exec, data, route_for<V>(blocking), sending, !sending, what,
                     [&](Backend& b, void* buf, void* stream) {
                       return sending ? b.send(buf, n, data_type_of<T>(), peer, tag, stream, mode)
                                      : b.recv(buf, n, data_type_of<T>(), peer, tag, stream, mode);
@@ -397,6 +419,7 @@ private:
   }
 
   std::string name_;
+  const char* watch_name_; // name_, interned for the watchdog
   Communicator comm_;
   std::shared_ptr<TrafficCounters> traffic_;
   CommOptions options_;

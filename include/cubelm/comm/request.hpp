@@ -31,7 +31,10 @@ public:
   Request() = default;
   /// \brief For the comm layer: `op` in flight, then `finish` once it has completed
   /// (copies staged results back; its captures keep buffers alive until then).
-  Request(std::unique_ptr<PendingOp> op, std::function<void()> finish);
+  /// `group` (a watchdog::intern()ed name) and `what` ("iall_reduce", "irecv", ...)
+  /// name a wait that makes no progress (comm/watchdog.hpp).
+  Request(std::unique_ptr<PendingOp> op, std::function<void()> finish, const char* group,
+          const char* what);
 
   Request(Request&& other) noexcept;
   /// \brief Waits for the operation this Request holds, then takes over `other`'s.
@@ -57,6 +60,8 @@ private:
 
   std::unique_ptr<PendingOp> op_;
   std::function<void()> finish_;
+  const char* group_ = nullptr;
+  const char* what_ = nullptr;
 };
 
 /// \brief Waits for every Request of `requests` (in order; each completes as it is reached).

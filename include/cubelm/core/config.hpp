@@ -63,6 +63,9 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
   double bucket_mb = 25.0; ///< data-parallel gradient bucket size (MB, 10^6 bytes)
+  /// seconds a blocking collective or point-to-point may go without progress before
+  /// the hang watchdog aborts the job; 0 switches the watchdog off
+  double timeout_s = 600.0;
 };
 
 struct TrainConfig {

@@ -4,6 +4,7 @@
 /// pipeline stage, global-norm clipping, the learning-rate schedule and AdamW,
 /// per-step metrics (docs/training.md).
 
+#include "cubelm/comm/watchdog.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/io/sampler.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
@@ -74,6 +75,7 @@ public:
 private:
   Deck deck_;
   comm::Communicator comm_;
+  comm::Watchdog watchdog_; // parallel.timeout_s, from the first collective to the last
   std::vector<std::int32_t> tokens_;
   std::unique_ptr<io::Sampler> sampler_;
   plan::PipelinePlan plan_;
