@@ -10,6 +10,9 @@
 #                      USR1; Open MPI's mpirun ends with 1 after forwarding TERM)
 #   kill-before-rename SIGKILL of rank 0 while the step-1000 checkpoint is written but not
 #                      yet renamed (CUBELM_TEST_PAUSE_BEFORE_RENAME): the step-500 one survives
+#   hang-in-checkpoint rank 0 stops for good before the step-1000 rename, with
+#                      parallel.timeout_s = 3: the watchdog ends the job (exit 124) naming
+#                      the checkpoint, and step 500 stays loadable
 #   time-limit         train.time_limit_s = 2: the run stops in time with a checkpoint
 #   end-time           CUBELM_END_TIME = now + 3 s: the same, from the environment
 set -uo pipefail
@@ -87,6 +90,23 @@ kill-before-rename)
   [ ! -e "$work/run/ckpt/step_00001000.h5" ] || fail "step_00001000.h5 became visible"
   [ -f "$work/run/ckpt/step_00000500.h5" ] || fail "the previous checkpoint step_00000500.h5 is gone"
   "$cubelm" verify "$work/run/ckpt/step_00000500.h5" >/dev/null || fail "step_00000500.h5 does not verify"
+  ;;
+hang-in-checkpoint)
+  sed -i 's/^\[parallel\]$/[parallel]\ntimeout_s = 3/' "$work/run/deck.toml"
+  begin=$(date +%s)
+  (cd "$work/run" && CUBELM_TEST_PAUSE_BEFORE_RENAME=step_00001000.h5 exec timeout 120 \
+    "${launcher[@]}" "$cubelm" train deck.toml >run1.log 2>&1) &
+  pid=$!
+  wait "$pid"; rc=$?
+  took=$(($(date +%s) - begin))
+  [ "$rc" = 124 ] || fail "exit status $rc, expected the watchdog's 124"
+  grep -q "no progress for [0-9.]* s in [a-z_]* on group 'checkpoint'" "$work/run/run1.log" ||
+    fail "the watchdog did not name the checkpoint"
+  [ ! -e "$work/run/ckpt/step_00001000.h5" ] || fail "step_00001000.h5 became visible"
+  "$cubelm" verify "$work/run/ckpt/step_00000500.h5" >/dev/null || fail "step_00000500.h5 does not verify"
+  echo "ended by the watchdog after ${took} s: $(grep -o "no progress[^;]*" "$work/run/run1.log" | head -n 1)"
+  echo "PASS: $case"
+  exit 0
   ;;
 time-limit | end-time)
   if [ "$case" = time-limit ]; then

@@ -1,5 +1,6 @@
 #include "cubelm/io/checkpoint.hpp"
 
+#include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/error.hpp"
 
 #include <hdf5.h>
@@ -377,6 +378,15 @@ void check_shape(const std::string& file, const std::string& dataset,
                 true);
 }
 
+// Checkpoint I/O waits for every rank (collective HDF5 and MPI calls): the hang
+// watchdog watches each call as a wait on the group "checkpoint".
+namespace {
+const char* checkpoint_group() {
+  static const char* const name = comm::watchdog::intern("checkpoint");
+  return name;
+}
+} // namespace
+
 // ---------------------------------------------------------------------------
 // CheckpointWriter
 
@@ -386,6 +396,7 @@ std::string CheckpointWriter::partial_path(const std::string& path) {
 
 CheckpointWriter::CheckpointWriter(const std::string& path, const comm::Communicator& comm)
     : path_(path), comm_(comm) {
+  const comm::watchdog::Scope watched(checkpoint_group(), "create");
   CUBELM_ASSERT(comm_, "CheckpointWriter needs a communicator");
   // MPI-IO would fail on some ranks or all in its own way; rank 0 looks first.
   std::string problem;
@@ -427,6 +438,7 @@ void CheckpointWriter::release() noexcept {
 void CheckpointWriter::write(const std::string& dataset,
                              const std::vector<std::uint64_t>& global_shape, const Block& block,
                              const float* data) {
+  const comm::watchdog::Scope watched(checkpoint_group(), "write");
   CUBELM_ASSERT(file_ >= 0, "CheckpointWriter::write after close()");
   const std::string name = absolute(dataset);
   std::string problem;
@@ -524,6 +536,7 @@ void pause_before_rename(const std::string& path) {
 } // namespace
 
 void CheckpointWriter::close() {
+  const comm::watchdog::Scope watched(checkpoint_group(), "close");
   CUBELM_ASSERT(file_ >= 0, "CheckpointWriter::close called twice");
   // Flushing syncs the MPI-IO file, so the data is on storage before the
   // rename makes it the checkpoint.
@@ -547,6 +560,7 @@ void CheckpointWriter::close() {
 
 CheckpointReader::CheckpointReader(const std::string& path, const comm::Communicator& comm)
     : path_(path), comm_(comm) {
+  const comm::watchdog::Scope watched(checkpoint_group(), "open");
   CUBELM_ASSERT(comm_, "CheckpointReader needs a communicator");
   // A parallel open of a file that is not HDF5 may fail differently on
   // different ranks; rank 0 decides for everyone before anyone tries.
@@ -589,6 +603,7 @@ void CheckpointReader::expect_shape(const std::string& dataset,
 }
 
 void CheckpointReader::read(const std::string& dataset, const Block& block, float* out) const {
+  const comm::watchdog::Scope watched(checkpoint_group(), "read");
   const std::string name = absolute(dataset);
   std::string problem = dataset_problem(file_, name);
   if (problem.empty()) {
