@@ -62,10 +62,14 @@ herr_t keep_innermost(unsigned, const H5E_error2_t* err, void* data) {
 }
 } // namespace
 
-void hdf5_failure(const char* call, const char* file, int line) {
+std::string hdf5_error_message() {
   std::string message = "no message on the HDF5 error stack";
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_innermost, &message);
-  library_failure("HDF5", call, message, file, line);
+  return message;
+}
+
+void hdf5_failure(const char* call, const char* file, int line) {
+  library_failure("HDF5", call, hdf5_error_message(), file, line);
 }
 
 void assert_failure(const char* cond, const std::string& message, const char* file, int line) {

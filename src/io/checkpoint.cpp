@@ -26,13 +26,35 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// While a reader works (Reading below), a failed HDF5 call is the file's damage and
+// becomes an Unreadable, which the reader turns into a collective Error naming the
+// file; while writing it is cubelm's failure and aborts the job (CUBELM_HDF5_CHECK).
+int g_reading = 0;
+
+struct Unreadable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void hdf5_failed(const char* call, int line) {
+  if (g_reading > 0)
+    throw Unreadable(std::string(call) + ": " + detail::hdf5_error_message());
+  detail::hdf5_failure(call, __FILE__, line);
+}
+
 // Like CUBELM_HDF5_CHECK, for calls that return the identifier we go on with.
 #define CUBELM_HDF5_ID(call) checked_id((call), #call, __LINE__)
 hid_t checked_id(hid_t id, const char* call, int line) {
   if (id < 0)
-    detail::hdf5_failure(call, __FILE__, line);
+    hdf5_failed(call, line);
   return id;
 }
+
+#undef CUBELM_HDF5_CHECK
+#define CUBELM_HDF5_CHECK(call)                                                                    \
+  do {                                                                                             \
+    if ((call) < 0)                                                                                \
+      hdf5_failed(#call, __LINE__);                                                                \
+  } while (0)
 
 /// Owns an HDF5 identifier and closes it with the matching H5?close.
 class Hid {
@@ -557,6 +579,33 @@ void CheckpointWriter::close() {
 
 // ---------------------------------------------------------------------------
 // CheckpointReader
+//
+// A damaged file makes HDF5 calls fail while reading: that is the file's fault,
+// not cubelm's, so the reader turns such failures into a collective cubelm::Error
+// naming the file (every rank reads the same bytes and fails alike) instead of
+// aborting the job as CUBELM_HDF5_CHECK does.
+
+namespace {
+
+// Marks the reader at work: failed HDF5 calls throw Unreadable (see hdf5_failed).
+class Reading {
+public:
+  Reading() { ++g_reading; }
+  ~Reading() { --g_reading; }
+  Reading(const Reading&) = delete;
+  Reading& operator=(const Reading&) = delete;
+
+private:
+  QuietHdf5 quiet_; // the damage is reported once, by the Error
+};
+
+Error damaged(const std::string& path, const Unreadable& e) {
+  return Error("checkpoint " + path + ": damaged: HDF5 cannot read it (" + std::string(e.what()) +
+                   ")",
+               true);
+}
+
+} // namespace
 
 CheckpointReader::CheckpointReader(const std::string& path, const comm::Communicator& comm)
     : path_(path), comm_(comm) {
@@ -568,7 +617,12 @@ CheckpointReader::CheckpointReader(const std::string& path, const comm::Communic
   if (!problem.empty())
     throw Error(problem, true);
   Hid fapl(file_access(comm_), H5Pclose);
-  file_ = CUBELM_HDF5_ID(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, fapl));
+  try {
+    const Reading reading;
+    file_ = CUBELM_HDF5_ID(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, fapl));
+  } catch (const Unreadable& e) {
+    throw damaged(path_, e);
+  }
   dxpl_ = collective_transfer();
 }
 
@@ -579,12 +633,16 @@ CheckpointReader::~CheckpointReader() {
     H5Fclose(file_);
 }
 
-bool CheckpointReader::has(const std::string& dataset) const {
+bool CheckpointReader::has(const std::string& dataset) const try {
+  const Reading reading;
   const std::string name = absolute(dataset);
   return name != "/" && dataset_problem(file_, name).empty();
+} catch (const Unreadable& e) {
+  throw damaged(path_, e);
 }
 
-std::vector<std::uint64_t> CheckpointReader::shape(const std::string& dataset) const {
+std::vector<std::uint64_t> CheckpointReader::shape(const std::string& dataset) const try {
+  const Reading reading;
   const std::string name = absolute(dataset);
   if (const std::string problem = dataset_problem(file_, name); !problem.empty())
     throw Error("checkpoint " + path_ + ": " + problem, true);
@@ -595,6 +653,8 @@ std::vector<std::uint64_t> CheckpointReader::shape(const std::string& dataset) c
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
   CUBELM_HDF5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
   return std::vector<std::uint64_t>(dims.begin(), dims.end());
+} catch (const Unreadable& e) {
+  throw damaged(path_, e);
 }
 
 void CheckpointReader::expect_shape(const std::string& dataset,
@@ -602,7 +662,8 @@ void CheckpointReader::expect_shape(const std::string& dataset,
   check_shape(path_, dataset, shape(dataset), expected);
 }
 
-void CheckpointReader::read(const std::string& dataset, const Block& block, float* out) const {
+void CheckpointReader::read(const std::string& dataset, const Block& block, float* out) const try {
+  const Reading reading;
   const comm::watchdog::Scope watched(checkpoint_group(), "read");
   const std::string name = absolute(dataset);
   std::string problem = dataset_problem(file_, name);
@@ -636,18 +697,24 @@ void CheckpointReader::read(const std::string& dataset, const Block& block, floa
                                     : "");
   if (!problem.empty())
     throw Error("checkpoint " + path_ + ": " + problem, true);
+} catch (const Unreadable& e) {
+  throw damaged(path_, e);
 }
 
-bool CheckpointReader::has_attribute(const std::string& object, const std::string& name) const {
+bool CheckpointReader::has_attribute(const std::string& object, const std::string& name) const try {
+  const Reading reading;
   const std::string where = absolute(object);
   if (where != "/" && !exists(file_, where))
     return false;
   QuietHdf5 quiet;
   return H5Aexists_by_name(file_, where.c_str(), name.c_str(), H5P_DEFAULT) > 0;
+} catch (const Unreadable& e) {
+  throw damaged(path_, e);
 }
 
 std::int64_t CheckpointReader::open_attribute(const std::string& object,
-                                              const std::string& name) const {
+                                              const std::string& name) const try {
+  const Reading reading;
   const std::string where = absolute(object);
   if (where != "/" && !exists(file_, where))
     throw Error("checkpoint " + path_ + ": no " + where + " (looking for its attribute " + name +
@@ -657,31 +724,42 @@ std::int64_t CheckpointReader::open_attribute(const std::string& object,
     throw Error("checkpoint " + path_ + ": " + where + " has no attribute " + name, true);
   return CUBELM_HDF5_ID(
       H5Aopen_by_name(file_, where.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
+} catch (const Unreadable& e) {
+  throw damaged(path_, e);
 }
 
 std::string CheckpointReader::string_attribute(const std::string& object,
-                                               const std::string& name) const {
+                                               const std::string& name) const try {
+  const Reading reading;
   Hid attr(open_attribute(object, name), H5Aclose);
   std::string value;
   throw_if(read_string(attr, value), path_, object, name);
   return value;
+} catch (const Unreadable& e) {
+  throw damaged(path_, e);
 }
 
 std::int64_t CheckpointReader::int_attribute(const std::string& object,
-                                             const std::string& name) const {
+                                             const std::string& name) const try {
+  const Reading reading;
   Hid attr(open_attribute(object, name), H5Aclose);
   std::int64_t value = 0;
   throw_if(read_number(attr, H5T_INTEGER, false, H5T_NATIVE_INT64, &value), path_, object, name);
   return value;
+} catch (const Unreadable& e) {
+  throw damaged(path_, e);
 }
 
-double CheckpointReader::double_attribute(const std::string& object,
-                                          const std::string& name) const {
+double CheckpointReader::double_attribute(const std::string& object, const std::string& name) const
+    try {
+  const Reading reading;
   Hid attr(open_attribute(object, name), H5Aclose);
   double value = 0;
   // An integer is a number too (an h5py user may well write lr = 1).
   throw_if(read_number(attr, H5T_FLOAT, true, H5T_NATIVE_DOUBLE, &value), path_, object, name);
   return value;
+} catch (const Unreadable& e) {
+  throw damaged(path_, e);
 }
 
 namespace {
@@ -710,7 +788,8 @@ void collect_datasets(hid_t file, const std::string& where, std::vector<std::str
 }
 } // namespace
 
-bool CheckpointReader::has_checksum(const std::string& dataset) const {
+bool CheckpointReader::has_checksum(const std::string& dataset) const try {
+  const Reading reading;
   Hid dset(CUBELM_HDF5_ID(H5Dopen2(file_, absolute(dataset).c_str(), H5P_DEFAULT)), H5Dclose);
   Hid dcpl(CUBELM_HDF5_ID(H5Dget_create_plist(dset)), H5Pclose);
   for (int i = 0; i < H5Pget_nfilters(dcpl); ++i) {
@@ -721,20 +800,35 @@ bool CheckpointReader::has_checksum(const std::string& dataset) const {
       return true;
   }
   return false;
+} catch (const Unreadable& e) {
+  throw damaged(path_, e);
 }
 
-std::vector<std::string> CheckpointReader::datasets() const {
+std::vector<std::string> CheckpointReader::datasets() const try {
+  const Reading reading;
   std::vector<std::string> out;
   collect_datasets(file_, "/", out);
   return out;
+} catch (const Unreadable& e) {
+  throw damaged(path_, e);
 }
 
 Verification verify_checkpoint(const std::string& path, const comm::Communicator& comm) {
   Verification v;
   try {
     const CheckpointReader reader(path, comm);
+    std::error_code ec;
+    const std::uint64_t file_bytes = fs::file_size(path, ec);
     for (const std::string& name : reader.datasets()) {
       const std::vector<std::uint64_t> shape = reader.shape(name);
+      // Stored uncompressed: a dataset larger than the file is damaged metadata, not
+      // something to allocate.
+      const std::uint64_t elements = product(shape);
+      if (elements > file_bytes / 4)
+        throw Error("checkpoint " + path + ": damaged: " + name + " declares " + shape_text(shape) +
+                        " float32 elements, more than the " + std::to_string(file_bytes) +
+                        "-byte file can hold",
+                    true);
       const Block block = comm.rank() == 0 ? Block::whole(shape) : Block::none();
       std::vector<float> data(block.size());
       reader.read(name, block, data.data());

@@ -51,6 +51,8 @@ std::string format_failure(int rank, const char* library, const char* call,
 
 /// \brief Reports a failed HDF5 call with the innermost message of HDF5's error stack.
 [[noreturn]] void hdf5_failure(const char* call, const char* file, int line);
+/// The innermost message on HDF5's error stack (what a failed call says went wrong).
+std::string hdf5_error_message();
 
 [[noreturn]] void assert_failure(const char* cond, const std::string& message, const char* file,
                                  int line);

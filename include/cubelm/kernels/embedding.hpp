@@ -35,7 +35,7 @@ public:
 
 private:
   TokenIndex index_;
-  Kokkos::View<int*, MemSpace>::HostMirror offsets_, positions_;
+  Kokkos::View<int*, MemSpace>::host_mirror_type offsets_, positions_;
   std::vector<int> next_;
 };
 
