@@ -14,6 +14,8 @@
 #include "cubelm/io/deck.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "test_helpers.hpp"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -22,6 +24,7 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::world_size;
 
 namespace {
 
@@ -31,12 +34,6 @@ std::map<std::string, int> g_allocations; // by View label
 void on_allocate(Kokkos::Profiling::SpaceHandle, const char* label, const void*, std::uint64_t) {
   if (g_counting)
     ++g_allocations[label];
-}
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
 }
 
 std::vector<std::string> layouts() {

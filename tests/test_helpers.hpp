@@ -35,6 +35,13 @@ inline std::vector<std::int32_t> random_tokens(int n, int vocab, unsigned seed) 
   return t;
 }
 
+/// Ranks of the job (MPI_COMM_WORLD).
+inline int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
 /// This process alone, as a communicator (single-process references).
 inline comm::Communicator self() {
   return comm::Communicator::duplicate(MPI_COMM_SELF);

@@ -8,6 +8,8 @@
 #include "cubelm/kernels/precision.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "test_helpers.hpp"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -19,14 +21,9 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::world_size;
 
 namespace {
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 // The bfloat16 nearest to x by search: the two candidates around x (x with its low 16
 // bits cleared, and the next bfloat16 away from zero), the nearer one in double, a tie

@@ -6,6 +6,8 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "test_helpers.hpp"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -19,14 +21,9 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::world_size;
 
 namespace {
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 // lr = 1e6 without clipping: the tiny model's gradient norm is NaN from step 2 on.
 Deck nan_deck(const std::string& parallel, int max_bad_steps, double lr = 1e6) {
