@@ -1,0 +1,336 @@
+// One benchmark per kernel family at GPT-2 124M shapes (H = 768, 12 heads, T = 1024,
+// V = 50304), so that a run says how close each kernel is to its roofline:
+// memory-bound kernels report GB/s (the bytes they must move at the least: every
+// input read once, every output written once), products report GFLOP/s. Compare
+// the GB/s with the device's memory bandwidth (a STREAM-like copy is included as
+// the practical ceiling) and the GFLOP/s with the sgemm rows.
+//
+//   OMP_NUM_THREADS=1 build/cpu/perf/bench_kernels              (B = 1 sequence)
+//   build/cuda/perf/bench_kernels --batch=8                      (B = 8, a GPU run)
+//
+// --batch=B sets the sequences per micro-batch (N = B x 1024 rows).
+
+#include "cubelm/core/environment.hpp"
+#include "cubelm/kernels/attention.hpp"
+#include "cubelm/kernels/blas.hpp"
+#include "cubelm/kernels/elementwise.hpp"
+#include "cubelm/kernels/embedding.hpp"
+#include "cubelm/kernels/layernorm.hpp"
+#include "cubelm/kernels/loss.hpp"
+#include "cubelm/kernels/optim.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using cubelm::ExecSpace;
+using cubelm::MemSpace;
+namespace k = cubelm::kernels;
+using Mat = k::Mat<float>;
+using Vec = k::Vec<float>;
+
+// GPT-2 124M.
+constexpr int kHidden = 768;
+constexpr int kHeads = 12;
+constexpr int kSeq = 1024;
+constexpr int kVocab = 50304;
+int g_batch = 1;
+
+std::int64_t rows() {
+  return static_cast<std::int64_t>(g_batch) * kSeq;
+}
+
+Mat filled(const char* name, std::int64_t r, std::int64_t c, float scale = 1.0f) {
+  Mat m(std::string(name), r, c);
+  Kokkos::parallel_for(
+      "bench_fill",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>({0, 0},
+                                                                                         {r, c}),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        // A cheap deterministic pattern in [-scale, scale].
+        const std::uint32_t h = static_cast<std::uint32_t>(i * 2654435761u + j * 40503u);
+        m(i, j) = scale * (static_cast<float>(h % 2001u) / 1000.0f - 1.0f);
+      });
+  return m;
+}
+
+Vec filled_vec(const char* name, std::int64_t n, float value) {
+  Vec v(std::string(name), n);
+  Kokkos::deep_copy(v, value);
+  return v;
+}
+
+k::Tokens tokens(std::int64_t n, int vocab) {
+  k::Tokens t("tokens", n);
+  Kokkos::parallel_for(
+      "bench_tokens", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        t(i) = static_cast<std::int32_t>((i * 7919) % vocab);
+      });
+  return t;
+}
+
+std::vector<std::int32_t> host_tokens(std::int64_t n, int vocab) {
+  std::vector<std::int32_t> t(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    t[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % vocab);
+  return t;
+}
+
+void bytes(benchmark::State& state, double per_iteration) {
+  state.counters["GB/s"] =
+      benchmark::Counter(per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+void flops(benchmark::State& state, double per_iteration) {
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---------------------------------------------------------------- ceilings --
+
+void BM_Copy(benchmark::State& state) {
+  const Mat a = filled("a", rows(), 4 * kHidden), b("b", rows(), 4 * kHidden);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    Kokkos::deep_copy(exec, b, a);
+    exec.fence();
+  }
+  bytes(state, 2.0 * 4 * a.size());
+}
+
+// The four products of a layer and the LM head, forward shapes.
+void BM_Gemm(benchmark::State& state) {
+  const std::int64_t in = state.range(0), out = state.range(1);
+  const Mat x = filled("x", rows(), in), w = filled("w", in, out, 0.02f), y("y", rows(), out);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    k::gemm<float>(exec, false, false, 1.0f, x, w, 0.0f, y);
+    exec.fence();
+  }
+  flops(state, 2.0 * rows() * in * out);
+}
+
+// ------------------------------------------------------------ row kernels --
+
+void BM_LayerNormForward(benchmark::State& state) {
+  const Mat x = filled("x", rows(), kHidden), y("y", rows(), kHidden);
+  const Vec g = filled_vec("g", kHidden, 1.0f), b = filled_vec("b", kHidden, 0.0f);
+  const Vec mean("mean", rows()), rstd("rstd", rows());
+  const ExecSpace exec;
+  for (auto _ : state) {
+    k::layernorm_forward<float>(exec, x, g, b, y, mean, rstd);
+    exec.fence();
+  }
+  bytes(state, 4.0 * (2.0 * x.size() + 2.0 * rows()));
+}
+
+void BM_LayerNormBackward(benchmark::State& state) {
+  const Mat x = filled("x", rows(), kHidden), dy = filled("dy", rows(), kHidden),
+            dx("dx", rows(), kHidden);
+  const Vec g = filled_vec("g", kHidden, 1.0f), b = filled_vec("b", kHidden, 0.0f);
+  const Vec mean("mean", rows()), rstd("rstd", rows()), dg("dg", kHidden), db("db", kHidden);
+  const Mat y("y", rows(), kHidden);
+  const ExecSpace exec;
+  k::layernorm_forward<float>(exec, x, g, b, y, mean, rstd);
+  for (auto _ : state) {
+    k::layernorm_backward<float>(exec, dy, x, g, mean, rstd, dx, dg, db);
+    exec.fence();
+  }
+  // reads x, dy, dx (accumulated), writes dx
+  bytes(state, 4.0 * 4.0 * x.size());
+}
+
+// Cross-entropy over the whole vocabulary, loss and gradient (the three
+// vocabulary-parallel steps on one slice): reads the logits, writes the gradient.
+void BM_CrossEntropy(benchmark::State& state) {
+  const Mat logits = filled("logits", rows(), kVocab, 4.0f);
+  const Mat work("work", rows(), kVocab);
+  const k::Tokens targets = tokens(rows(), kVocab);
+  const Vec mx("mx", rows()), losses("losses", rows());
+  const Mat stats("stats", rows(), 2);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Kokkos::deep_copy(exec, work, logits);
+    exec.fence();
+    state.ResumeTiming();
+    k::row_max<float>(exec, work, mx);
+    k::row_sumexp_target<float>(exec, work, mx, targets, 0, stats);
+    k::vocab_cross_entropy<float>(exec, work, mx, stats, targets, 0, losses, 1.0f / rows());
+    exec.fence();
+  }
+  bytes(state, 4.0 * 2.0 * logits.size());
+}
+
+// ------------------------------------------------------- column reductions --
+
+void BM_BiasBackward(benchmark::State& state) {
+  const std::int64_t cols = state.range(0);
+  const Mat dy = filled("dy", rows(), cols);
+  const Vec db("db", cols);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    k::bias_backward<float>(exec, dy, db);
+    exec.fence();
+  }
+  bytes(state, 4.0 * dy.size());
+}
+
+// ------------------------------------------------------------ elementwise --
+
+void BM_GeluForward(benchmark::State& state) {
+  const Mat x = filled("x", rows(), 4 * kHidden), y("y", rows(), 4 * kHidden),
+            th("th", rows(), 4 * kHidden);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    k::gelu_forward<float>(exec, x, y, th);
+    exec.fence();
+  }
+  bytes(state, 4.0 * 3.0 * x.size());
+}
+
+void BM_GeluBackward(benchmark::State& state) {
+  const Mat x = filled("x", rows(), 4 * kHidden), th = filled("th", rows(), 4 * kHidden),
+            dy = filled("dy", rows(), 4 * kHidden), dx("dx", rows(), 4 * kHidden);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    k::gelu_backward<float>(exec, x, th, dy, dx);
+    exec.fence();
+  }
+  bytes(state, 4.0 * 4.0 * x.size());
+}
+
+// -------------------------------------------------------------- attention --
+
+// Causal attention of B sequences x 12 heads; GFLOP/s counts the four (forward)
+// or ten (backward: recomputed head copies aside) T x T x d products in full,
+// masked half included, as the GPT-2 FLOP count does.
+void BM_AttentionForward(benchmark::State& state) {
+  const int d = kHidden / kHeads;
+  const Mat q = filled("q", rows(), kHidden), kk = filled("k", rows(), kHidden),
+            v = filled("v", rows(), kHidden), out("out", rows(), kHidden);
+  const k::Tensor4<float> probs("probs", g_batch, kHeads, kSeq, kSeq);
+  const k::AttentionWorkspace<float> work(g_batch, kHeads, kSeq, d);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    k::attention_forward<float>(exec, q, kk, v, kHeads, probs, work, out);
+    exec.fence();
+  }
+  flops(state, 4.0 * g_batch * kHeads * static_cast<double>(kSeq) * kSeq * d);
+}
+
+void BM_AttentionBackward(benchmark::State& state) {
+  const int d = kHidden / kHeads;
+  const Mat q = filled("q", rows(), kHidden), kk = filled("k", rows(), kHidden),
+            v = filled("v", rows(), kHidden), out("out", rows(), kHidden),
+            dout = filled("dout", rows(), kHidden), dq("dq", rows(), kHidden),
+            dk("dk", rows(), kHidden), dv("dv", rows(), kHidden);
+  const k::Tensor4<float> probs("probs", g_batch, kHeads, kSeq, kSeq),
+      scratch("scratch", g_batch, kHeads, kSeq, kSeq);
+  const k::AttentionWorkspace<float> work(g_batch, kHeads, kSeq, d);
+  const ExecSpace exec;
+  k::attention_forward<float>(exec, q, kk, v, kHeads, probs, work, out);
+  for (auto _ : state) {
+    k::attention_backward<float>(exec, q, kk, v, kHeads, probs, dout, scratch, work, dq, dk, dv);
+    exec.fence();
+  }
+  flops(state, 8.0 * g_batch * kHeads * static_cast<double>(kSeq) * kSeq * d);
+}
+
+// -------------------------------------------------------------- embedding --
+
+void BM_EmbeddingForward(benchmark::State& state) {
+  const Mat wte = filled("wte", kVocab, kHidden, 0.02f), wpe = filled("wpe", kSeq, kHidden, 0.02f),
+            y("y", rows(), kHidden);
+  const k::Tokens tok = tokens(rows(), kVocab);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    k::embedding_forward<float>(exec, tok, wte, wpe, kSeq, y);
+    exec.fence();
+  }
+  bytes(state, 4.0 * 3.0 * y.size());
+}
+
+// The token gradient (index build included) and the position gradient.
+void BM_EmbeddingBackward(benchmark::State& state) {
+  const Mat dy = filled("dy", rows(), kHidden), dwte("dwte", kVocab, kHidden),
+            dwpe("dwpe", kSeq, kHidden);
+  const std::vector<std::int32_t> tok = host_tokens(rows(), kVocab);
+  k::TokenIndexer indexer;
+  const ExecSpace exec;
+  for (auto _ : state) {
+    const k::TokenIndex& index = indexer.build(exec, tok, 0, kVocab);
+    k::embedding_backward<float>(exec, index, dy, kSeq, dwte, dwpe);
+    exec.fence();
+  }
+  // reads dy twice (tokens, positions); reads and writes dwte and dwpe
+  bytes(state, 4.0 * (2.0 * dy.size() + 2.0 * dwte.size() + 2.0 * dwpe.size()));
+}
+
+// -------------------------------------------------------------- optimizer --
+
+// Norm, then clip + AdamW over the 124M parameters as one flat buffer.
+void BM_Optimizer(benchmark::State& state) {
+  const std::int64_t n = 124475904; // GPT-2 124M with V = 50304
+  const Vec p = filled_vec("p", n, 0.01f), g = filled_vec("g", n, 0.001f), m("m", n), v("v", n);
+  std::vector<k::OptimChunk> table;
+  for (std::int64_t at = 0; at < n; at += k::kOptimChunk)
+    table.push_back({at, at, std::min(k::kOptimChunk, n - at), true, true});
+  Kokkos::View<k::OptimChunk*, MemSpace> chunks("chunks", table.size());
+  Kokkos::deep_copy(
+      chunks, Kokkos::View<const k::OptimChunk*, Kokkos::HostSpace,
+                           Kokkos::MemoryTraits<Kokkos::Unmanaged>>(table.data(), table.size()));
+  const ExecSpace exec;
+  k::AdamW hp;
+  hp.lr = 1e-4;
+  hp.weight_decay = 0.1;
+  for (auto _ : state) {
+    const double norm2 = k::sum_squares<float>(exec, chunks, g);
+    k::adamw_update<float>(exec, hp, static_cast<float>(1.0 / (1.0 + norm2)), chunks, p, g, m, v);
+    exec.fence();
+  }
+  // norm: reads g; update: reads p, g, m, v, writes p, m, v
+  bytes(state, 4.0 * 8.0 * n);
+}
+
+BENCHMARK(BM_Copy)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gemm)
+    ->Args({kHidden, 3 * kHidden})
+    ->Args({kHidden, 4 * kHidden})
+    ->Args({4 * kHidden, kHidden})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LayerNormForward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LayerNormBackward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CrossEntropy)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BiasBackward)->Arg(kHidden)->Arg(4 * kHidden)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GeluForward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionForward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EmbeddingForward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EmbeddingBackward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Optimizer)->Unit(benchmark::kMillisecond);
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--batch=", 8) == 0)
+      g_batch = std::max(1, std::atoi(argv[i] + 8));
+    else
+      args.push_back(argv[i]);
+  }
+  int n = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  char** av = args.data();
+  cubelm::Environment env(n, av);
+  benchmark::Initialize(&n, av);
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}
