@@ -4,31 +4,25 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/kernels/blas.hpp"
 
+#include "ranges.hpp"
+
 #include <string>
 
 namespace cubelm::kernels {
 
 namespace {
 
-using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
 using Range3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
-template <class T>
-using Cube = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace>;
 
-// Matrix i of a [n, rows, cols] cube, as an unmanaged [rows, cols] view.
+// probs [B, heads, T, T] as a batch of B * heads [T, T] matrices.
 template <class T>
-Mat<T> slice(const Cube<T>& c, std::int64_t i) {
-  return Mat<T>(c.data() + i * c.extent(1) * c.extent(2), c.extent(1), c.extent(2));
-}
-// probs(b, h, :, :) as a [T, T] view.
-template <class T>
-Mat<T> slice(const Tensor4<T>& p, std::int64_t i) {
-  return Mat<T>(p.data() + i * p.extent(2) * p.extent(3), p.extent(2), p.extent(3));
+Batch<T> as_batch(const Tensor4<T>& p) {
+  return Batch<T>(p.data(), p.extent(0) * p.extent(1), p.extent(2), p.extent(3));
 }
 
 // dst(b*heads + h, t, j) = src(b*seq + t, h*d + j)
 template <class T>
-void to_heads(const ExecSpace& exec, const Mat<T>& src, const Cube<T>& dst, int heads) {
+void to_heads(const ExecSpace& exec, const Mat<T>& src, const Batch<T>& dst, int heads) {
   const std::int64_t seq = dst.extent(1), d = dst.extent(2);
   Kokkos::parallel_for(
       "cubelm::attention_to_heads",
@@ -40,7 +34,7 @@ void to_heads(const ExecSpace& exec, const Mat<T>& src, const Cube<T>& dst, int 
 }
 
 template <class T>
-void from_heads(const ExecSpace& exec, const Cube<T>& src, const Mat<T>& dst, int heads) {
+void from_heads(const ExecSpace& exec, const Batch<T>& src, const Mat<T>& dst, int heads) {
   const std::int64_t seq = src.extent(1), d = src.extent(2);
   Kokkos::parallel_for(
       "cubelm::attention_from_heads",
@@ -79,32 +73,27 @@ void attention_forward(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k, 
   to_heads<T>(exec, q, work.q, heads);
   to_heads<T>(exec, k, work.k, heads);
   to_heads<T>(exec, v, work.v, heads);
-  for (std::int64_t i = 0; i < batch * heads; ++i) // scores = q k^T / sqrt(d)
-    gemm<T>(exec, false, true, scale, slice(work.q, i), slice(work.k, i), T(0), slice(probs, i));
-  // Causal softmax of every row in place; the masked upper triangle becomes 0.
+  const Batch<T> p = as_batch(probs);
+  gemm_batched<T>(exec, false, true, scale, work.q, work.k, T(0), p); // scores = q k^T / sqrt(d)
+  // Causal softmax of every row in place, one team per row; the masked upper
+  // triangle becomes 0.
   Kokkos::parallel_for(
-      "cubelm::attention_softmax", Range(exec, 0, batch * heads * seq),
-      KOKKOS_LAMBDA(const std::int64_t r) {
-        const std::int64_t t = r % seq;
-        const std::int64_t h = (r / seq) % heads;
-        const std::int64_t b = r / (seq * heads);
-        T mx = probs(b, h, t, 0);
-        for (std::int64_t s = 1; s <= t; ++s)
-          mx = probs(b, h, t, s) > mx ? probs(b, h, t, s) : mx;
-        T sum = 0;
-        for (std::int64_t s = 0; s <= t; ++s) {
-          const T e = kmath::exp(probs(b, h, t, s) - mx);
-          probs(b, h, t, s) = e;
-          sum += e;
-        }
+      "cubelm::attention_softmax", per_row(exec, batch * heads * seq, seq),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t r = team.league_rank();
+        const std::int64_t i = r / seq, t = r % seq;
+        const T mx = team_max<T>(team, 0, t + 1, [&](const std::int64_t s) { return p(i, t, s); });
+        const T sum = team_sum<T>(team, 0, t + 1, [&](const std::int64_t s, T& a) {
+          const T e = kmath::exp(p(i, t, s) - mx);
+          p(i, t, s) = e;
+          a += e;
+        });
         const T inv = T(1) / sum;
-        for (std::int64_t s = 0; s <= t; ++s)
-          probs(b, h, t, s) *= inv;
-        for (std::int64_t s = t + 1; s < seq; ++s)
-          probs(b, h, t, s) = 0;
+        team_sync(team); // the exponentials of the whole row are written
+        team_for(team, 0, t + 1, [&](const std::int64_t s) { p(i, t, s) *= inv; });
+        team_for(team, t + 1, seq, [&](const std::int64_t s) { p(i, t, s) = T(0); });
       });
-  for (std::int64_t i = 0; i < batch * heads; ++i) // out = P v
-    gemm<T>(exec, false, false, T(1), slice(probs, i), slice(work.v, i), T(0), slice(work.o, i));
+  gemm_batched<T>(exec, false, false, T(1), p, work.v, T(0), work.o); // out = P v
   from_heads<T>(exec, work.o, out, heads);
 }
 
@@ -122,31 +111,25 @@ void attention_backward(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k,
   to_heads<T>(exec, k, work.k, heads);
   to_heads<T>(exec, v, work.v, heads);
   to_heads<T>(exec, dout, work.o, heads);
-  for (std::int64_t i = 0; i < n; ++i) // dP = dO v^T
-    gemm<T>(exec, false, true, T(1), slice(work.o, i), slice(work.v, i), T(0), slice(scratch, i));
-  // dS = P (dP - sum_s P dP), row by row; zero where P is masked.
+  const Batch<T> p = as_batch(probs), ds = as_batch(scratch);
+  gemm_batched<T>(exec, false, true, T(1), work.o, work.v, T(0), ds); // dP = dO v^T
+  // dS = P (dP - sum_s P dP), one team per row; zero where P is masked.
   Kokkos::parallel_for(
-      "cubelm::attention_softmax_backward", Range(exec, 0, n * seq),
-      KOKKOS_LAMBDA(const std::int64_t r) {
-        const std::int64_t t = r % seq;
-        const std::int64_t h = (r / seq) % heads;
-        const std::int64_t b = r / (seq * heads);
-        T dot = 0;
-        for (std::int64_t s = 0; s <= t; ++s)
-          dot += probs(b, h, t, s) * scratch(b, h, t, s);
-        for (std::int64_t s = 0; s <= t; ++s)
-          scratch(b, h, t, s) = probs(b, h, t, s) * (scratch(b, h, t, s) - dot);
-        for (std::int64_t s = t + 1; s < seq; ++s)
-          scratch(b, h, t, s) = 0;
+      "cubelm::attention_softmax_backward", per_row(exec, n * seq, seq),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t r = team.league_rank();
+        const std::int64_t i = r / seq, t = r % seq;
+        const T dot = team_sum<T>(
+            team, 0, t + 1, [&](const std::int64_t s, T& a) { a += p(i, t, s) * ds(i, t, s); });
+        team_for(team, 0, t + 1,
+                 [&](const std::int64_t s) { ds(i, t, s) = p(i, t, s) * (ds(i, t, s) - dot); });
+        team_for(team, t + 1, seq, [&](const std::int64_t s) { ds(i, t, s) = T(0); });
       });
   // Each product overwrites a buffer whose old content is no longer needed:
   // dv = P^T dO replaces v, dq = dS k / sqrt(d) replaces dO, dk = dS^T q / sqrt(d) replaces k.
-  for (std::int64_t i = 0; i < n; ++i)
-    gemm<T>(exec, true, false, T(1), slice(probs, i), slice(work.o, i), T(0), slice(work.v, i));
-  for (std::int64_t i = 0; i < n; ++i)
-    gemm<T>(exec, false, false, scale, slice(scratch, i), slice(work.k, i), T(0), slice(work.o, i));
-  for (std::int64_t i = 0; i < n; ++i)
-    gemm<T>(exec, true, false, scale, slice(scratch, i), slice(work.q, i), T(0), slice(work.k, i));
+  gemm_batched<T>(exec, true, false, T(1), p, work.o, T(0), work.v);
+  gemm_batched<T>(exec, false, false, scale, ds, work.k, T(0), work.o);
+  gemm_batched<T>(exec, true, false, scale, ds, work.q, T(0), work.k);
   from_heads<T>(exec, work.o, dq, heads);
   from_heads<T>(exec, work.k, dk, heads);
   from_heads<T>(exec, work.v, dv, heads);

@@ -1,9 +1,10 @@
 #include "cubelm/kernels/blas.hpp"
 
+#include "cubelm/core/compat.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/kernels/precision.hpp"
 
-#include "bf16_gemm.hpp"
+#include "gemm_detail.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 
@@ -41,16 +42,28 @@ void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<
       detail::bf16_gemm(exec, trans_a, trans_b, alpha, a, b, beta, c);
       return;
     }
-  // Version shim: the execution-space overload of KokkosBlas::gemm only exists
-  // from Kokkos Kernels 4.x; 3.4 works on the default instance.
+  detail::vendor_gemm(exec, trans_a, trans_b, alpha, a, b, beta, c);
+}
+
+template <class T>
+void detail::vendor_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha,
+                         const Mat<T>& a, const Mat<T>& b, T beta, const Mat<T>& c) {
+#if CUBELM_KOKKOSBLAS_GEMM_ON_INSTANCE
+  KokkosBlas::gemm(exec, trans_a ? "T" : "N", trans_b ? "T" : "N", alpha, a, b, beta, c);
+#else
   (void)exec;
   KokkosBlas::gemm(trans_a ? "T" : "N", trans_b ? "T" : "N", alpha, a, b, beta, c);
+#endif
 }
 
 template void gemm<float>(const ExecSpace&, bool, bool, float, const Mat<float>&, const Mat<float>&,
                           float, const Mat<float>&);
 template void gemm<double>(const ExecSpace&, bool, bool, double, const Mat<double>&,
                            const Mat<double>&, double, const Mat<double>&);
+template void detail::vendor_gemm<float>(const ExecSpace&, bool, bool, float, const Mat<float>&,
+                                         const Mat<float>&, float, const Mat<float>&);
+template void detail::vendor_gemm<double>(const ExecSpace&, bool, bool, double, const Mat<double>&,
+                                          const Mat<double>&, double, const Mat<double>&);
 
 namespace {
 

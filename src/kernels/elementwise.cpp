@@ -1,5 +1,6 @@
 #include "cubelm/kernels/elementwise.hpp"
 
+#include "columns.hpp"
 #include "cubelm/core/compat.hpp"
 #include "ranges.hpp"
 
@@ -14,19 +15,13 @@ void bias_add(const ExecSpace& exec, const Mat<T>& y, const Vec<T>& b) {
 
 template <class T>
 void bias_backward(const ExecSpace& exec, const Mat<T>& dy, const Vec<T>& db) {
-  const std::int64_t rows = dy.extent(0), cols = dy.extent(1);
-  Kokkos::parallel_for(
-      "cubelm::bias_backward", Range(exec, 0, (cols + kColumnChunk - 1) / kColumnChunk),
-      KOKKOS_LAMBDA(const std::int64_t c) {
-        const std::int64_t j0 = c * kColumnChunk;
-        const std::int64_t width = cols - j0 < kColumnChunk ? cols - j0 : kColumnChunk;
-        T acc[kColumnChunk] = {};
-        for (std::int64_t n = 0; n < rows; ++n)
-          for (std::int64_t jj = 0; jj < width; ++jj)
-            acc[jj] += dy(n, j0 + jj);
-        for (std::int64_t jj = 0; jj < width; ++jj)
-          db(j0 + jj) += acc[jj];
-      });
+  static detail::Scratch<T> partial("cubelm::bias_partial");
+  detail::column_sums<1, T>(
+      exec, "cubelm::bias_backward", dy.extent(0), dy.extent(1),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
+        return Kokkos::Array<T, 1>{dy(n, j)};
+      },
+      db, Vec<T>(), partial);
 }
 
 namespace {

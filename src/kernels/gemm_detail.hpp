@@ -1,13 +1,46 @@
 #pragma once
-// The bf16 path of kernels::gemm (precision.cpp). Internal to src/kernels.
+// The pieces the gemm paths share (blas.cpp, batched.cpp, precision.cpp): the
+// shape of a batched product, the CPU batched product, and the bf16 products.
+// Internal to src/kernels.
 
-#include "cubelm/kernels/views.hpp"
+#include "cubelm/kernels/blas.hpp"
+
+#include <cstddef>
 
 namespace cubelm::kernels::detail {
+
+/// The BLAS arguments of a row-major batched product C_i = op(A_i) op(B_i): sizes,
+/// leading dimensions (the row lengths) and the distance between matrices.
+struct BatchShape {
+  int count = 0, m = 0, n = 0, k = 0;
+  int lda = 0, ldb = 0, ldc = 0;
+  long long stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+/// The shape of a batched product of [count, rows, cols] extents; checks that they agree.
+BatchShape batch_shape(bool trans_a, bool trans_b, const std::size_t a[3], const std::size_t b[3],
+                       const std::size_t c[3]);
+
+/// KokkosBlas::gemm, on `exec` where Kokkos Kernels allows it (core/compat.hpp).
+template <class T>
+void vendor_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<T>& a,
+                 const Mat<T>& b, T beta, const Mat<T>& c);
+
+#ifndef KOKKOS_ENABLE_CUDA
+/// The batched product on CPUs, on contiguous batches of shape `s`.
+template <class T>
+void host_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const T* a,
+                       const T* b, T beta, T* c, const BatchShape& s);
+#endif
 
 /// C = alpha op(A) op(B) + beta C with A and B rounded to bfloat16 and fp32
 /// accumulation. Shapes are checked by the caller.
 void bf16_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha, const Mat<float>& a,
                const Mat<float>& b, float beta, const Mat<float>& c);
+
+/// The same for every matrix of a batch of shape `s` (checked by the caller).
+void bf16_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha,
+                       const Batch<float>& a, const Batch<float>& b, float beta,
+                       const Batch<float>& c, const BatchShape& s);
 
 } // namespace cubelm::kernels::detail

@@ -1,5 +1,6 @@
 #include "cubelm/kernels/layernorm.hpp"
 
+#include "columns.hpp"
 #include "cubelm/core/compat.hpp"
 #include "ranges.hpp"
 
@@ -9,11 +10,10 @@ template <class T>
 void row_sum(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& s) {
   const std::int64_t h = x.extent(1);
   Kokkos::parallel_for(
-      "cubelm::row_sum", Range(exec, 0, x.extent(0)), KOKKOS_LAMBDA(const std::int64_t n) {
-        T acc = 0;
-        for (std::int64_t j = 0; j < h; ++j)
-          acc += x(n, j);
-        s(n) = acc;
+      "cubelm::row_sum", per_row(exec, x.extent(0), h), KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t n = team.league_rank();
+        const T acc = team_sum<T>(team, 0, h, [&](const std::int64_t j, T& a) { a += x(n, j); });
+        team_once(team, [&]() { s(n) = acc; });
       });
 }
 
@@ -22,15 +22,15 @@ void row_centered_squares(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& 
                           std::int64_t features, const Vec<T>& v) {
   const std::int64_t h = x.extent(1);
   Kokkos::parallel_for(
-      "cubelm::row_centered_squares", Range(exec, 0, x.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t n) {
+      "cubelm::row_centered_squares", per_row(exec, x.extent(0), h),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t n = team.league_rank();
         const T mu = s(n) / T(features);
-        T acc = 0;
-        for (std::int64_t j = 0; j < h; ++j) {
+        const T acc = team_sum<T>(team, 0, h, [&](const std::int64_t j, T& a) {
           const T d = x(n, j) - mu;
-          acc += d * d;
-        }
-        v(n) = acc;
+          a += d * d;
+        });
+        team_once(team, [&]() { v(n) = acc; });
       });
 }
 
@@ -40,14 +40,18 @@ void layernorm_normalize(const ExecSpace& exec, const Mat<T>& x, std::int64_t fe
                          const Vec<T>& mean, const Vec<T>& rstd) {
   const std::int64_t h = x.extent(1);
   Kokkos::parallel_for(
-      "cubelm::layernorm_normalize", Range(exec, 0, x.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t n) {
+      "cubelm::layernorm_normalize", per_row(exec, x.extent(0), h),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t n = team.league_rank();
         const T mu = mean(n) / T(features);
         const T rs = T(1) / kmath::sqrt(rstd(n) / T(features) + T(kLayerNormEps));
-        for (std::int64_t j = 0; j < h; ++j)
-          y(n, j) = (x(n, j) - mu) * rs * gamma(j) + beta(j);
-        mean(n) = mu;
-        rstd(n) = rs;
+        team_for(team, 0, h,
+                 [&](const std::int64_t j) { y(n, j) = (x(n, j) - mu) * rs * gamma(j) + beta(j); });
+        team_sync(team); // every thread has read the sums before they are replaced
+        team_once(team, [&]() {
+          mean(n) = mu;
+          rstd(n) = rs;
+        });
       });
 }
 
@@ -57,17 +61,19 @@ void layernorm_backward_sums(const ExecSpace& exec, const Mat<T>& dy, const Mat<
                              const Mat<T>& sums) {
   const std::int64_t h = x.extent(1);
   Kokkos::parallel_for(
-      "cubelm::layernorm_backward_sums", Range(exec, 0, x.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t n) {
-        T sum_d = 0, sum_dx = 0;
-        for (std::int64_t j = 0; j < h; ++j) {
-          const T xhat = (x(n, j) - mean(n)) * rstd(n);
-          const T d = dy(n, j) * gamma(j);
-          sum_d += d;
-          sum_dx += d * xhat;
-        }
-        sums(n, 0) = sum_d;
-        sums(n, 1) = sum_dx;
+      "cubelm::layernorm_backward_sums", per_row(exec, x.extent(0), h),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t n = team.league_rank();
+        const T mu = mean(n), rs = rstd(n);
+        const T sum_d =
+            team_sum<T>(team, 0, h, [&](const std::int64_t j, T& a) { a += dy(n, j) * gamma(j); });
+        const T sum_dx = team_sum<T>(team, 0, h, [&](const std::int64_t j, T& a) {
+          a += dy(n, j) * gamma(j) * ((x(n, j) - mu) * rs);
+        });
+        team_once(team, [&]() {
+          sums(n, 0) = sum_d;
+          sums(n, 1) = sum_dx;
+        });
       });
 }
 
@@ -89,26 +95,14 @@ template <class T>
 void layernorm_backward_params(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
                                const Vec<T>& mean, const Vec<T>& rstd, const Vec<T>& dgamma,
                                const Vec<T>& dbeta) {
-  const std::int64_t rows = x.extent(0);
-  const std::int64_t h = x.extent(1);
-  // Column sums in chunks of kColumnChunk columns: rows are read contiguously.
-  Kokkos::parallel_for(
-      "cubelm::layernorm_backward_params", Range(exec, 0, (h + kColumnChunk - 1) / kColumnChunk),
-      KOKKOS_LAMBDA(const std::int64_t c) {
-        const std::int64_t j0 = c * kColumnChunk;
-        const std::int64_t width = h - j0 < kColumnChunk ? h - j0 : kColumnChunk;
-        T g[kColumnChunk] = {}, b[kColumnChunk] = {};
-        for (std::int64_t n = 0; n < rows; ++n)
-          for (std::int64_t jj = 0; jj < width; ++jj) {
-            const T d = dy(n, j0 + jj);
-            g[jj] += d * (x(n, j0 + jj) - mean(n)) * rstd(n);
-            b[jj] += d;
-          }
-        for (std::int64_t jj = 0; jj < width; ++jj) {
-          dgamma(j0 + jj) += g[jj];
-          dbeta(j0 + jj) += b[jj];
-        }
-      });
+  static detail::Scratch<T> partial("cubelm::ln_param_partial");
+  detail::column_sums<2, T>(
+      exec, "cubelm::layernorm_backward_params", x.extent(0), x.extent(1),
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
+        const T d = dy(n, j);
+        return Kokkos::Array<T, 2>{d * (x(n, j) - mean(n)) * rstd(n), d};
+      },
+      dgamma, dbeta, partial);
 }
 
 template <class T>

@@ -11,11 +11,10 @@ template <class T>
 void row_max(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx) {
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
-      "cubelm::row_max", Range(exec, 0, logits.extent(0)), KOKKOS_LAMBDA(const std::int64_t n) {
-        T m = logits(n, 0);
-        for (std::int64_t v = 1; v < cols; ++v)
-          m = logits(n, v) > m ? logits(n, v) : m;
-        mx(n) = m;
+      "cubelm::row_max", per_row(exec, logits.extent(0), cols), KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t n = team.league_rank();
+        const T m = team_max<T>(team, 0, cols, [&](const std::int64_t v) { return logits(n, v); });
+        team_once(team, [&]() { mx(n) = m; });
       });
 }
 
@@ -24,14 +23,17 @@ void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>
                        const Tokens& targets, int first, const Mat<T>& stats) {
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
-      "cubelm::row_sumexp_target", Range(exec, 0, logits.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t n) {
-        T sum = 0;
-        for (std::int64_t v = 0; v < cols; ++v)
-          sum += kmath::exp(logits(n, v) - mx(n));
-        const std::int64_t t = targets(n) - first;
-        stats(n, 0) = sum;
-        stats(n, 1) = (t >= 0 && t < cols) ? logits(n, t) - mx(n) : T(0);
+      "cubelm::row_sumexp_target", per_row(exec, logits.extent(0), cols),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t n = team.league_rank();
+        const T m = mx(n);
+        const T sum = team_sum<T>(
+            team, 0, cols, [&](const std::int64_t v, T& a) { a += kmath::exp(logits(n, v) - m); });
+        team_once(team, [&]() {
+          const std::int64_t t = targets(n) - first;
+          stats(n, 0) = sum;
+          stats(n, 1) = (t >= 0 && t < cols) ? logits(n, t) - m : T(0);
+        });
       });
 }
 
@@ -41,17 +43,21 @@ void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<
                          const Vec<T>& losses, T grad_scale) {
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
-      "cubelm::vocab_cross_entropy", Range(exec, 0, logits.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t n) {
-        losses(n) = kmath::log(stats(n, 0)) - stats(n, 1);
-        if (grad_scale != T(0)) {
-          const T factor = grad_scale / stats(n, 0);
-          for (std::int64_t v = 0; v < cols; ++v)
-            logits(n, v) = factor * kmath::exp(logits(n, v) - mx(n));
-          const std::int64_t t = targets(n) - first;
-          if (t >= 0 && t < cols)
-            logits(n, t) -= grad_scale;
-        }
+      "cubelm::vocab_cross_entropy", per_row(exec, logits.extent(0), cols),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t n = team.league_rank();
+        team_once(team, [&]() { losses(n) = kmath::log(stats(n, 0)) - stats(n, 1); });
+        if (grad_scale == T(0))
+          return;
+        const T factor = grad_scale / stats(n, 0);
+        const T m = mx(n);
+        team_for(team, 0, cols, [&](const std::int64_t v) {
+          logits(n, v) = factor * kmath::exp(logits(n, v) - m);
+        });
+        team_sync(team);
+        const std::int64_t t = targets(n) - first; // outside [0, cols): not in this slice
+        if (t >= 0 && t < cols)
+          team_once(team, [&]() { logits(n, t) -= grad_scale; });
       });
 }
 

@@ -2,28 +2,14 @@
 
 #include "cubelm/core/compat.hpp"
 
+#include "ranges.hpp"
+
 #include <cmath>
 #include <type_traits>
 
 namespace cubelm::kernels {
 
 namespace {
-using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
-}
-
-namespace {
-
-using Team = Kokkos::TeamPolicy<ExecSpace>;
-
-// One team per chunk: on a GPU its threads stride through the chunk together
-// (coalesced); on CPUs a team is one thread and the chunk one contiguous loop.
-Team chunk_teams(const ExecSpace& exec, std::int64_t chunks) {
-#ifdef KOKKOS_ENABLE_CUDA
-  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda>)
-    return Team(exec, static_cast<int>(chunks), Kokkos::AUTO);
-#endif
-  return Team(exec, static_cast<int>(chunks), 1);
-}
 
 // The scalars of one AdamW step, computed once on the host in double as torch does
 // with Python floats.
@@ -66,20 +52,16 @@ template <class T>
 double sum_squares(const ExecSpace& exec, const OptimChunks& chunks, const Vec<T>& g) {
   double total = 0;
   Kokkos::parallel_reduce(
-      "cubelm::sum_squares_chunks", chunk_teams(exec, chunks.extent(0)),
-      KOKKOS_LAMBDA(const Team::member_type& team, double& acc) {
+      "cubelm::sum_squares_chunks", per_row(exec, chunks.extent(0), kOptimChunk),
+      KOKKOS_LAMBDA(const Member& team, double& acc) {
         const OptimChunk c = chunks(team.league_rank());
         if (!c.counted)
           return;
-        double part = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, c.n),
-            [&](const std::int64_t i, double& a) {
-              const double x = static_cast<double>(g(c.first + i));
-              a += x * x;
-            },
-            part);
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += part; });
+        const double part = team_sum<double>(team, 0, c.n, [&](const std::int64_t i, double& a) {
+          const double x = static_cast<double>(g(c.first + i));
+          a += x * x;
+        });
+        team_once(team, [&]() { acc += part; });
       },
       total);
   return total;
@@ -90,11 +72,11 @@ void adamw_update(const ExecSpace& exec, const AdamW& hp, T clip, const OptimChu
                   const Vec<T>& p, const Vec<T>& g, const Vec<T>& m, const Vec<T>& v) {
   const AdamWStep<T> step(hp);
   Kokkos::parallel_for(
-      "cubelm::adamw_chunks", chunk_teams(exec, chunks.extent(0)),
-      KOKKOS_LAMBDA(const Team::member_type& team) {
+      "cubelm::adamw_chunks", per_row(exec, chunks.extent(0), kOptimChunk),
+      KOKKOS_LAMBDA(const Member& team) {
         const OptimChunk c = chunks(team.league_rank());
         const T decay = c.decay ? step.decay : T(1);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c.n), [&](const std::int64_t i) {
+        team_for(team, 0, c.n, [&](const std::int64_t i) {
           const std::int64_t k = c.first + i, j = c.moment_first + i;
           step.apply(g(k) * clip, decay, p(k), m(j), v(j));
         });

@@ -1,22 +1,141 @@
 #pragma once
-// Iteration ranges of the layer kernels (embedding, layernorm, elementwise,
-// loss) and the column chunk of their column reductions. Internal to src/kernels.
+// Iteration ranges of the kernels: flat and 2-D ranges for elementwise work,
+// teams for work along a row (one team per row of a matrix, or per chunk of a
+// flat buffer), and the column chunk of the column reductions on CPUs.
+// Internal to src/kernels.
 
 #include "cubelm/kernels/views.hpp"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace cubelm::kernels {
 
 using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
 using Range2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+using Team = Kokkos::TeamPolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+using Member = Team::member_type;
 
 inline Range2 over(const ExecSpace& exec, std::int64_t rows, std::int64_t cols) {
   return Range2(exec, {0, 0}, {rows, cols});
 }
 
-// Columns summed together by one work item of a column reduction: enough for
-// whole cache lines per row, few enough to keep the partial sums in registers.
-constexpr std::int64_t kColumnChunk = 32;
+/// True where kernels run on the host's cores (OpenMP, Serial), false on a GPU.
+constexpr bool kOnHost = std::is_same_v<ExecSpace, Kokkos::DefaultHostExecutionSpace>;
+
+// Rows at least this wide get a larger team on a GPU (the vocabulary rows of the loss).
+constexpr std::int64_t kWideRow = 4096;
+
+/// One team per row of `rows` rows of `cols` elements (or per chunk of a flat buffer).
+/// On a GPU the team is a warp (128 threads for wide rows) whose threads read
+/// consecutive elements together, so loads coalesce, and a row's reductions are
+/// tree reductions inside the team, as in llm.c's warp per row. On CPUs a team is
+/// one thread that walks its row in order: the loop a compiler vectorises where
+/// it can, with sums in the order of the row, so the bits do not depend on the
+/// number of threads.
+inline Team per_row(const ExecSpace& exec, std::int64_t rows, std::int64_t cols) {
+  const int league = static_cast<int>(rows);
+  if constexpr (kOnHost) {
+    (void)cols;
+    return Team(exec, league, 1);
+  } else {
+    return Team(exec, league, cols >= kWideRow ? 128 : 32);
+  }
+}
+
+// Loops over a row inside a per_row team. On GPUs they are Kokkos' team ranges
+// (a thread takes every team_size-th element; sums and maxima are tree
+// reductions in the team). On CPUs the team is one thread, and they are plain
+// loops with unit stride, which the compiler can unroll and vectorise: Kokkos'
+// host team ranges step by the team size, a run-time value, which blocks both.
+
+/// f(i) for i in [begin, end).
+template <class F>
+KOKKOS_INLINE_FUNCTION void team_for(const Member& team, std::int64_t begin, std::int64_t end,
+                                     const F& f) {
+  if constexpr (kOnHost) {
+    (void)team;
+    for (std::int64_t i = begin; i < end; ++i)
+      f(i);
+  } else {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), f);
+  }
+}
+
+// Partial sums a CPU thread keeps for a row: independent chains of additions, which
+// hide the latency of each addition and let the compiler use vector registers.
+constexpr int kLanes = 8;
+
+/// The sum over i in [begin, end) of what f(i, acc) adds to acc, on every thread of the
+/// team. The order is fixed by the range alone: on CPUs element i goes to partial sum
+/// (i - begin) mod kLanes and the partial sums are added pairwise; on GPUs each thread
+/// sums its elements and the team adds the threads' sums as a tree.
+template <class T, class F>
+KOKKOS_INLINE_FUNCTION T team_sum(const Member& team, std::int64_t begin, std::int64_t end,
+                                  const F& f) {
+  T total = 0;
+  if constexpr (kOnHost) {
+    (void)team;
+    T lane[kLanes] = {};
+    std::int64_t i = begin;
+    for (; i + kLanes <= end; i += kLanes)
+      for (int l = 0; l < kLanes; ++l)
+        f(i + l, lane[l]);
+    for (int l = 0; i < end; ++i, ++l)
+      f(i, lane[l]);
+    for (int width = kLanes / 2; width > 0; width /= 2)
+      for (int l = 0; l < width; ++l)
+        lane[l] += lane[l + width];
+    total = lane[0];
+  } else {
+    Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, begin, end), f, total);
+  }
+  return total;
+}
+
+/// The largest x(i) for i in [begin, end), on every thread of the team (the lowest
+/// finite value for an empty range).
+template <class T, class X>
+KOKKOS_INLINE_FUNCTION T team_max(const Member& team, std::int64_t begin, std::int64_t end,
+                                  const X& x) {
+  T m = Kokkos::reduction_identity<T>::max();
+  if constexpr (kOnHost) {
+    (void)team;
+    for (std::int64_t i = begin; i < end; ++i)
+      m = x(i) > m ? x(i) : m;
+  } else {
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, begin, end),
+        [&](const std::int64_t i, T& a) { a = x(i) > a ? x(i) : a; }, Kokkos::Max<T>(m));
+  }
+  return m;
+}
+
+/// Waits until every thread of the team has done the work before it (a no-op on CPUs).
+KOKKOS_INLINE_FUNCTION void team_sync(const Member& team) {
+  if constexpr (kOnHost)
+    (void)team;
+  else
+    team.team_barrier();
+}
+
+/// f() once per team.
+template <class F>
+KOKKOS_INLINE_FUNCTION void team_once(const Member& team, const F& f) {
+  if constexpr (kOnHost) {
+    (void)team;
+    f();
+  } else {
+    Kokkos::single(Kokkos::PerTeam(team), f);
+  }
+}
+
+// Columns summed together by one work item of a column reduction on CPUs: enough
+// for whole cache lines per row, few enough to keep the partial sums in registers.
+// On GPUs a work item takes one column, so that a warp reads consecutive columns.
+constexpr std::int64_t kColumnChunk = kOnHost ? 32 : 1;
+// Rows summed by one work item of a column reduction, before the partial sums of
+// the row blocks are added in order.
+constexpr std::int64_t kRowBlock = 64;
 
 } // namespace cubelm::kernels

@@ -7,7 +7,19 @@
 
 #include <Kokkos_Core.hpp>
 
+#if __has_include(<KokkosKernels_config.h>)
+#include <KokkosKernels_config.h>
+#endif
+
 #include <string>
+
+// Kokkos Kernels 3.6 added KokkosBlas::gemm(exec, ...) (and KOKKOSKERNELS_VERSION);
+// 3.4 and 3.5 run gemm on the default instance. Drop when 3.x support ends.
+#if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 30600
+#define CUBELM_KOKKOSBLAS_GEMM_ON_INSTANCE 1
+#else
+#define CUBELM_KOKKOSBLAS_GEMM_ON_INSTANCE 0
+#endif
 
 namespace cubelm::kmath {
 
