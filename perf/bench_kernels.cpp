@@ -75,13 +75,6 @@ k::Tokens tokens(std::int64_t n, int vocab) {
   return t;
 }
 
-std::vector<std::int32_t> host_tokens(std::int64_t n, int vocab) {
-  std::vector<std::int32_t> t(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i)
-    t[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % vocab);
-  return t;
-}
-
 void bytes(benchmark::State& state, double per_iteration) {
   state.counters["GB/s"] =
       benchmark::Counter(per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -260,7 +253,7 @@ void BM_EmbeddingForward(benchmark::State& state) {
 void BM_EmbeddingBackward(benchmark::State& state) {
   const Mat dy = filled("dy", rows(), kHidden), dwte("dwte", kVocab, kHidden),
             dwpe("dwpe", kSeq, kHidden);
-  const std::vector<std::int32_t> tok = host_tokens(rows(), kVocab);
+  const k::Tokens tok = tokens(rows(), kVocab);
   k::TokenIndexer indexer;
   const ExecSpace exec;
   for (auto _ : state) {

@@ -100,8 +100,9 @@ public:
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                 const Mat<T>& dx) override {
-    const auto& index =
-        ends_.index.build(exec, tokens, static_cast<int>(first_), static_cast<int>(slice_));
+    // The forward's device tokens may belong to a later micro-batch by now: set them again.
+    const auto& index = ends_.index.build(exec, ends_.tokens->set(tokens), static_cast<int>(first_),
+                                          static_cast<int>(slice_));
     kernels::token_backward<T>(exec, index, dx, wte_.param().grad_mat());
     kernels::position_backward<T>(exec, dx, seq_, ends_.wpe->param().grad_mat());
   }

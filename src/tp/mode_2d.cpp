@@ -193,8 +193,9 @@ public:
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                 const Mat<T>& dx) override {
-    const auto& index =
-        ends_.index.build(exec, tokens, static_cast<int>(g_.i * bv_), static_cast<int>(bv_));
+    // The forward's device tokens may belong to a later micro-batch by now: set them again.
+    const auto& index = ends_.index.build(exec, ends_.tokens->set(tokens),
+                                          static_cast<int>(g_.i * bv_), static_cast<int>(bv_));
     const Mat<T> all = g_.ws.scratch(kPartial, static_cast<std::int64_t>(tokens.size()), bh_);
     g_.col.all_gather(exec, dx, all);
     kernels::token_backward<T>(exec, index, all, wte_.param().grad_mat());

@@ -234,8 +234,10 @@ public:
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                 const Mat<T>& dx) override {
-    const auto& index = ends_.index.build(
-        exec, mine(tokens), static_cast<int>(cube_.a->rank() * bv_), static_cast<int>(bv_));
+    // The forward's device tokens may belong to a later micro-batch by now: set them again.
+    const auto& index =
+        ends_.index.build(exec, ends_.tokens->set(mine(tokens)),
+                          static_cast<int>(cube_.a->rank() * bv_), static_cast<int>(bv_));
     const Mat<T> all = cube_.ws.scratch(kInput, rows_ * cube_.q, bh_);
     cube_.a->all_gather(exec, dx, all);
     // wte_grad_ may hold the head's share too (loss() adds to it and runs first).

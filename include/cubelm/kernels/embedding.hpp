@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// \brief Token and position embeddings of GPT-2, forward and backward side by side, and the
-/// token index (a host counting sort) that makes the token backward deterministic.
+/// token index (a stable sort of the rows by token, on the device) that makes the token backward
+/// deterministic.
 ///
 /// Activations are matrices [N, H] (N = tokens, rows grouped by whole
 /// sequences). Conventions: parameter gradients accumulate (+=) so that
@@ -23,23 +24,24 @@ struct TokenIndex {
   Kokkos::View<int*, MemSpace> positions; ///< [N]: row numbers sorted by token, then by row
 };
 
-/// \brief Builds TokenIndexes into buffers it keeps: after the first build of a given
-/// vocabulary slice and token count, building allocates nothing (host or device).
+/// \brief Builds TokenIndexes on the device into buffers it keeps: after the first build
+/// of a given vocabulary slice and token count, building allocates nothing and never
+/// waits for the device.
 class TokenIndexer {
 public:
-  /// \brief The index of the tokens of the slice [first, first + count) (token t is
-  /// entry t - first; other tokens are left out), by a stable counting sort on the host,
-  /// copied to the device on `exec`. Valid until the next build.
-  const TokenIndex& build(const ExecSpace& exec, const std::vector<std::int32_t>& tokens, int first,
-                          int count);
+  /// \brief The index of the device tokens of the slice [first, first + count) (token t is
+  /// entry t - first; other tokens are left out), by a stable radix sort of the rows on
+  /// `exec`. Valid until the next build.
+  const TokenIndex& build(const ExecSpace& exec, const Tokens& tokens, int first, int count);
 
 private:
   TokenIndex index_;
-  Kokkos::View<int*, MemSpace>::host_mirror_type offsets_, positions_;
-  std::vector<int> next_;
+  // Sort keys, the row order of the sort's two passes, the digit counts of each block
+  // of rows and where they start.
+  Kokkos::View<int*, MemSpace> keys_, order_[2], counts_, starts_;
 };
 
-/// \brief Builds the TokenIndex of `tokens` (host ids < vocab) with a stable counting sort.
+/// \brief Builds the TokenIndex of `tokens` (host ids < vocab) with a TokenIndexer.
 TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int vocab);
 /// \brief The same for the vocabulary slice [first, first + count): other tokens are left
 /// out and token t is entry t - first.

@@ -1,0 +1,275 @@
+// The GPU-shaped kernels against independent computations, at the sizes where their
+// work splits go wrong if they do: rows shorter, longer and not a multiple of the
+// partial sums a CPU thread keeps, row counts on both sides of a column reduction's row
+// block, batches smaller and larger than the thread count, vocabulary slices that take
+// one, two and three passes of the token sort.
+
+#include "cubelm/kernels/attention.hpp"
+#include "cubelm/kernels/blas.hpp"
+#include "cubelm/kernels/elementwise.hpp"
+#include "cubelm/kernels/embedding.hpp"
+#include "cubelm/kernels/layernorm.hpp"
+#include "cubelm/kernels/loss.hpp"
+#include "cubelm/kernels/precision.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+using namespace cubelm;
+using namespace cubelm::kernels;
+
+namespace {
+
+const ExecSpace exec;
+
+// A host copy (a copy also where the view is on the host already: snapshots before a kernel).
+template <class V>
+auto on_host(const V& view) {
+  auto h = Kokkos::create_mirror(view);
+  Kokkos::deep_copy(h, view);
+  return h;
+}
+
+template <class V>
+void randomize(const V& view, unsigned seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  auto h = Kokkos::create_mirror_view(view);
+  for (std::size_t i = 0; i < view.span(); ++i)
+    h.data()[i] = static_cast<typename V::value_type>(dist(gen));
+  Kokkos::deep_copy(view, h);
+}
+
+Tokens device_tokens(const std::vector<std::int32_t>& ids) {
+  Tokens t("tokens", ids.size());
+  auto h = Kokkos::create_mirror_view(t);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    h(i) = ids[i];
+  Kokkos::deep_copy(t, h);
+  return t;
+}
+
+// The index by bucketing the rows of each token on the host, in row order.
+void expect_index(const TokenIndex& index, const std::vector<std::int32_t>& ids, int first,
+                  int count) {
+  std::vector<std::vector<int>> rows(static_cast<std::size_t>(count));
+  for (std::size_t n = 0; n < ids.size(); ++n)
+    if (ids[n] >= first && ids[n] - first < count)
+      rows[static_cast<std::size_t>(ids[n] - first)].push_back(static_cast<int>(n));
+  std::vector<int> offsets, positions;
+  for (const auto& r : rows) {
+    offsets.push_back(static_cast<int>(positions.size()));
+    positions.insert(positions.end(), r.begin(), r.end());
+  }
+  offsets.push_back(static_cast<int>(positions.size()));
+  const auto ho = on_host(index.offsets);
+  const auto hp = on_host(index.positions);
+  ASSERT_EQ(ho.extent(0), offsets.size());
+  for (std::size_t v = 0; v < offsets.size(); ++v)
+    ASSERT_EQ(ho(v), offsets[v]) << "offset of entry " << v;
+  for (std::size_t i = 0; i < positions.size(); ++i)
+    ASSERT_EQ(hp(i), positions[i]) << "position " << i;
+}
+
+} // namespace
+
+TEST(KernelShapes, TokenIndexIsTheStableCountingSort) {
+  std::mt19937 gen(11);
+  TokenIndexer indexer; // one indexer for every case: its kept buffers are reused and regrown
+  struct Case {
+    int tokens, vocab, first, count;
+  };
+  // Slices of 1 to 70000 entries: one, two and three radix passes; more and fewer
+  // tokens than a sort block; slices holding every token, some, and none.
+  for (const Case c :
+       {Case{1, 5, 0, 5}, Case{300, 7, 0, 7}, Case{1000, 256, 0, 256}, Case{1000, 256, 64, 64},
+        Case{777, 300, 100, 200}, Case{4096, 50304, 0, 50304}, Case{2000, 70000, 1000, 69000},
+        Case{513, 40, 40, 0}, Case{0, 10, 0, 10}, Case{600, 3, 0, 3}}) {
+    SCOPED_TRACE(::testing::Message() << c.tokens << " tokens of " << c.vocab << ", slice ["
+                                      << c.first << ", " << c.first + c.count << ")");
+    std::uniform_int_distribution<std::int32_t> pick(0, c.vocab - 1);
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(c.tokens));
+    for (auto& t : ids)
+      t = pick(gen);
+    const TokenIndex& index = indexer.build(exec, device_tokens(ids), c.first, c.count);
+    exec.fence();
+    expect_index(index, ids, c.first, c.count);
+  }
+}
+
+TEST(KernelShapes, BatchedGemmMatchesLoops) {
+  // Batches of 1 (fewer matrices than threads: one product after the other) and 13.
+  for (const int count : {1, 13})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        const int m = 6, n = 5, k = 9;
+        Batch<double> a("a", count, ta ? k : m, ta ? m : k), b("b", count, tb ? n : k, tb ? k : n),
+            c("c", count, m, n);
+        randomize(a, 1);
+        randomize(b, 2);
+        randomize(c, 3);
+        const auto c0 = on_host(c);
+        gemm_batched<double>(exec, ta, tb, 1.5, a, b, 0.5, c);
+        const auto ha = on_host(a);
+        const auto hb = on_host(b);
+        const auto hc = on_host(c);
+        for (int q = 0; q < count; ++q)
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) {
+              double s = 0;
+              for (int l = 0; l < k; ++l)
+                s += (ta ? ha(q, l, i) : ha(q, i, l)) * (tb ? hb(q, j, l) : hb(q, l, j));
+              ASSERT_NEAR(hc(q, i, j), 1.5 * s + 0.5 * c0(q, i, j), 1e-12)
+                  << "matrix " << q << " ta " << ta << " tb " << tb;
+            }
+      }
+}
+
+TEST(KernelShapes, BatchedGemmFollowsTheBf16Precision) {
+  const int count = 4, m = 3, k = 17, n = 2;
+  Batch<float> a("a", count, m, k), b("b", count, k, n), c("c", count, m, n);
+  randomize(a, 5);
+  randomize(b, 6);
+  set_gemm_precision(Precision::bf16);
+  gemm_batched<float>(exec, false, false, 1.0f, a, b, 0.0f, c);
+  set_gemm_precision(Precision::fp32);
+  const auto ha = on_host(a);
+  const auto hb = on_host(b);
+  const auto hc = on_host(c);
+  double worst = 0, moved = 0;
+  for (int q = 0; q < count; ++q)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double exact = 0, unrounded = 0;
+        for (int l = 0; l < k; ++l) {
+          exact += static_cast<double>(bf16_round(ha(q, i, l))) * bf16_round(hb(q, l, j));
+          unrounded += static_cast<double>(ha(q, i, l)) * hb(q, l, j);
+        }
+        worst = std::max(worst, std::fabs(hc(q, i, j) - exact));
+        moved = std::max(moved, std::fabs(exact - unrounded));
+      }
+  EXPECT_LT(worst, 1e-5) << "fp32 accumulation of bf16 products";
+  EXPECT_GT(moved, 1e-4) << "the inputs were really rounded";
+}
+
+TEST(KernelShapes, RowReductionsAtEveryWidth) {
+  // Widths around the CPU's 8 partial sums and a GPU team; the sums in double.
+  for (const int h : {1, 2, 7, 8, 9, 31, 33, 100, 5000}) {
+    SCOPED_TRACE(::testing::Message() << "width " << h);
+    const int rows = 5;
+    Mat<double> x("x", rows, h), y("y", rows, h);
+    Vec<double> gamma("gamma", h), beta("beta", h), mean("mean", rows), rstd("rstd", rows);
+    randomize(x, static_cast<unsigned>(h), -3.0, 3.0);
+    randomize(gamma, 2);
+    randomize(beta, 3);
+    layernorm_forward<double>(exec, x, gamma, beta, y, mean, rstd);
+    Mat<double> logits("logits", rows, h);
+    randomize(logits, 4, -20.0, 20.0);
+    const auto hl = on_host(logits);
+    Vec<double> mx("mx", rows), losses("losses", rows);
+    Mat<double> stats("stats", rows, 2);
+    const Tokens targets = device_tokens({0, h - 1, h / 2, 1 % h, h / 3});
+    row_max<double>(exec, logits, mx);
+    row_sumexp_target<double>(exec, logits, mx, targets, 0, stats);
+    const auto hx = on_host(x);
+    const auto hy = on_host(y);
+    const auto hg = on_host(gamma);
+    const auto hb = on_host(beta);
+    const auto hmx = on_host(mx);
+    const auto hs = on_host(stats);
+    for (int n = 0; n < rows; ++n) {
+      double s = 0, mxe = -1e300;
+      for (int j = 0; j < h; ++j) {
+        s += hx(n, j);
+        mxe = std::max(mxe, hl(n, j));
+      }
+      const double mu = s / h;
+      double v = 0;
+      for (int j = 0; j < h; ++j)
+        v += (hx(n, j) - mu) * (hx(n, j) - mu);
+      const double rs = 1.0 / std::sqrt(v / h + kLayerNormEps);
+      for (int j = 0; j < h; ++j)
+        ASSERT_NEAR(hy(n, j), (hx(n, j) - mu) * rs * hg(j) + hb(j), 1e-12) << n << "," << j;
+      double se = 0;
+      for (int j = 0; j < h; ++j)
+        se += std::exp(hl(n, j) - mxe);
+      EXPECT_EQ(hmx(n), mxe);
+      EXPECT_NEAR(hs(n, 0), se, 1e-12 * se);
+    }
+  }
+}
+
+TEST(KernelShapes, ColumnSumsAroundTheRowBlock) {
+  // Row counts below, at and above the row block of 64, column counts around the CPU's
+  // chunk of 32; the sums in double, added to what the gradients held.
+  for (const int rows : {1, 63, 64, 65, 200})
+    for (const int cols : {1, 31, 32, 33, 70}) {
+      SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
+      Mat<double> dy("dy", rows, cols), x("x", rows, cols);
+      Vec<double> db("db", cols), dg("dg", cols), dbeta("dbeta", cols), mean("mean", rows),
+          rstd("rstd", rows);
+      randomize(dy, 7);
+      randomize(x, 8);
+      randomize(mean, 9);
+      randomize(rstd, 10, 0.5, 2.0);
+      randomize(db, 11);
+      randomize(dg, 12);
+      randomize(dbeta, 13);
+      const auto db0 = on_host(db);
+      const auto dg0 = on_host(dg);
+      const auto dbeta0 = on_host(dbeta);
+      bias_backward<double>(exec, dy, db);
+      layernorm_backward_params<double>(exec, dy, x, mean, rstd, dg, dbeta);
+      const auto hdy = on_host(dy);
+      const auto hx = on_host(x);
+      const auto hm = on_host(mean);
+      const auto hr = on_host(rstd);
+      const auto hdb = on_host(db);
+      const auto hdg = on_host(dg);
+      const auto hdbeta = on_host(dbeta);
+      for (int j = 0; j < cols; ++j) {
+        double sb = 0, sg = 0;
+        for (int n = 0; n < rows; ++n) {
+          sb += hdy(n, j);
+          sg += hdy(n, j) * (hx(n, j) - hm(n)) * hr(n);
+        }
+        ASSERT_NEAR(hdb(j), db0(j) + sb, 1e-12) << "column " << j;
+        ASSERT_NEAR(hdbeta(j), dbeta0(j) + sb, 1e-12) << "column " << j;
+        ASSERT_NEAR(hdg(j), dg0(j) + sg, 1e-12) << "column " << j;
+      }
+    }
+}
+
+TEST(KernelShapes, CausalSoftmaxRowsOfAttention) {
+  // One head of one sequence with d = 1 and v = e_s: out(t) is then the probability row
+  // itself, against a direct causal softmax in double.
+  const int seq = 37, heads = 1, d = 1;
+  Mat<double> q("q", seq, d), k("k", seq, d), v("v", seq, d), out("out", seq, d);
+  randomize(q, 14, -4.0, 4.0);
+  randomize(k, 15, -4.0, 4.0);
+  Kokkos::deep_copy(v, 1.0);
+  Tensor4<double> probs("probs", 1, heads, seq, seq);
+  const AttentionWorkspace<double> work(1, heads, seq, d);
+  attention_forward<double>(exec, q, k, v, heads, probs, work, out);
+  const auto hq = on_host(q);
+  const auto hk = on_host(k);
+  const auto hp = on_host(probs);
+  const auto ho = on_host(out);
+  for (int t = 0; t < seq; ++t) {
+    double mx = -1e300, sum = 0;
+    for (int s = 0; s <= t; ++s)
+      mx = std::max(mx, hq(t, 0) * hk(s, 0));
+    for (int s = 0; s <= t; ++s)
+      sum += std::exp(hq(t, 0) * hk(s, 0) - mx);
+    for (int s = 0; s < seq; ++s) {
+      const double expected = s <= t ? std::exp(hq(t, 0) * hk(s, 0) - mx) / sum : 0.0;
+      ASSERT_NEAR(hp(0, 0, t, s), expected, 1e-14) << t << "," << s;
+    }
+    EXPECT_NEAR(ho(t, 0), 1.0, 1e-14) << "rows of probabilities sum to one";
+  }
+}
