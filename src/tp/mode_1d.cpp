@@ -92,7 +92,7 @@ public:
 
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                const Mat<T>& x) override {
-    kernels::embedding_lookup<T>(exec, ends_.tokens->set(tokens), wte_.param().mat(),
+    kernels::embedding_lookup<T>(exec, ends_.tokens->set(exec, tokens), wte_.param().mat(),
                                  static_cast<int>(first_), x);
     group_.all_reduce(exec, x); // each token's row comes from the rank that owns it
     kernels::position_add<T>(exec, ends_.wpe->param().mat(), seq_, x);
@@ -101,8 +101,8 @@ public:
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                 const Mat<T>& dx) override {
     // The forward's device tokens may belong to a later micro-batch by now: set them again.
-    const auto& index = ends_.index.build(exec, ends_.tokens->set(tokens), static_cast<int>(first_),
-                                          static_cast<int>(slice_));
+    const auto& index = ends_.index.build(exec, ends_.tokens->set(exec, tokens),
+                                          static_cast<int>(first_), static_cast<int>(slice_));
     kernels::token_backward<T>(exec, index, dx, wte_.param().grad_mat());
     kernels::position_backward<T>(exec, dx, seq_, ends_.wpe->param().grad_mat());
   }

@@ -182,7 +182,7 @@ public:
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                const Mat<T>& x) override {
     const int first = static_cast<int>(g_.i * bv_);
-    const Tokens& ids = ends_.tokens->set(tokens);
+    const Tokens& ids = ends_.tokens->set(exec, tokens);
     // Every row of the micro-batch looked up in vocabulary block i; summing over the
     // column completes the rows, and each rank keeps its row block.
     const Mat<T> part = g_.ws.scratch(kPartial, ids.extent(0), bh_);
@@ -194,7 +194,7 @@ public:
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                 const Mat<T>& dx) override {
     // The forward's device tokens may belong to a later micro-batch by now: set them again.
-    const auto& index = ends_.index.build(exec, ends_.tokens->set(tokens),
+    const auto& index = ends_.index.build(exec, ends_.tokens->set(exec, tokens),
                                           static_cast<int>(g_.i * bv_), static_cast<int>(bv_));
     const Mat<T> all = g_.ws.scratch(kPartial, static_cast<std::int64_t>(tokens.size()), bh_);
     g_.col.all_gather(exec, dx, all);

@@ -224,7 +224,7 @@ public:
     const int q = cube_.q, first = static_cast<int>(cube_.a->rank() * bv_);
     // Row block b of q: the sequences whose rows this rank's A axis shares. The
     // gathered wte stays for the head (parameters change only between steps).
-    const Tokens& ids = ends_.tokens->set(mine(tokens));
+    const Tokens& ids = ends_.tokens->set(exec, mine(tokens));
     cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
     const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bh_);
     kernels::embedding_lookup<T>(exec, ids, wte_gathered_, first, part);
@@ -236,7 +236,7 @@ public:
                 const Mat<T>& dx) override {
     // The forward's device tokens may belong to a later micro-batch by now: set them again.
     const auto& index =
-        ends_.index.build(exec, ends_.tokens->set(mine(tokens)),
+        ends_.index.build(exec, ends_.tokens->set(exec, mine(tokens)),
                           static_cast<int>(cube_.a->rank() * bv_), static_cast<int>(bv_));
     const Mat<T> all = cube_.ws.scratch(kInput, rows_ * cube_.q, bh_);
     cube_.a->all_gather(exec, dx, all);

@@ -220,15 +220,18 @@ private:
 };
 
 /// Token ids on the device, filled from host vectors through a host buffer kept
-/// from call to call (no allocation per micro-batch).
+/// from call to call (no allocation per micro-batch). The copy is queued on `exec`
+/// after the kernels that read the previous ids; from pageable host memory it returns
+/// once the ids are staged, so the buffer can be refilled at once and nothing waits
+/// for the device.
 class DeviceTokens {
 public:
   explicit DeviceTokens(Tokens dev) : dev_(dev), host_(Kokkos::create_mirror_view(dev)) {}
-  const Tokens& set(const std::vector<std::int32_t>& ids) {
+  const Tokens& set(const ExecSpace& exec, const std::vector<std::int32_t>& ids) {
     CUBELM_ASSERT(ids.size() == dev_.extent(0), "token count does not match the micro-batch");
     for (std::size_t i = 0; i < ids.size(); ++i)
       host_(i) = ids[i];
-    Kokkos::deep_copy(dev_, host_);
+    Kokkos::deep_copy(exec, dev_, host_);
     return dev_;
   }
   const Tokens& view() const { return dev_; }
@@ -253,7 +256,7 @@ public:
 
   double operator()(const ExecSpace& exec, const Mat<T>& logits, int first,
                     const std::vector<std::int32_t>& targets, T grad_scale) {
-    const Tokens& tgt = targets_.set(targets);
+    const Tokens& tgt = targets_.set(exec, targets);
     kernels::row_max<T>(exec, logits, mx_);
     if (vocab_ != nullptr)
       vocab_->all_reduce(exec, mx_, comm::ReduceOp::max);
