@@ -6,6 +6,7 @@
 
 #include "cubelm/core/error.hpp"
 
+#include <KokkosKernels_config.h> // before the TPL header: it says whether cuBLAS is enabled
 #include <KokkosBlas_tpl_spec.hpp>
 #include <cublas_v2.h>
 
