@@ -3,9 +3,10 @@
 /// \brief Causal multi-head self-attention on q, k, v [N, H] (N = B sequences x T tokens).
 ///
 /// Head h owns the contiguous feature columns [h*d, (h+1)*d), d = H / heads;
-/// out = softmax(q k^T / sqrt(d), causal) v per sequence and head. The
-/// products run as gemms per (sequence, head) on head-major copies of q, k, v,
-/// so attention goes at the speed of the vendor BLAS.
+/// out = softmax(q k^T / sqrt(d), causal) v per sequence and head. Each product
+/// is one batched gemm over every (sequence, head) on head-major copies of q, k, v
+/// (kernels::gemm_batched), so attention goes at the speed of the vendor BLAS; the
+/// softmax rows are one team per row (docs/kernels.md).
 
 #include "cubelm/kernels/views.hpp"
 
