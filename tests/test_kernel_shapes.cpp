@@ -11,12 +11,14 @@
 #include "cubelm/kernels/layernorm.hpp"
 #include "cubelm/kernels/loss.hpp"
 #include "cubelm/kernels/precision.hpp"
+#include "cubelm/kernels/vmath.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -272,4 +274,55 @@ TEST(KernelShapes, CausalSoftmaxRowsOfAttention) {
     }
     EXPECT_NEAR(ho(t, 0), 1.0, 1e-14) << "rows of probabilities sum to one";
   }
+}
+
+namespace {
+
+// Distance in units in the last place between two finite floats of the same sign.
+std::int64_t ulps(float a, float b) {
+  return std::abs(static_cast<std::int64_t>(float_bits(a)) -
+                  static_cast<std::int64_t>(float_bits(b)));
+}
+
+} // namespace
+
+TEST(KernelShapes, CpuExpAndTanhAgainstDouble) {
+  std::mt19937 gen(21);
+  std::uniform_real_distribution<float> wide(-110.0f, 95.0f), narrow(-12.0f, 12.0f);
+  std::vector<float> xs = {0.0f,    -0.0f,   1e-30f,  -1e-30f, 1.0f,   -1.0f,
+                           0.5f,    88.0f,   88.7f,   89.0f,   -87.0f, -87.4f,
+                           -100.0f, -103.9f, -104.0f, -104.5f, 20.0f,  -20.0f};
+  for (int i = 0; i < 400000; ++i)
+    xs.push_back(i % 2 == 0 ? wide(gen) : narrow(gen));
+  std::int64_t worst_normal = 0;
+  double worst_tanh = 0;
+  for (const float x : xs) {
+    const double exact = std::exp(static_cast<double>(x));
+    const float e = exp_cpu(x);
+    if (x > 89.0f) {
+      ASSERT_TRUE(std::isinf(e) && e > 0) << x;
+    } else if (x < -104.0f) {
+      ASSERT_EQ(e, 0.0f) << x;
+    } else if (exact >= 1.1754943508222875e-38 && exact <= 3.4028234663852886e38) {
+      const std::int64_t d = ulps(e, static_cast<float>(exact));
+      worst_normal = std::max(worst_normal, d);
+      ASSERT_LE(d, 2) << "exp(" << x << ") = " << e << ", exact " << exact;
+    } else if (exact < 1.1754943508222875e-38) { // subnormal: absolute error of a few steps
+      ASSERT_LE(std::fabs(e - exact), 4 * 1.401298464324817e-45) << x;
+    }
+    const double t = std::tanh(static_cast<double>(x));
+    const float tf = tanh_of<float>(x);
+    worst_tanh = std::max(worst_tanh, std::fabs(tf - t));
+    ASSERT_LE(std::fabs(tf - t), 2.0 * 5.960464477539063e-08) << "tanh(" << x << ")";
+    ASSERT_EQ(tanh_of<float>(-x), -tf) << "tanh is odd";
+  }
+  EXPECT_TRUE(std::isnan(exp_cpu(std::nanf(""))));
+  EXPECT_TRUE(std::isnan(tanh_of<float>(std::nanf(""))));
+  EXPECT_EQ(exp_cpu(-INFINITY), 0.0f);
+  EXPECT_TRUE(std::isinf(exp_cpu(INFINITY)));
+  EXPECT_EQ(exp_cpu(0.0f), 1.0f);
+  EXPECT_EQ(tanh_of<float>(INFINITY), 1.0f);
+  RecordProperty("worst_exp_ulps", static_cast<int>(worst_normal));
+  std::printf("exp_cpu: worst %lld ulp over normal results; tanh: worst absolute error %.3g\n",
+              static_cast<long long>(worst_normal), worst_tanh);
 }

@@ -3,6 +3,7 @@
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/kernels/blas.hpp"
+#include "cubelm/kernels/vmath.hpp"
 
 #include "ranges.hpp"
 
@@ -84,7 +85,7 @@ void attention_forward(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k, 
         const std::int64_t i = r / seq, t = r % seq;
         const T mx = team_max<T>(team, 0, t + 1, [&](const std::int64_t s) { return p(i, t, s); });
         const T sum = team_sum<T>(team, 0, t + 1, [&](const std::int64_t s, T& a) {
-          const T e = kmath::exp(p(i, t, s) - mx);
+          const T e = exp_of<T>(p(i, t, s) - mx);
           p(i, t, s) = e;
           a += e;
         });

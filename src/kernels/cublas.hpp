@@ -6,8 +6,8 @@
 
 #include "cubelm/core/error.hpp"
 
-#include <KokkosKernels_config.h> // before the TPL header: it says whether cuBLAS is enabled
 #include <KokkosBlas_tpl_spec.hpp>
+#include <KokkosKernels_config.h> // before the TPL header: it says whether cuBLAS is enabled
 #include <cublas_v2.h>
 
 #include <string>

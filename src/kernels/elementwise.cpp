@@ -2,6 +2,7 @@
 
 #include "columns.hpp"
 #include "cubelm/core/compat.hpp"
+#include "cubelm/kernels/vmath.hpp"
 #include "ranges.hpp"
 
 namespace cubelm::kernels {
@@ -36,7 +37,7 @@ void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, const
       "cubelm::gelu_forward", over(exec, x.extent(0), x.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
         const T v = x(n, j);
-        const T t = kmath::tanh(T(kGeluScale) * (v + T(kGeluCubic) * v * v * v));
+        const T t = tanh_of<T>(T(kGeluScale) * (v + T(kGeluCubic) * v * v * v));
         th(n, j) = t;
         y(n, j) = T(0.5) * v * (T(1) + t);
       });

@@ -1,6 +1,7 @@
 #include "cubelm/kernels/loss.hpp"
 
 #include "cubelm/core/compat.hpp"
+#include "cubelm/kernels/vmath.hpp"
 #include "ranges.hpp"
 
 #include <string>
@@ -28,7 +29,7 @@ void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>
         const std::int64_t n = team.league_rank();
         const T m = mx(n);
         const T sum = team_sum<T>(
-            team, 0, cols, [&](const std::int64_t v, T& a) { a += kmath::exp(logits(n, v) - m); });
+            team, 0, cols, [&](const std::int64_t v, T& a) { a += exp_of<T>(logits(n, v) - m); });
         team_once(team, [&]() {
           const std::int64_t t = targets(n) - first;
           stats(n, 0) = sum;
@@ -52,7 +53,7 @@ void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<
         const T factor = grad_scale / stats(n, 0);
         const T m = mx(n);
         team_for(team, 0, cols, [&](const std::int64_t v) {
-          logits(n, v) = factor * kmath::exp(logits(n, v) - m);
+          logits(n, v) = factor * exp_of<T>(logits(n, v) - m);
         });
         team_sync(team);
         const std::int64_t t = targets(n) - first; // outside [0, cols): not in this slice

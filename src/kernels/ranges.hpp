@@ -20,9 +20,6 @@ inline Range2 over(const ExecSpace& exec, std::int64_t rows, std::int64_t cols) 
   return Range2(exec, {0, 0}, {rows, cols});
 }
 
-/// True where kernels run on the host's cores (OpenMP, Serial), false on a GPU.
-constexpr bool kOnHost = std::is_same_v<ExecSpace, Kokkos::DefaultHostExecutionSpace>;
-
 // Rows at least this wide get a larger team on a GPU (the vocabulary rows of the loss).
 constexpr std::int64_t kWideRow = 4096;
 
@@ -94,15 +91,25 @@ KOKKOS_INLINE_FUNCTION T team_sum(const Member& team, std::int64_t begin, std::i
 }
 
 /// The largest x(i) for i in [begin, end), on every thread of the team (the lowest
-/// finite value for an empty range).
+/// finite value for an empty range; NaNs are passed over). On CPUs as kLanes running
+/// maxima, like team_sum.
 template <class T, class X>
 KOKKOS_INLINE_FUNCTION T team_max(const Member& team, std::int64_t begin, std::int64_t end,
                                   const X& x) {
   T m = Kokkos::reduction_identity<T>::max();
   if constexpr (kOnHost) {
     (void)team;
-    for (std::int64_t i = begin; i < end; ++i)
-      m = x(i) > m ? x(i) : m;
+    T lane[kLanes];
+    for (int l = 0; l < kLanes; ++l)
+      lane[l] = m;
+    std::int64_t i = begin;
+    for (; i + kLanes <= end; i += kLanes)
+      for (int l = 0; l < kLanes; ++l)
+        lane[l] = x(i + l) > lane[l] ? x(i + l) : lane[l];
+    for (int l = 0; i < end; ++i, ++l)
+      lane[l] = x(i) > lane[l] ? x(i) : lane[l];
+    for (int l = 0; l < kLanes; ++l)
+      m = lane[l] > m ? lane[l] : m;
   } else {
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, begin, end),

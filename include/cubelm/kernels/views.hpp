@@ -6,8 +6,12 @@
 #include "cubelm/core/types.hpp"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace cubelm::kernels {
+
+/// \brief True where kernels run on the host's cores (OpenMP, Serial), false on a GPU.
+constexpr bool kOnHost = std::is_same_v<ExecSpace, Kokkos::DefaultHostExecutionSpace>;
 
 template <class T>
 using Mat = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace>;
