@@ -13,23 +13,20 @@ namespace cubelm::kernels {
 
 namespace {
 
-using Range3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
-
 // probs [B, heads, T, T] as a batch of B * heads [T, T] matrices.
 template <class T>
 Batch<T> as_batch(const Tensor4<T>& p) {
   return Batch<T>(p.data(), p.extent(0) * p.extent(1), p.extent(2), p.extent(3));
 }
 
-// dst(b*heads + h, t, j) = src(b*seq + t, h*d + j)
+// dst(b*heads + h, t, j) = src(b*seq + t, h*d + j), over the rows i*seq + t of dst.
 template <class T>
 void to_heads(const ExecSpace& exec, const Mat<T>& src, const Batch<T>& dst, int heads) {
   const std::int64_t seq = dst.extent(1), d = dst.extent(2);
-  Kokkos::parallel_for(
-      "cubelm::attention_to_heads",
-      Range3(exec, {0, 0, 0}, {static_cast<std::int64_t>(dst.extent(0)), seq, d}),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t t, const std::int64_t j) {
-        const std::int64_t b = i / heads, h = i % heads;
+  for_each_element(
+      "cubelm::attention_to_heads", exec, dst.extent(0) * seq, d,
+      KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t j) {
+        const std::int64_t i = r / seq, t = r % seq, b = i / heads, h = i % heads;
         dst(i, t, j) = src(b * seq + t, h * d + j);
       });
 }
@@ -37,11 +34,10 @@ void to_heads(const ExecSpace& exec, const Mat<T>& src, const Batch<T>& dst, int
 template <class T>
 void from_heads(const ExecSpace& exec, const Batch<T>& src, const Mat<T>& dst, int heads) {
   const std::int64_t seq = src.extent(1), d = src.extent(2);
-  Kokkos::parallel_for(
-      "cubelm::attention_from_heads",
-      Range3(exec, {0, 0, 0}, {static_cast<std::int64_t>(src.extent(0)), seq, d}),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t t, const std::int64_t j) {
-        const std::int64_t b = i / heads, h = i % heads;
+  for_each_element(
+      "cubelm::attention_from_heads", exec, src.extent(0) * seq, d,
+      KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t j) {
+        const std::int64_t i = r / seq, t = r % seq, b = i / heads, h = i % heads;
         dst(b * seq + t, h * d + j) = src(i, t, j);
       });
 }

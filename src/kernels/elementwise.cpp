@@ -9,8 +9,8 @@ namespace cubelm::kernels {
 
 template <class T>
 void bias_add(const ExecSpace& exec, const Mat<T>& y, const Vec<T>& b) {
-  Kokkos::parallel_for(
-      "cubelm::bias_add", over(exec, y.extent(0), y.extent(1)),
+  for_each_element(
+      "cubelm::bias_add", exec, y.extent(0), y.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) { y(n, j) += b(j); });
 }
 
@@ -33,8 +33,8 @@ constexpr double kGeluCubic = 0.044715;
 
 template <class T>
 void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, const Mat<T>& th) {
-  Kokkos::parallel_for(
-      "cubelm::gelu_forward", over(exec, x.extent(0), x.extent(1)),
+  for_each_element(
+      "cubelm::gelu_forward", exec, x.extent(0), x.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
         const T v = x(n, j);
         const T t = tanh_of<T>(T(kGeluScale) * (v + T(kGeluCubic) * v * v * v));
@@ -46,8 +46,8 @@ void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, const
 template <class T>
 void gelu_backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& th, const Mat<T>& dy,
                    const Mat<T>& dx) {
-  Kokkos::parallel_for(
-      "cubelm::gelu_backward", over(exec, x.extent(0), x.extent(1)),
+  for_each_element(
+      "cubelm::gelu_backward", exec, x.extent(0), x.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
         const T v = x(n, j);
         const T t = th(n, j);
@@ -59,8 +59,8 @@ void gelu_backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& th, con
 
 template <class T>
 void add_inplace(const ExecSpace& exec, const Mat<T>& y, const Mat<T>& x) {
-  Kokkos::parallel_for(
-      "cubelm::add_inplace", over(exec, y.extent(0), y.extent(1)),
+  for_each_element(
+      "cubelm::add_inplace", exec, y.extent(0), y.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) { y(n, j) += x(n, j); });
 }
 

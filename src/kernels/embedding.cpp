@@ -8,8 +8,8 @@ template <class T>
 void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte, int first,
                       const Mat<T>& y) {
   const std::int64_t rows = wte.extent(0);
-  Kokkos::parallel_for(
-      "cubelm::embedding_lookup", over(exec, y.extent(0), y.extent(1)),
+  for_each_element(
+      "cubelm::embedding_lookup", exec, y.extent(0), y.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
         const std::int64_t r = tok(n) - first;
         y(n, h) = (r >= 0 && r < rows) ? wte(r, h) : T(0);
@@ -18,8 +18,8 @@ void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wt
 
 template <class T>
 void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y) {
-  Kokkos::parallel_for(
-      "cubelm::position_add", over(exec, y.extent(0), y.extent(1)),
+  for_each_element(
+      "cubelm::position_add", exec, y.extent(0), y.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
         y(n, h) += wpe(n % seq_len, h);
       });

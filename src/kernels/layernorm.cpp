@@ -81,8 +81,8 @@ template <class T>
 void layernorm_backward_input(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
                               const Vec<T>& gamma, const Vec<T>& mean, const Vec<T>& rstd,
                               const Mat<T>& sums, std::int64_t features, const Mat<T>& dx) {
-  Kokkos::parallel_for(
-      "cubelm::layernorm_backward_input", over(exec, x.extent(0), x.extent(1)),
+  for_each_element(
+      "cubelm::layernorm_backward_input", exec, x.extent(0), x.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
         // dxhat = dy * gamma; dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))
         const T xhat = (x(n, j) - mean(n)) * rstd(n);

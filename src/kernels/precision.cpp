@@ -36,8 +36,8 @@ Precision gemm_precision() {
 }
 
 void round_to_bf16(const ExecSpace& exec, const Mat<float>& src, const Mat<float>& dst) {
-  Kokkos::parallel_for(
-      "cubelm::round_to_bf16", over(exec, src.extent(0), src.extent(1)),
+  for_each_element(
+      "cubelm::round_to_bf16", exec, src.extent(0), src.extent(1),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
         dst(i, j) = bf16_round(src(i, j));
       });

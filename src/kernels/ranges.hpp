@@ -20,6 +20,24 @@ inline Range2 over(const ExecSpace& exec, std::int64_t rows, std::int64_t cols) 
   return Range2(exec, {0, 0}, {rows, cols});
 }
 
+/// f(n, j) for every element of a rows x cols matrix. On GPUs a 2-D range (one thread
+/// per element, neighbouring threads on neighbouring columns); on CPUs one work item
+/// per row with a plain loop over its columns, which the compiler vectorises (the
+/// tiled loops of a host MDRangePolicy are not).
+template <class F>
+void for_each_element(const char* label, const ExecSpace& exec, std::int64_t rows,
+                      std::int64_t cols, const F& f) {
+  if constexpr (kOnHost) {
+    Kokkos::parallel_for(
+        label, Range(exec, 0, rows), KOKKOS_LAMBDA(const std::int64_t n) {
+          for (std::int64_t j = 0; j < cols; ++j)
+            f(n, j);
+        });
+  } else {
+    Kokkos::parallel_for(label, over(exec, rows, cols), f);
+  }
+}
+
 // Rows at least this wide get a larger team on a GPU (the vocabulary rows of the loss).
 constexpr std::int64_t kWideRow = 4096;
 
