@@ -30,6 +30,7 @@ set(CUBELM_KOKKOS_FREE
   include/cubelm/core/random.hpp
   include/cubelm/core/stop.hpp
   include/cubelm/comm/layout.hpp
+  include/cubelm/plan/messages.hpp
   include/cubelm/plan/schedule.hpp
   include/cubelm/tp/shapes.hpp
   include/cubelm/io/deck.hpp

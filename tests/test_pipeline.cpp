@@ -2,9 +2,11 @@
 // schedule and layout the world size fits trains with the single-process
 // run's losses (full batch, one micro-batch), a checkpoint written by the most
 // parallel layout resumes on one process, and each stage holds the activation
-// sets its schedule needs.
+// sets its schedule needs. The messages between stages go in posting order, as
+// NCCL needs them (plan/messages.hpp).
 
 #include "cubelm/model/memory.hpp"
+#include "cubelm/train/pipeline.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "test_helpers.hpp"
@@ -170,6 +172,18 @@ TEST(Pipeline, PerLayerBucketsReduceAsLayersFinish) {
     const auto a = group.step(), b = one.step();
     EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
     EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-3 * b.grad_norm) << "step " << s;
+  }
+}
+
+// Every layout's messages go in posting order, without tags (the order NCCL needs),
+// so the runs above had MPI match them that way (comm::Matching::in_order).
+TEST(Pipeline, MessagesGoInOrderWithoutTags) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    const Deck d = deck(c);
+    const plan::PipelinePlan plan = plan::make_plan(d.parallel, d.model);
+    for (int s = 0; s < plan.stages; ++s)
+      EXPECT_TRUE(train::PipelineStage(plan, s).untagged()) << "stage " << s;
   }
 }
 

@@ -21,6 +21,7 @@ CommOptions CommOptions::from_environment() {
   CommOptions options;
   options.gpu_aware_mpi = env_flag("CUBELM_GPU_AWARE_MPI", options.gpu_aware_mpi);
   options.use_nccl = env_flag("CUBELM_USE_NCCL", options.use_nccl);
+  options.comm_stream = env_flag("CUBELM_COMM_STREAM", options.comm_stream);
   return options;
 }
 
@@ -52,7 +53,7 @@ Backend& Group::backend(Route route) const {
     return *host_backend_; // MPI: host memory, host copies, or GPU-aware device pointers
 #ifdef CUBELM_ENABLE_NCCL
   if (!device_backend_)
-    device_backend_ = detail::make_nccl_backend(comm_, watch_name_);
+    device_backend_ = detail::make_nccl_backend(comm_, watch_name_, options_.comm_stream);
   return *device_backend_;
 #else
   return *host_backend_;

@@ -170,6 +170,18 @@ public:
           MPI_Irecv(data, n, mpi_type(type), peer, tag, comm_.raw(), pending->handle()));
     return pending;
   }
+  // Each transfer on its own, in the order given (with equal tags, MPI matches the
+  // messages between two ranks in the order they were posted).
+  std::vector<std::unique_ptr<PendingOp>> start_batch(const std::vector<Transfer>& batch,
+                                                      void*) override {
+    std::vector<std::unique_ptr<PendingOp>> out;
+    out.reserve(batch.size());
+    for (const Transfer& t : batch)
+      out.push_back(t.send
+                        ? send(t.data, t.count, t.type, t.peer, t.tag, nullptr, Mode::nonblocking)
+                        : recv(t.data, t.count, t.type, t.peer, t.tag, nullptr, Mode::nonblocking));
+    return out;
+  }
   void broadcast(void* data, std::size_t count, DataType type, int root, void*) override {
     CUBELM_MPI_CHECK(
         MPI_Bcast(data, mpi_count(count, "broadcast"), mpi_type(type), root, comm_.raw()));

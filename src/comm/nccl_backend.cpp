@@ -1,13 +1,28 @@
-// NCCL on device memory, watched for hangs (docs/reliability.md, "Hang watchdog"):
-// an NCCL call returns once enqueued, and a collective that never completes
-// blocks whatever waits for its stream later, often a fence outside comm. So
-// while the watchdog is armed every call is followed by an event that the
-// watchdog's thread polls (DeviceWatch), with NCCL's asynchronous error; a
-// Request waits by polling its event and that error instead of blocking in
-// cudaEventSynchronize. On a timeout or an error the communicator is aborted
-// (ncclCommAbort, which ends its kernels) before the job is.
+// NCCL on device memory, on two streams (docs/communication.md, "Streams"):
+//  - blocking calls are enqueued on the caller's stream (the execution space's),
+//    in order with the Kokkos kernels that produce and consume their buffers;
+//  - non-blocking collectives and batches of point-to-point transfers run on the
+//    backend's communication stream, so that they overlap the caller's kernels.
+//    An event recorded on the caller's stream, which the communication stream
+//    waits for, orders them after the producers; an event recorded after them
+//    completes their Requests, and a consumer's stream can wait for it
+//    (PendingOp::enqueue_wait) instead of the host.
+// Events come from a pool (HandlePool) and go back to it; none is created per
+// operation in steady state. NCCL runs the operations of one communicator in
+// the order each rank issues them; a blocking call after non-blocking ones of
+// the same communicator therefore waits for them on the GPU.
+//
+// Watched for hangs (docs/reliability.md, "Hang watchdog"): an NCCL call
+// returns once enqueued, and an operation that never completes blocks whatever
+// waits for its stream later, often a fence outside comm. So while the watchdog
+// is armed every call is followed by an event that the watchdog's thread polls
+// (DeviceWatch), with NCCL's asynchronous error; a Request waits by polling its
+// event and that error instead of blocking in cudaEventSynchronize. On a
+// timeout or an error the communicator is aborted (ncclCommAbort, which ends its
+// kernels) before the job is.
 
 #include "backends.hpp"
+#include "handle_pool.hpp"
 #include "watchdog_detail.hpp"
 
 #include "cubelm/core/error.hpp"
@@ -99,22 +114,36 @@ watchdog::Stall nccl_error(ncclResult_t rc, const char* group, const char* op) {
   return s;
 }
 
+using EventPool = HandlePool<cudaEvent_t>;
+using Event = Pooled<cudaEvent_t>;
+
+std::shared_ptr<EventPool> make_event_pool() {
+  return std::make_shared<EventPool>(
+      [] {
+        cudaEvent_t e = nullptr;
+        CUBELM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        return e;
+      },
+      [](cudaEvent_t e) { cudaEventDestroy(e); });
+}
+
 // The NCCL work of one communicator for the watchdog: an event after every call
-// made while it is armed, oldest first. The thread that talks to MPI records;
-// the watchdog's thread polls (a mutex between them; the events complete in
-// stream order, so only the oldest pending one matters).
+// made while it is armed, oldest first, one queue per stream (the caller's and the
+// communication stream). The thread that talks to MPI records; the watchdog's
+// thread polls (a mutex between them; the events of one stream complete in
+// order, so only the oldest pending one of each queue matters).
 class DeviceWatch final : public watchdog::detail::Watched {
 public:
-  DeviceWatch(NcclComm comm, const char* group) : comm_(std::move(comm)), group_(group) {
+  DeviceWatch(NcclComm comm, std::shared_ptr<EventPool> events, const char* group)
+      : comm_(std::move(comm)), events_(std::move(events)), group_(group) {
     CUBELM_CUDA_CHECK(cudaGetDevice(&device_));
     watchdog::detail::add(this);
   }
   ~DeviceWatch() override {
     watchdog::detail::remove(this);
-    for (const Entry& e : queue_)
-      cudaEventDestroy(e.event);
-    for (cudaEvent_t e : spare_)
-      cudaEventDestroy(e);
+    for (const Queue& q : queues_)
+      for (const Entry& e : q.entries)
+        events_->release(e.event);
   }
   DeviceWatch(const DeviceWatch&) = delete;
   DeviceWatch& operator=(const DeviceWatch&) = delete;
@@ -129,46 +158,48 @@ public:
     if (!watchdog::armed())
       return;
     std::lock_guard<std::mutex> lock(mutex_);
-    retire(2); // keeps the queue as short as the work in flight
-    cudaEvent_t event = nullptr;
-    if (spare_.empty()) {
-      CUBELM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-    } else {
-      event = spare_.back();
-      spare_.pop_back();
-    }
+    Queue& q = queue(stream);
+    retire(q, 2); // keeps the queue as short as the work in flight
+    const cudaEvent_t event = events_->acquire();
     CUBELM_CUDA_CHECK(cudaEventRecord(event, stream));
-    queue_.push_back({event, op, watchdog::detail::now_ns(), watchdog::detail::step(),
-                      watchdog::detail::micro_batch()});
+    q.entries.push_back({event, op, watchdog::detail::now_ns(), watchdog::detail::step(),
+                         watchdog::detail::micro_batch()});
   }
 
   std::optional<watchdog::Stall> poll(double timeout_s, long long not_before) override {
     const ncclResult_t rc = async_error(comm_.get());
-    if (nccl_failed(rc)) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      return nccl_error(rc, group_, queue_.empty() ? "a collective" : queue_.front().op);
-    }
     std::lock_guard<std::mutex> lock(mutex_);
+    if (nccl_failed(rc)) {
+      const Entry* oldest = nullptr;
+      for (const Queue& q : queues_)
+        if (!q.entries.empty() && (oldest == nullptr || q.entries.front().since < oldest->since))
+          oldest = &q.entries.front();
+      return nccl_error(rc, group_, oldest == nullptr ? "a collective" : oldest->op);
+    }
     cudaSetDevice(device_); // this thread's device, for the event queries
-    retire(queue_.size());
-    if (queue_.empty())
-      return std::nullopt;
-    // Counted from when it was enqueued, or from when the work before it was seen
-    // complete: time spent behind earlier work on the stream is not its own.
-    const Entry& e = queue_.front();
-    const long long start = std::max({e.since, retired_at_, not_before});
-    const double waited = static_cast<double>(watchdog::detail::now_ns() - start) * 1e-9;
-    if (waited <= timeout_s)
-      return std::nullopt;
-    watchdog::Stall s;
-    s.group = group_;
-    s.op = e.op;
-    s.seconds = waited;
-    s.step = e.step;
-    s.micro = e.micro;
-    s.timeout_s = timeout_s;
-    s.where = "on the GPU (NCCL)";
-    return s;
+    std::optional<watchdog::Stall> worst;
+    for (Queue& q : queues_) {
+      retire(q, q.entries.size());
+      if (q.entries.empty())
+        continue;
+      // Counted from when it was enqueued, or from when the work before it on its
+      // stream was seen complete: time spent behind earlier work is not its own.
+      const Entry& e = q.entries.front();
+      const long long start = std::max({e.since, q.retired_at, not_before});
+      const double waited = static_cast<double>(watchdog::detail::now_ns() - start) * 1e-9;
+      if (waited <= timeout_s || (worst && worst->seconds >= waited))
+        continue;
+      watchdog::Stall s;
+      s.group = group_;
+      s.op = e.op;
+      s.seconds = waited;
+      s.step = e.step;
+      s.micro = e.micro;
+      s.timeout_s = timeout_s;
+      s.where = "on the GPU (NCCL)";
+      worst = s;
+    }
+    return worst;
   }
 
   void abort() noexcept override {
@@ -184,49 +215,56 @@ private:
     int step;
     int micro;
   };
+  struct Queue {
+    cudaStream_t stream;
+    std::deque<Entry> entries;
+    long long retired_at = 0;
+  };
 
-  // Drops up to `most` completed entries from the front (mutex held).
-  void retire(std::size_t most) {
-    for (std::size_t i = 0; i < most && !queue_.empty(); ++i) {
-      const cudaError_t rc = cudaEventQuery(queue_.front().event);
+  Queue& queue(cudaStream_t stream) {
+    for (Queue& q : queues_)
+      if (q.stream == stream)
+        return q;
+    queues_.push_back(Queue{stream, {}, 0});
+    return queues_.back();
+  }
+
+  // Drops up to `most` completed entries from the front of `q` (mutex held).
+  void retire(Queue& q, std::size_t most) {
+    for (std::size_t i = 0; i < most && !q.entries.empty(); ++i) {
+      const cudaError_t rc = cudaEventQuery(q.entries.front().event);
       if (rc == cudaErrorNotReady) {
         (void)cudaGetLastError(); // "not ready" is no failure
         return;
       }
       // An error here is the stream's, and the next call on it reports it.
-      spare_.push_back(queue_.front().event);
-      queue_.pop_front();
-      retired_at_ = watchdog::detail::now_ns();
+      events_->release(q.entries.front().event);
+      q.entries.pop_front();
+      q.retired_at = watchdog::detail::now_ns();
     }
   }
 
   NcclComm comm_;
+  std::shared_ptr<EventPool> events_;
   const char* group_;
   int device_ = 0;
   std::mutex mutex_;
-  std::deque<Entry> queue_;
-  std::vector<cudaEvent_t> spare_;
-  long long retired_at_ = 0;
+  std::deque<Queue> queues_; // a deque: references stay valid as queues are added
   std::atomic<bool> aborted_{false};
 };
 
-// A stream-ordered NCCL call: complete once the stream has run past the event
-// recorded right after it. It is waited for by polling the event and NCCL's
-// asynchronous error (an error aborts the communicator and the job; a timeout
-// is the watchdog's, through the Scope of Request::wait). The destructor waits
-// when nobody completed the operation.
+// A stream-ordered NCCL operation: complete once its stream has run past the event
+// recorded right after it (shared by the transfers of a batch). It is waited for by
+// polling the event and NCCL's asynchronous error (an error aborts the
+// communicator and the job; a timeout is the watchdog's, through the Scope of
+// Request::wait). The destructor waits when nobody completed the operation.
 class NcclPending final : public PendingOp {
 public:
-  NcclPending(std::shared_ptr<DeviceWatch> watch, cudaStream_t stream, const char* op)
-      : watch_(std::move(watch)), op_(op) {
-    CUBELM_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-    CUBELM_CUDA_CHECK(cudaEventRecord(event_, stream));
-  }
+  NcclPending(std::shared_ptr<DeviceWatch> watch, std::shared_ptr<Event> done, const char* op)
+      : watch_(std::move(watch)), done_event_(std::move(done)), op_(op) {}
   ~NcclPending() override {
-    if (event_ == nullptr)
-      return;
-    NcclPending::wait();
-    cudaEventDestroy(event_);
+    if (!done_)
+      NcclPending::wait();
   }
   NcclPending(const NcclPending&) = delete;
   NcclPending& operator=(const NcclPending&) = delete;
@@ -234,7 +272,7 @@ public:
   bool test() override {
     if (done_)
       return true;
-    const cudaError_t rc = cudaEventQuery(event_);
+    const cudaError_t rc = cudaEventQuery(done_event_->get());
     if (rc == cudaErrorNotReady) {
       (void)cudaGetLastError(); // "not ready" is no failure: do not leave it as the last error
       return false;
@@ -254,20 +292,26 @@ public:
       std::this_thread::yield();
     }
   }
+  // The stream waits on the GPU; the event stays ours until test() or wait() sees it.
+  bool enqueue_wait(void* stream) override {
+    if (!done_)
+      CUBELM_CUDA_CHECK(cudaStreamWaitEvent(as_stream(stream), done_event_->get(), 0));
+    return true;
+  }
 
 private:
   std::shared_ptr<DeviceWatch> watch_; // keeps the communicator alive
+  std::shared_ptr<Event> done_event_;
   const char* op_;
-  cudaEvent_t event_ = nullptr;
   bool done_ = false;
 };
 
-// Every call is enqueued on the execution space's stream, so it is ordered
-// with the Kokkos kernels that produce and consume its buffers. In
-// Mode::nonblocking a collective is the same call followed by an event.
+// Blocking calls on the caller's stream; non-blocking ones on the communication
+// stream (see the file comment), or on the caller's with `comm_stream` off.
 class NcclBackend final : public Backend {
 public:
-  NcclBackend(const Communicator& comm, const char* group) : mpi_(comm) {
+  NcclBackend(const Communicator& comm, const char* group, bool comm_stream)
+      : mpi_(comm), events_(make_event_pool()) {
     ncclUniqueId id;
     if (comm.rank() == 0)
       CUBELM_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -275,92 +319,175 @@ public:
     ncclComm_t raw = nullptr;
     CUBELM_NCCL_CHECK(ncclCommInitRank(&raw, comm.size(), id, comm.rank()));
     comm_ = NcclComm(raw, destroy_nccl_comm);
-    watch_ = std::make_shared<DeviceWatch>(comm_, group);
+    watch_ = std::make_shared<DeviceWatch>(comm_, events_, group);
+    if (comm_stream) {
+      // Non-blocking: no implicit synchronisation with the legacy default stream,
+      // which a Kokkos execution space may use; only the events order it. The
+      // highest priority lets its kernels start while the caller's stream is busy.
+      int least = 0, greatest = 0;
+      CUBELM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      CUBELM_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+      ready_ = std::make_unique<Event>(events_);
+    }
   }
+  ~NcclBackend() override {
+    ready_.reset();
+    last_async_.reset();
+    if (stream_ != nullptr)
+      cudaStreamDestroy(stream_); // returns at once; work still on it finishes first
+  }
+  NcclBackend(const NcclBackend&) = delete;
+  NcclBackend& operator=(const NcclBackend&) = delete;
 
   const char* name() const override { return "nccl"; }
 
   std::unique_ptr<PendingOp> all_reduce(const void* send, void* recv, std::size_t count,
                                         DataType type, ReduceOp op, void* stream,
                                         Mode mode) override {
-    CUBELM_NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_.get(),
-                                    as_stream(stream)));
-    return enqueued(stream, mode, "all_reduce", "iall_reduce");
+    const cudaStream_t s = launch_stream(stream, mode);
+    CUBELM_NCCL_CHECK(
+        ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_.get(), s));
+    return enqueued(s, mode, "all_reduce", "iall_reduce");
   }
   std::unique_ptr<PendingOp> all_gather(const void* send, void* recv, std::size_t count_per_rank,
                                         DataType type, void* stream, Mode mode) override {
-    CUBELM_NCCL_CHECK(
-        ncclAllGather(send, recv, count_per_rank, nccl_type(type), comm_.get(), as_stream(stream)));
-    return enqueued(stream, mode, "all_gather", "iall_gather");
+    const cudaStream_t s = launch_stream(stream, mode);
+    CUBELM_NCCL_CHECK(ncclAllGather(send, recv, count_per_rank, nccl_type(type), comm_.get(), s));
+    return enqueued(s, mode, "all_gather", "iall_gather");
   }
   std::unique_ptr<PendingOp> reduce_scatter(const void* send, void* recv,
                                             std::size_t count_per_rank, DataType type, ReduceOp op,
                                             void* stream, Mode mode) override {
+    const cudaStream_t s = launch_stream(stream, mode);
     CUBELM_NCCL_CHECK(ncclReduceScatter(send, recv, count_per_rank, nccl_type(type), nccl_op(op),
-                                        comm_.get(), as_stream(stream)));
-    return enqueued(stream, mode, "reduce_scatter", "ireduce_scatter");
+                                        comm_.get(), s));
+    return enqueued(s, mode, "reduce_scatter", "ireduce_scatter");
   }
   // NCCL has no tags: messages between a pair of ranks arrive in issue order.
   // On one stream, NCCL point-to-point calls run in issue order: a rank that
   // posts a send and then a receive (as its peer does) blocks its stream in the
-  // send, and a ring of them deadlocks. Expressing independent transfers needs
-  // group calls, so Group routes isend/irecv through MPI and never asks for
+  // send, and a ring of them deadlocks. Independent transfers need group calls:
+  // start_batch. So Group routes isend/irecv through MPI and never asks for
   // Mode::nonblocking here.
   std::unique_ptr<PendingOp> send(const void* data, std::size_t count, DataType type, int peer, int,
                                   void* stream, Mode mode) override {
     if (mode == Mode::nonblocking)
       no_independent_p2p("isend");
-    CUBELM_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, comm_.get(), as_stream(stream)));
-    watch_->record("send", as_stream(stream));
+    const cudaStream_t s = launch_stream(stream, mode);
+    CUBELM_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, comm_.get(), s));
+    watch_->record("send", s);
     return nullptr;
   }
   std::unique_ptr<PendingOp> recv(void* data, std::size_t count, DataType type, int peer, int,
                                   void* stream, Mode mode) override {
     if (mode == Mode::nonblocking)
       no_independent_p2p("irecv");
-    CUBELM_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, comm_.get(), as_stream(stream)));
-    watch_->record("recv", as_stream(stream));
+    const cudaStream_t s = launch_stream(stream, mode);
+    CUBELM_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, comm_.get(), s));
+    watch_->record("recv", s);
     return nullptr;
   }
+  // One group on the communication stream; every transfer completes with the
+  // group's event. Tags are not used: the caller posts in matching order.
+  std::vector<std::unique_ptr<PendingOp>> start_batch(const std::vector<Transfer>& batch,
+                                                      void* stream) override {
+    std::vector<std::unique_ptr<PendingOp>> out;
+    if (batch.empty())
+      return out;
+    const cudaStream_t s = launch_stream(stream, Mode::nonblocking);
+    CUBELM_NCCL_CHECK(ncclGroupStart());
+    for (const Transfer& t : batch) {
+      if (t.send)
+        CUBELM_NCCL_CHECK(ncclSend(t.data, t.count, nccl_type(t.type), t.peer, comm_.get(), s));
+      else
+        CUBELM_NCCL_CHECK(ncclRecv(t.data, t.count, nccl_type(t.type), t.peer, comm_.get(), s));
+    }
+    CUBELM_NCCL_CHECK(ncclGroupEnd());
+    watch_->record("exchange", s);
+    const std::shared_ptr<Event> done = completion(s);
+    for (const Transfer& t : batch)
+      out.push_back(std::make_unique<NcclPending>(watch_, done, t.send ? "isend" : "irecv"));
+    return out;
+  }
   void broadcast(void* data, std::size_t count, DataType type, int root, void* stream) override {
-    CUBELM_NCCL_CHECK(
-        ncclBroadcast(data, data, count, nccl_type(type), root, comm_.get(), as_stream(stream)));
-    watch_->record("broadcast", as_stream(stream));
+    const cudaStream_t s = launch_stream(stream, Mode::blocking);
+    CUBELM_NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type(type), root, comm_.get(), s));
+    watch_->record("broadcast", s);
   }
   void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
               void* stream) override {
-    CUBELM_NCCL_CHECK(ncclReduce(send, recv, count, nccl_type(type), nccl_op(op), root, comm_.get(),
-                                 as_stream(stream)));
-    watch_->record("reduce", as_stream(stream));
+    const cudaStream_t s = launch_stream(stream, Mode::blocking);
+    CUBELM_NCCL_CHECK(
+        ncclReduce(send, recv, count, nccl_type(type), nccl_op(op), root, comm_.get(), s));
+    watch_->record("reduce", s);
   }
   void barrier() override { CUBELM_MPI_CHECK(MPI_Barrier(mpi_.raw())); }
 
 private:
-  // After a collective was enqueued: watched, and nothing to complete for a
-  // blocking call (it is on the stream); a non-blocking one completes with the
-  // event recorded after it.
-  std::unique_ptr<PendingOp> enqueued(void* stream, Mode mode, const char* blocking,
-                                      const char* nonblocking) const {
+  // The stream an operation goes on. Mode::nonblocking: the communication stream,
+  // after the work enqueued on the caller's stream so far (its producers, and the
+  // last readers of a buffer it overwrites). Mode::blocking: the caller's stream,
+  // after the non-blocking operations still in flight, so that the operations of
+  // this communicator run in the order they were issued.
+  cudaStream_t launch_stream(void* stream, Mode mode) {
+    const cudaStream_t caller = as_stream(stream);
+    if (stream_ == nullptr)
+      return caller;
+    if (mode == Mode::nonblocking) {
+      CUBELM_CUDA_CHECK(cudaEventRecord(ready_->get(), caller));
+      CUBELM_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_->get(), 0));
+      return stream_;
+    }
+    if (last_async_ != nullptr) {
+      const cudaError_t rc = cudaEventQuery(last_async_->get());
+      if (rc == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        CUBELM_CUDA_CHECK(cudaStreamWaitEvent(caller, last_async_->get(), 0));
+      } else {
+        CUBELM_CUDA_CHECK(rc);
+        last_async_.reset(); // done: nothing to wait for
+      }
+    }
+    return caller;
+  }
+  // An event recorded on `s` after the operation just enqueued there.
+  std::shared_ptr<Event> completion(cudaStream_t s) {
+    auto done = std::make_shared<Event>(events_);
+    CUBELM_CUDA_CHECK(cudaEventRecord(done->get(), s));
+    if (stream_ != nullptr && s == stream_)
+      last_async_ = done;
+    return done;
+  }
+  // After a collective was enqueued on `s`: watched, and nothing to complete for a
+  // blocking call (it is on the caller's stream); a non-blocking one completes with
+  // the event recorded after it.
+  std::unique_ptr<PendingOp> enqueued(cudaStream_t s, Mode mode, const char* blocking,
+                                      const char* nonblocking) {
     const char* op = mode == Mode::blocking ? blocking : nonblocking;
-    watch_->record(op, as_stream(stream));
+    watch_->record(op, s);
     if (mode == Mode::blocking)
       return nullptr;
-    return std::make_unique<NcclPending>(watch_, as_stream(stream), op);
+    return std::make_unique<NcclPending>(watch_, completion(s), op);
   }
   [[noreturn]] static void no_independent_p2p(const char* op) {
     throw InternalError(std::string("the NCCL backend has no ") + op +
-                        ": non-blocking point-to-point goes through MPI");
+                        ": non-blocking point-to-point goes through MPI or a batch");
   }
 
   Communicator mpi_;
+  std::shared_ptr<EventPool> events_;
   NcclComm comm_;
   std::shared_ptr<DeviceWatch> watch_; // holds comm_ too
+  cudaStream_t stream_ = nullptr;      // the communication stream (none: comm_stream off)
+  std::unique_ptr<Event> ready_;       // recorded on the caller's stream, waited for by stream_
+  std::shared_ptr<Event> last_async_;  // after the last operation on stream_
 };
 
 } // namespace
 
-std::unique_ptr<Backend> make_nccl_backend(const Communicator& comm, const char* group) {
-  return std::make_unique<NcclBackend>(comm, group);
+std::unique_ptr<Backend> make_nccl_backend(const Communicator& comm, const char* group,
+                                           bool comm_stream) {
+  return std::make_unique<NcclBackend>(comm, group, comm_stream);
 }
 
 } // namespace cubelm::comm::detail

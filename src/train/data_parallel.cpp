@@ -201,8 +201,10 @@ void DataParallel::finish() {
     if (!b.started)
       launch(b);
   const int rank = zero_ ? grid_.dp().rank() : 0;
+  // The reductions are consumed on `exec`: with NCCL its stream waits for each
+  // bucket's event (the host goes on); through MPI this waits on the host.
   for (auto& b : buckets_) {
-    b.request.wait();
+    b.request.wait_on(exec);
     if (zero_ && grid_.dp().size() > 1)
       Kokkos::deep_copy(exec, range(grads_, b.first + rank * (b.size / shards_), b.size / shards_),
                         b.piece);
@@ -214,7 +216,6 @@ void DataParallel::finish() {
     const std::int64_t piece = b.size / shards_;
     ends.all_reduce(exec, range(grads_, b.first + rank * piece, piece));
   }
-  exec.fence();
 }
 
 void DataParallel::zero_grad() {
@@ -239,9 +240,9 @@ void DataParallel::update(const kernels::AdamW& hp, real clip) {
       b.request = dp.iall_gather(exec, b.piece, range(values_, b.first, b.size));
     }
     for (auto& b : buckets_)
-      b.request.wait();
+      b.request.wait_on(exec);
   }
-  exec.fence();
+  exec.fence(); // a step ends with its update: its time includes the update's
 }
 
 std::vector<Vec<real>> DataParallel::moments(int which) const {

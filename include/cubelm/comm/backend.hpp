@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 namespace cubelm::comm {
 
@@ -55,6 +56,14 @@ public:
   virtual bool test() = 0;
   /// \brief Blocks until the operation is complete.
   virtual void wait() = 0;
+  /// \brief Makes the work enqueued on `stream` from now on wait for the operation,
+  /// without blocking the host, and returns true; false when the operation is not
+  /// on a stream (MPI): the caller then waits on the host. The operation itself
+  /// stays pending until test() or wait() complete it.
+  virtual bool enqueue_wait(void* stream) {
+    (void)stream;
+    return false;
+  }
 };
 
 /// \brief How a Backend runs an operation that has a non-blocking twin.
@@ -62,7 +71,8 @@ public:
 /// `blocking` runs the library's blocking call (MPI_Allreduce, MPI_Send, ...;
 /// a stream-ordered backend enqueues it on `stream`) and returns no PendingOp.
 /// `nonblocking` starts the non-blocking call (MPI_Iallreduce, MPI_Isend, ...;
-/// a stream-ordered backend enqueues the same call and records an event) and
+/// a stream-ordered backend enqueues the same call on its communication stream,
+/// after the work enqueued on `stream` so far, and records an event after it) and
 /// returns the PendingOp that completes it; until then the buffers must stay
 /// untouched (send) or unread (recv). The two modes are separate library calls
 /// on purpose: an MPI library may reduce in a different order in its blocking
@@ -70,13 +80,25 @@ public:
 /// same bits whether or not a non-blocking twin exists.
 enum class Mode { blocking, nonblocking };
 
+/// \brief One transfer of a batch of point-to-point operations (Backend::start_batch).
+struct Transfer {
+  bool send = true;      ///< a send of `data` to `peer`, else a receive into it
+  void* data = nullptr;  ///< a buffer the backend can use (device memory for NCCL)
+  std::size_t count = 0; ///< elements
+  DataType type = DataType::f32;
+  int peer = 0; ///< group rank
+  int tag = 0;  ///< MPI's tag; NCCL has none (see start_batch)
+};
+
 /// \brief One transport for the collectives of one group.
 ///
 /// Counts are in elements. `stream` is the native stream of the execution
-/// space (nullptr on the host); stream-ordered backends enqueue on it, the
-/// others expect the caller to have fenced. Buffers must not overlap unless
-/// `send == recv` where an operation allows in-place use (all_reduce).
-/// Operations taking a Mode return nullptr in Mode::blocking.
+/// space (nullptr on the host); stream-ordered backends enqueue blocking calls
+/// on it and order their non-blocking ones after it (on a communication stream
+/// of their own, see nccl_backend.cpp), the others expect the caller to have
+/// fenced. Buffers must not overlap unless `send == recv` where an operation
+/// allows in-place use (all_reduce). Operations taking a Mode return nullptr in
+/// Mode::blocking.
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -94,6 +116,14 @@ public:
                                           int peer, int tag, void* stream, Mode mode) = 0;
   virtual std::unique_ptr<PendingOp> recv(void* data, std::size_t count, DataType type, int peer,
                                           int tag, void* stream, Mode mode) = 0;
+  /// \brief Starts every transfer of `batch` together and returns one PendingOp per
+  /// transfer, in order. MPI: MPI_Isend and MPI_Irecv, matched by tag, each completing
+  /// on its own. Stream-ordered (NCCL): one group call (ncclGroupStart, the ncclSend and
+  /// ncclRecv calls, ncclGroupEnd) ordered after the work enqueued on `stream` so far;
+  /// no tags: transfers between two ranks match in the order they are posted, and
+  /// the batch completes as a whole (every PendingOp completes with the last transfer).
+  virtual std::vector<std::unique_ptr<PendingOp>> start_batch(const std::vector<Transfer>& batch,
+                                                              void* stream) = 0;
   virtual void broadcast(void* data, std::size_t count, DataType type, int root, void* stream) = 0;
   virtual void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                       int root, void* stream) = 0;

@@ -18,13 +18,16 @@
 /// a wait, whose reduction order may differ) and returns complete. Until
 /// it completes, a View being sent must not be written and a View being
 /// received must not be read. Non-blocking collectives take the route of their
-/// blocking twins (NCCL enqueues them on the execution space's stream), and
-/// every rank must post a group's collectives in the same order. isend and
-/// irecv always go through MPI, also for device memory when NCCL is on
-/// (directly with GPU-aware MPI, else staged through a host copy): NCCL
-/// point-to-point calls on one stream cannot keep a send and a receive in
-/// flight independently of each other. So with NCCL on, a device View sent
-/// with isend must be received with irecv, and one sent with send with recv.
+/// blocking twins, and every rank must post a group's collectives in the same
+/// order. With NCCL, blocking calls are enqueued on the execution space's
+/// stream and non-blocking ones on the group's communication stream, ordered
+/// after the execution space's work by an event (docs/communication.md,
+/// "Streams"). isend and irecv always go through MPI, also for device memory
+/// when NCCL is on (directly with GPU-aware MPI, else staged through a host
+/// copy): NCCL point-to-point calls on one stream cannot keep a send and a
+/// receive in flight independently of each other; transfers posted together
+/// (comm::Batch) can go through NCCL. So with NCCL on, a device View sent with
+/// isend must be received with irecv, and one sent with send with recv.
 /// The non-blocking calls are [[nodiscard]]: a Request dropped at once waits
 /// in its destructor, which makes the call blocking (and can deadlock a ring).
 /// Every blocking library call and every Request::wait is a watchdog::Scope
@@ -52,7 +55,11 @@ struct CommOptions {
   bool gpu_aware_mpi = false;
   /// Use NCCL for device memory when cubelm was built with it.
   bool use_nccl = true;
-  /// \brief Defaults overridden by CUBELM_GPU_AWARE_MPI=1 and CUBELM_USE_NCCL=0.
+  /// NCCL: run the non-blocking operations on a communication stream of each group
+  /// (overlapping the execution space's kernels), else on the execution space's stream.
+  bool comm_stream = true;
+  /// \brief Defaults overridden by CUBELM_GPU_AWARE_MPI=1, CUBELM_USE_NCCL=0 and
+  /// CUBELM_COMM_STREAM=0.
   static CommOptions from_environment();
 };
 
@@ -83,6 +90,11 @@ public:
       if (copy_in)
         Kokkos::deep_copy(host_, flat_);
     }
+  }
+  /// Copies the View into a staged host copy (made without copying in).
+  void copy_in() const {
+    if (host_.data() != nullptr)
+      Kokkos::deep_copy(host_, flat_);
   }
   void* data() const {
     return host_.data() != nullptr ? static_cast<void*>(host_.data())
@@ -225,6 +237,8 @@ public:
   void barrier() const;
 
 private:
+  friend class Batch; // comm/batch.hpp: point-to-point transfers posted together
+
   /// Host memory through MPI; device memory through NCCL (stream-ordered), or
   /// through MPI on device pointers (GPU-aware MPI) or on a host copy (staged).
   enum class Route { host, nccl, gpu_aware_mpi, staged };

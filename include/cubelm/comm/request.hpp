@@ -15,8 +15,13 @@
 /// The destructor of an active Request waits for it, so no MPI request is ever
 /// leaked. That wait blocks: a Request dropped on one rank still needs its
 /// partners to post the matching operation, exactly as if wait() were called.
+///
+/// wait_on(exec) is for consumers on a GPU stream: an operation on a stream of
+/// its own (NCCL's communication stream) becomes a dependency of `exec`'s stream
+/// and the host goes on; anything else is waited for on the host.
 
 #include "cubelm/comm/backend.hpp"
+#include "cubelm/core/compat.hpp"
 
 #include <functional>
 #include <memory>
@@ -49,6 +54,20 @@ public:
   bool test();
   /// \brief Blocks until the operation is complete; results are in place afterwards.
   void wait();
+  /// \brief Orders the work enqueued on `exec` from now on after the operation.
+  ///
+  /// An operation on a GPU stream (NCCL) makes the stream of a stream-ordered `exec`
+  /// (compat::stream_ordered) wait for the event recorded after it, without blocking
+  /// the host; the Request stays active until test(), wait() or the destructor
+  /// completes it on the host, so its buffers stay allocated until then. Anything else
+  /// (MPI, a staged host copy, a host execution space) is completed here, as by wait().
+  template <class Exec>
+  void wait_on(const Exec& exec) {
+    if constexpr (compat::stream_ordered<Exec>::value)
+      if (op_ != nullptr && op_->enqueue_wait(compat::native_stream(exec)))
+        return;
+    wait();
+  }
 
   /// \brief True while the operation is in flight (not yet completed by test/wait).
   bool active() const { return op_ != nullptr; }

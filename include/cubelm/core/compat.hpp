@@ -12,6 +12,7 @@
 #endif
 
 #include <string>
+#include <type_traits>
 
 // Kokkos Kernels 3.6 added KokkosBlas::gemm(exec, ...) (and KOKKOSKERNELS_VERSION);
 // 3.4 and 3.5 run gemm on the default instance. Drop when 3.x support ends.
@@ -51,10 +52,20 @@ inline std::string kokkos_version_string() {
          std::to_string(v % 100);
 }
 
+/// \brief True for execution spaces that run their work in order on a native stream
+/// (CUDA): communication is ordered against them with events instead of fences.
+template <class Exec>
+struct stream_ordered : std::false_type {};
+#ifdef KOKKOS_ENABLE_CUDA
+template <>
+struct stream_ordered<Kokkos::Cuda> : std::true_type {};
+#endif
+
 /// \brief The native stream of an execution space instance, or nullptr on host spaces.
 ///
-/// Collectives on device memory (NCCL) enqueue on this stream so that they are
-/// ordered with the Kokkos kernels of the same instance.
+/// Collectives on device memory (NCCL) are enqueued on this stream, or ordered
+/// after it by an event, so that they follow the Kokkos kernels of the same
+/// instance.
 template <class Exec>
 void* native_stream(const Exec& exec) {
 #ifdef KOKKOS_ENABLE_CUDA

@@ -37,9 +37,11 @@ public:
   /// \brief The backward pass completed `unit` for the last time in this step
   /// (ShardedGPT::UnitDone); starts the reduction of the buckets it completes.
   void unit_done(int unit);
-  /// \brief Starts what has not started (units this step never reported), waits for
-  /// every reduction and sums wte over the pipeline's ends: afterwards each rank holds
-  /// the summed gradient of every element it updates.
+  /// \brief Starts what has not started (units this step never reported), orders the
+  /// work on the default execution space after every reduction and sums wte over the
+  /// pipeline's ends: work enqueued afterwards sees, on each rank, the summed gradient
+  /// of every element it updates. With NCCL the execution space's stream waits for the
+  /// reductions' events and the host does not; through MPI the host waits.
   void finish();
 
   /// \brief Zeroes every gradient of the stage (one fill of the flat buffer).

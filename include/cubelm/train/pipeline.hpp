@@ -4,19 +4,24 @@
 /// forward and backward passes of its chunks in the plan's order, with the
 /// activations and their gradients sent between stages through `comm`.
 ///
-/// Sends are non-blocking and a receive is waited for at once (both go through the
-/// non-blocking calls, which take the same route for device memory), so a stage
-/// waits only for what it needs next; a plan the unit-cost simulation runs to the end cannot
-/// deadlock. A chunk's output is sent from its slot (kept until the chunk's
-/// backward, by which time the next stage has received it); the gradient of its
-/// input from the same slot, waited for before the slot is used again. When the
-/// previous chunk is on the same rank (one stage holding several chunks) the
-/// activation is copied, and the slot whose input gradient the previous chunk
-/// still has to read is kept until it has.
+/// Messages go in the plan's exchanges (plan/messages.hpp): before an action the
+/// stage posts, as one comm::Batch, the sends that are due and the receive the
+/// action needs, then waits for that receive only; sends are waited for when
+/// their buffers are needed again. With NCCL a batch is one group call on the
+/// pp group's communication stream, matched in posting order (no tags); the
+/// exchanges are chosen so that this cannot deadlock, and MPI is given the same
+/// order (one tag), so CPU runs check it. A chunk's output is sent from its slot
+/// (kept until the chunk's backward, by which time the next stage has received
+/// it); the gradient of its input from the same slot: a slot reused while that
+/// send is still due or in flight gets a new input buffer, and the old one lives
+/// until the send completes. When the previous chunk is on the same rank (one
+/// stage holding several chunks) the activation is copied, and the slot whose
+/// input gradient the previous chunk still has to read is kept until it has.
 
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/io/sampler.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
+#include "cubelm/plan/messages.hpp"
 #include "cubelm/plan/schedule.hpp"
 
 #include <vector>
@@ -43,11 +48,17 @@ public:
              const std::vector<io::Batch>& batches, double grad_scale,
              const model::ShardedGPT<real>::UnitDone& done);
 
+  /// \brief True when messages go in posting order without tags (NCCL-capable; see
+  /// plan::plan_exchanges), false when MPI matches them by tag.
+  bool untagged() const { return untagged_; }
+
 private:
-  int tag(bool backward, int micro, int chunk) const;
+  int tag(const plan::Message& m) const;
 
   const plan::PipelinePlan& plan_;
   int stage_;
+  std::vector<plan::Exchange> exchanges_; // this stage's, in posting order
+  bool untagged_ = false;
 };
 
 } // namespace cubelm::train
