@@ -28,20 +28,24 @@ void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t n = team.league_rank();
         const T m = mx(n);
-        const T sum = team_sum<T>(
-            team, 0, cols, [&](const std::int64_t v, T& a) { a += exp_of<T>(logits(n, v) - m); });
+        const std::int64_t t = targets(n) - first; // outside [0, cols): not in this slice
+        const T target = (t >= 0 && t < cols) ? logits(n, t) - m : T(0);
+        team_sync(team); // every thread has read the target logit before it is replaced
+        const T sum = team_sum<T>(team, 0, cols, [&](const std::int64_t v, T& a) {
+          const T e = exp_of<T>(logits(n, v) - m);
+          logits(n, v) = e;
+          a += e;
+        });
         team_once(team, [&]() {
-          const std::int64_t t = targets(n) - first;
           stats(n, 0) = sum;
-          stats(n, 1) = (t >= 0 && t < cols) ? logits(n, t) - m : T(0);
+          stats(n, 1) = target;
         });
       });
 }
 
 template <class T>
-void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
-                         const Mat<T>& stats, const Tokens& targets, int first,
-                         const Vec<T>& losses, T grad_scale) {
+void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Mat<T>& stats,
+                         const Tokens& targets, int first, const Vec<T>& losses, T grad_scale) {
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
       "cubelm::vocab_cross_entropy", per_row(exec, logits.extent(0), cols),
@@ -50,11 +54,8 @@ void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<
         team_once(team, [&]() { losses(n) = kmath::log(stats(n, 0)) - stats(n, 1); });
         if (grad_scale == T(0))
           return;
-        const T factor = grad_scale / stats(n, 0);
-        const T m = mx(n);
-        team_for(team, 0, cols, [&](const std::int64_t v) {
-          logits(n, v) = factor * exp_of<T>(logits(n, v) - m);
-        });
+        const T factor = grad_scale / stats(n, 0); // the exponentials are in place already
+        team_for(team, 0, cols, [&](const std::int64_t v) { logits(n, v) *= factor; });
         team_sync(team);
         const std::int64_t t = targets(n) - first; // outside [0, cols): not in this slice
         if (t >= 0 && t < cols)
@@ -73,15 +74,15 @@ void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& ta
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("cubelm::ce_stats")), rows, 2);
   row_max<T>(exec, logits, mx);
   row_sumexp_target<T>(exec, logits, mx, targets, 0, stats);
-  vocab_cross_entropy<T>(exec, logits, mx, stats, targets, 0, losses, grad_scale);
+  vocab_cross_entropy<T>(exec, logits, stats, targets, 0, losses, grad_scale);
 }
 
 #define CUBELM_INSTANTIATE_LOSS(T)                                                                 \
   template void row_max<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                        \
   template void row_sumexp_target<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&,               \
                                      const Tokens&, int, const Mat<T>&);                           \
-  template void vocab_cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&,             \
-                                       const Mat<T>&, const Tokens&, int, const Vec<T>&, T);       \
+  template void vocab_cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&,             \
+                                       const Tokens&, int, const Vec<T>&, T);                      \
   template void cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&, const Vec<T>&, T);
 
 CUBELM_INSTANTIATE_LOSS(float)

@@ -263,7 +263,7 @@ public:
     kernels::row_sumexp_target<T>(exec, logits, mx_, tgt, first, stats_);
     if (vocab_ != nullptr)
       vocab_->all_reduce(exec, stats_);
-    kernels::vocab_cross_entropy<T>(exec, logits, mx_, stats_, tgt, first, losses_, grad_scale);
+    kernels::vocab_cross_entropy<T>(exec, logits, stats_, tgt, first, losses_, grad_scale);
     double sum = kernels::sum<T>(exec, losses_);
     if (rows_ != nullptr && rows_->size() > 1) {
       sum_(0) = sum;

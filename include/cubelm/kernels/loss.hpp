@@ -27,14 +27,15 @@ template <class T>
 void row_max(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx);
 /// \brief Step 2 (mx now the maximum over all slices): stats(n,0) = sum of exp(l - mx) over
 /// the slice, stats(n,1) = target logit - mx when the target is in [first, first + cols), else 0.
+/// The logits are replaced by exp(l - mx), which step 3 reuses (one exponential per logit).
 template <class T>
 void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
                        const Tokens& targets, int first, const Mat<T>& stats);
-/// \brief Step 3 (stats summed over all slices): losses[n] = log(stats(n,0)) - stats(n,1); with
-/// grad_scale != 0 the logits become grad_scale (softmax - onehot) of this slice.
+/// \brief Step 3 (stats summed over all slices; `logits` as step 2 left them): losses[n] =
+/// log(stats(n,0)) - stats(n,1); with grad_scale != 0 the logits become grad_scale (softmax -
+/// onehot) of this slice.
 template <class T>
-void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
-                         const Mat<T>& stats, const Tokens& targets, int first,
-                         const Vec<T>& losses, T grad_scale);
+void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Mat<T>& stats,
+                         const Tokens& targets, int first, const Vec<T>& losses, T grad_scale);
 
 } // namespace cubelm::kernels
