@@ -6,8 +6,11 @@
 
 #include "cubelm/core/error.hpp"
 
+// KokkosKernels_config.h first (its own block, so that sorting keeps it there): it says
+// whether cuBLAS is enabled, which KokkosBlas_tpl_spec.hpp reads.
+#include <KokkosKernels_config.h>
+
 #include <KokkosBlas_tpl_spec.hpp>
-#include <KokkosKernels_config.h> // before the TPL header: it says whether cuBLAS is enabled
 #include <cublas_v2.h>
 
 #include <string>
