@@ -191,6 +191,8 @@ int run_training(const Deck& deck, std::ostream& out) {
     say << "time limit: " << deadline.describe() << "\n";
   train::StepMetrics last;
   double total_ms = 0, wait_ms = 0, longest_step = 0;
+  // The steps' time splits added up (means over ranks, and largest rank), for the summary.
+  train::TimeSplit split_sum;
   const int first = trainer.steps_done();
   bool stopped = false;
   for (int s = first; s < steps && !stopped; ++s) {
@@ -205,12 +207,16 @@ int run_training(const Deck& deck, std::ostream& out) {
     last = trainer.step();
     total_ms += last.ms;
     wait_ms += last.wait_ms;
+    train::accumulate(split_sum, last.time);
     longest_step = std::max(longest_step, last.ms / 1e3);
     if (metrics.is_open())
       metrics << train::format_json(last) << "\n" << std::flush;
     stopped = last.stop.any() && s + 1 < steps;
-    if (s % deck.log.interval == 0 || s + 1 == steps || stopped)
-      say << train::format_step(last, steps) << "\n" << std::flush;
+    if (s % deck.log.interval == 0 || s + 1 == steps || stopped) {
+      const int run = s + 1 - first;
+      say << train::format_step(last, steps, total_ms / run * (steps - s - 1) / 1e3) << "\n"
+          << std::flush;
+    }
     // A checkpoint is taken only after a step that updated the model (docs/reliability.md).
     if (interval > 0 && (s + 1) % interval == 0 && s + 1 < steps && !stopped) {
       if (last.skipped)
@@ -236,6 +242,7 @@ int run_training(const Deck& deck, std::ostream& out) {
       }
       say << "\n";
     }
+    say << train::format_time_split(split_sum, trainer.steps_done() - first);
     say << "communication of rank 0 over " << trainer.steps_done() - first
         << " steps (modelled bytes sent, docs/communication.md):\n";
     for (const auto& e : trainer.traffic().entries())

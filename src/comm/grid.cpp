@@ -15,6 +15,9 @@ ProcessGrid::ProcessGrid(const Layout& layout, const Communicator& world, CommOp
   };
   // Every rank performs the same splits in the same order (MPI_Comm_split is collective).
   world_.emplace("world", Communicator::duplicate(world.raw()), traffic_, options);
+  // The metrics' own exchange: counters of its own, so that it is not model traffic.
+  metrics_.emplace("metrics", Communicator::duplicate(world.raw()),
+                   std::make_shared<TrafficCounters>(), options);
   tp_.emplace(make("tp", tp_block, g.tp));
   dp_.emplace(make("dp", g.tp + layout_.tp * g.pp, g.dp));
   pp_.emplace(make("pp", g.tp + layout_.tp * g.dp, g.pp));
@@ -38,6 +41,16 @@ ProcessGrid::ProcessGrid(const Layout& layout, const Communicator& world, CommOp
     plane_[1].emplace(make("tp.bc", tp_block * q + g.a, g.b + q * g.c));
     plane_[2].emplace(make("tp.ca", tp_block * q + g.b, g.c + q * g.a));
   }
+}
+
+std::vector<std::string> ProcessGrid::group_names() const {
+  std::vector<std::string> names;
+  for (const std::optional<Group>* g :
+       {&world_, &tp_, &row_, &col_, &axis_[0], &axis_[1], &axis_[2], &plane_[0], &plane_[1],
+        &plane_[2], &dp_, &pp_, &embedding_})
+    if (g->has_value())
+      names.push_back((*g)->name());
+  return names;
 }
 
 const Group& ProcessGrid::need(const std::optional<Group>& group, const char* what) const {

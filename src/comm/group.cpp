@@ -22,6 +22,7 @@ CommOptions CommOptions::from_environment() {
   options.gpu_aware_mpi = env_flag("CUBELM_GPU_AWARE_MPI", options.gpu_aware_mpi);
   options.use_nccl = env_flag("CUBELM_USE_NCCL", options.use_nccl);
   options.comm_stream = env_flag("CUBELM_COMM_STREAM", options.comm_stream);
+  options.fence_timing = env_flag("CUBELM_FENCE_TIMERS", options.fence_timing);
   return options;
 }
 

@@ -13,6 +13,7 @@
 // that exits without MPI_Finalize brings its job down).
 
 #include "cubelm/comm/watchdog.hpp"
+#include "cubelm/comm/wait_time.hpp"
 
 #include "cubelm/core/error.hpp"
 
@@ -48,6 +49,31 @@ std::atomic<long long> g_since{0}; // steady-clock ns when the wait began; 0: no
 std::atomic<int> g_step{-1};
 std::atomic<int> g_micro{-1};
 std::atomic<bool> g_armed{false};
+
+// Time in blocking waits (comm/wait_time.hpp): the outermost Scope of the thread that
+// talks to MPI, and the seconds of each group (interned names: equal names, equal
+// pointers), written and read by that thread only.
+int g_wait_depth = 0;
+const char* g_wait_group = nullptr;
+long long g_wait_start = 0;
+std::vector<std::pair<const char*, double>>& wait_totals() {
+  static std::vector<std::pair<const char*, double>> totals = [] {
+    std::vector<std::pair<const char*, double>> v;
+    v.reserve(64); // the groups of a grid and the checkpoint's: no allocation in a Scope
+    return v;
+  }();
+  return totals;
+}
+void add_wait(const char* group, long long ns) noexcept {
+  auto& totals = wait_totals();
+  for (auto& [name, seconds] : totals)
+    if (name == group) {
+      seconds += static_cast<double>(ns) * 1e-9;
+      return;
+    }
+  if (totals.size() < totals.capacity())
+    totals.emplace_back(group, static_cast<double>(ns) * 1e-9);
+}
 std::atomic<double> g_timeout{0.0};
 
 struct Monitor {
@@ -173,6 +199,10 @@ const char* intern(const std::string& name) {
 }
 
 Scope::Scope(const char* group, const char* op) noexcept {
+  if (g_wait_depth++ == 0) {
+    g_wait_group = group;
+    g_wait_start = detail::now_ns();
+  }
   if (!g_armed.load(std::memory_order_relaxed))
     return;
   active_ = true;
@@ -187,6 +217,8 @@ Scope::Scope(const char* group, const char* op) noexcept {
 }
 
 Scope::~Scope() {
+  if (--g_wait_depth == 0)
+    add_wait(g_wait_group, detail::now_ns() - g_wait_start);
   if (!active_)
     return;
   if (since_ == 0) {
@@ -353,5 +385,23 @@ Watchdog::~Watchdog() {
   if (finished.joinable())
     finished.join();
 }
+
+namespace wait_time {
+
+double seconds(const std::string& group) {
+  for (const auto& [name, secs] : watchdog::wait_totals())
+    if (name != nullptr && group == name)
+      return secs;
+  return 0.0;
+}
+
+std::vector<std::pair<std::string, double>> all() {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [name, secs] : watchdog::wait_totals())
+    out.emplace_back(name != nullptr ? name : "?", secs);
+  return out;
+}
+
+} // namespace wait_time
 
 } // namespace cubelm::comm

@@ -3,6 +3,7 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/format.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -10,7 +11,19 @@
 
 namespace cubelm::train {
 
-std::string format_step(const StepMetrics& m, int steps) {
+std::string format_duration(double seconds) {
+  char buf[48];
+  const long long s = static_cast<long long>(seconds + 0.5);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", s / 3600, s / 60 % 60);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%llds", s);
+  return buf;
+}
+
+std::string format_step(const StepMetrics& m, int steps, double eta_s) {
   char buf[320];
   std::snprintf(buf, sizeof(buf),
                 "step %d/%d | loss %.4f | gnorm %.2f | lr %.1e | %.0f ms | %s tok/s | %.1f "
@@ -18,10 +31,52 @@ std::string format_step(const StepMetrics& m, int steps) {
                 m.step, steps, m.loss, m.grad_norm, m.lr, m.ms, si(m.tokens_per_s, 1).c_str(),
                 m.gflops_per_rank, 100.0 * m.mfu, m.mem_bytes / 1048576.0);
   std::string line = buf;
+  if (eta_s >= 0)
+    line += " | ETA " + format_duration(eta_s);
   if (m.skipped)
     line += std::isfinite(m.loss) ? " | skipped (non-finite gradient norm)"
                                   : " | skipped (non-finite loss)";
   return line;
+}
+
+void accumulate(TimeSplit& sum, const TimeSplit& step) {
+  const auto add = [](Spread& a, const Spread& b) {
+    a.mean += b.mean;
+    a.max += b.max;
+  };
+  add(sum.ms, step.ms);
+  add(sum.compute_ms, step.compute_ms);
+  add(sum.idle_ms, step.idle_ms);
+  for (const auto& [group, spread] : step.comm_ms) {
+    auto it = std::find_if(sum.comm_ms.begin(), sum.comm_ms.end(),
+                           [&](const auto& e) { return e.first == group; });
+    if (it == sum.comm_ms.end())
+      sum.comm_ms.emplace_back(group, spread);
+    else
+      add(it->second, spread);
+  }
+}
+
+std::string format_time_split(const TimeSplit& sum, int steps) {
+  if (steps <= 0)
+    return "";
+  char buf[160];
+  std::string text = "time per step over " + std::to_string(steps) +
+                     " steps, mean over ranks / slowest rank (docs/perf-runs.md):\n";
+  const double step = sum.ms.mean / steps;
+  const auto line = [&](const std::string& what, const Spread& s) {
+    std::snprintf(buf, sizeof(buf), "  %-16s %10.2f / %10.2f ms  %5.1f%%\n", what.c_str(),
+                  s.mean / steps, s.max / steps, step > 0 ? 100.0 * s.mean / steps / step : 0.0);
+    text += buf;
+  };
+  line("step", sum.ms);
+  line("compute", sum.compute_ms);
+  if (sum.idle_ms.max > 0)
+    line("idle (pipeline)", sum.idle_ms);
+  for (const auto& [group, spread] : sum.comm_ms)
+    if (spread.max > 0)
+      line("comm " + group, spread);
+  return text;
 }
 
 namespace {
@@ -34,6 +89,10 @@ std::ostream& operator<<(std::ostream& out, Number n) {
     return out << n.x;
   return out << "null";
 }
+// {"mean": .., "max": ..}
+std::ostream& operator<<(std::ostream& out, const Spread& s) {
+  return out << "{\"mean\": " << Number{s.mean} << ", \"max\": " << Number{s.max} << "}";
+}
 } // namespace
 
 std::string format_json(const StepMetrics& m) {
@@ -44,6 +103,11 @@ std::string format_json(const StepMetrics& m) {
       << ", \"tokens_per_s\": " << m.tokens_per_s << ", \"gflops_per_rank\": " << m.gflops_per_rank
       << ", \"mfu\": " << m.mfu << ", \"mem_bytes\": " << m.mem_bytes
       << ", \"comm_bytes\": " << m.comm_bytes << ", \"wait_ms\": " << m.wait_ms
+      << ", \"compute_ms\": " << m.time.compute_ms << ", \"comm_ms\": {";
+  for (std::size_t i = 0; i < m.time.comm_ms.size(); ++i)
+    out << (i == 0 ? "" : ", ") << "\"" << m.time.comm_ms[i].first
+        << "\": " << m.time.comm_ms[i].second;
+  out << "}, \"idle_ms\": " << m.time.idle_ms << ", \"step_ms\": " << m.time.ms
       << ", \"skipped\": " << (m.skipped ? "true" : "false") << ", \"comm\": {";
   bool first = true;
   for (const auto& e : m.traffic) {

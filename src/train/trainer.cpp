@@ -1,5 +1,6 @@
 #include "cubelm/train/trainer.hpp"
 
+#include "cubelm/comm/wait_time.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/io/synthetic.hpp"
 #include "cubelm/io/tokens.hpp"
@@ -65,6 +66,51 @@ Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
                                        deck.parallel.zero == 1);
   batches_.resize(static_cast<std::size_t>(deck.parallel.microbatches));
   peak_gflops_ = deck.log.peak_gflops;
+  for (const std::string& g : net_.grid->group_names())
+    if (g != "pp")
+      comm_groups_.push_back(g);
+  const std::size_t n = 3 + comm_groups_.size();
+  split_mine_ = Kokkos::View<double*, Kokkos::HostSpace>("cubelm::time_split", n);
+  split_all_ = Kokkos::View<double*, Kokkos::HostSpace>("cubelm::time_splits",
+                                                        n * net_.grid->world().size());
+}
+
+TimeSplit Trainer::split(double ms,
+                         const std::vector<std::pair<std::string, double>>& waits_before) {
+  const auto waited_ms = [&](const std::string& group) {
+    double before = 0;
+    for (const auto& [name, seconds] : waits_before)
+      if (name == group)
+        before = seconds;
+    return (comm::wait_time::seconds(group) - before) * 1e3;
+  };
+  const std::size_t n = split_mine_.extent(0);
+  double waits = 0;
+  split_mine_(0) = ms;
+  split_mine_(2) = waited_ms("pp");
+  for (std::size_t g = 0; g < comm_groups_.size(); ++g) {
+    split_mine_(3 + g) = waited_ms(comm_groups_[g]);
+    waits += split_mine_(3 + g);
+  }
+  split_mine_(1) = ms - waits - split_mine_(2);
+  net_.grid->metrics().all_gather(HostExecSpace(), split_mine_, split_all_);
+  const int ranks = net_.grid->world().size();
+  const auto spread = [&](std::size_t k) {
+    Spread s{0, split_all_(k)};
+    for (int r = 0; r < ranks; ++r) {
+      const double x = split_all_(static_cast<std::size_t>(r) * n + k);
+      s.mean += x / ranks;
+      s.max = x > s.max ? x : s.max;
+    }
+    return s;
+  };
+  TimeSplit t;
+  t.ms = spread(0);
+  t.compute_ms = spread(1);
+  t.idle_ms = spread(2);
+  for (std::size_t g = 0; g < comm_groups_.size(); ++g)
+    t.comm_ms.emplace_back(comm_groups_[g], spread(3 + g));
+  return t;
 }
 
 Trainer::~Trainer() = default;
@@ -128,6 +174,7 @@ StepMetrics Trainer::step() {
   const comm::ProcessGrid& grid = *net_.grid;
   const comm::TrafficCounters& traffic = grid.traffic();
   const std::vector<comm::TrafficEntry> before = traffic.entries();
+  const std::vector<std::pair<std::string, double>> waits_before = comm::wait_time::all();
   comm::watchdog::set_step(step_);
   comm::watchdog::set_micro_batch(-1);
   // Micro-batch k of data-parallel rank d: rows (d m + k) micro of the global batch.
@@ -191,6 +238,7 @@ StepMetrics Trainer::step() {
     m.comm_bytes += e.bytes;
   m.ms = timer.seconds() * 1e3;
   m.wait_ms = run.wait_s * 1e3;
+  m.time = split(m.ms, waits_before);
   m.tokens_per_s = tokens / timer.seconds();
   // The model's FLOPs are shared by all ranks of the layout.
   m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9 /

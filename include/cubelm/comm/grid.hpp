@@ -48,6 +48,13 @@ public:
   const Group& tp_axis(Axis axis) const;
   const Group& tp_plane(Plane plane) const;
 
+  /// \brief A copy of world whose traffic is counted apart from the model's (the
+  /// metrics' exchange of timings between ranks).
+  const Group& metrics() const { return *metrics_; }
+  /// \brief The names of this grid's groups (world, tp and its sub-groups, dp, pp,
+  /// pp.ends), in the same order on every rank.
+  std::vector<std::string> group_names() const;
+
   TrafficCounters& traffic() { return *traffic_; }
   const TrafficCounters& traffic() const { return *traffic_; }
 
@@ -57,7 +64,7 @@ private:
   Layout layout_;
   GridCoords coords_;
   std::shared_ptr<TrafficCounters> traffic_;
-  std::optional<Group> world_, tp_, dp_, pp_, embedding_;
+  std::optional<Group> world_, tp_, dp_, pp_, embedding_, metrics_;
   std::optional<Group> row_, col_;
   std::optional<Group> axis_[3], plane_[3];
 };

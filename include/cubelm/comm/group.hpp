@@ -58,8 +58,12 @@ struct CommOptions {
   /// NCCL: run the non-blocking operations on a communication stream of each group
   /// (overlapping the execution space's kernels), else on the execution space's stream.
   bool comm_stream = true;
-  /// \brief Defaults overridden by CUBELM_GPU_AWARE_MPI=1, CUBELM_USE_NCCL=0 and
-  /// CUBELM_COMM_STREAM=0.
+  /// Fence the execution space before and after each blocking call on device memory,
+  /// so that the communication time of the metrics (comm/wait_time.hpp) is the call's
+  /// own on a GPU too; costs the overlap of those calls with computation.
+  bool fence_timing = false;
+  /// \brief Defaults overridden by CUBELM_GPU_AWARE_MPI=1, CUBELM_USE_NCCL=0,
+  /// CUBELM_COMM_STREAM=0 and CUBELM_FENCE_TIMERS=1.
   static CommOptions from_environment();
 };
 
@@ -264,7 +268,14 @@ private:
   /// stream-ordered.
   template <class Exec>
   void prepare(const Exec& exec, Route route) const {
-    if (route != Route::nccl)
+    if (route != Route::nccl || options_.fence_timing)
+      exec.fence();
+  }
+  /// After a backend call inside its watchdog::Scope: with fence_timing, a blocking call
+  /// that was only enqueued (`pending` null, NCCL) is waited for there.
+  template <class Exec>
+  void settle(const Exec& exec, Route route, const std::unique_ptr<PendingOp>& pending) const {
+    if (route == Route::nccl && options_.fence_timing && pending == nullptr)
       exec.fence();
   }
 
@@ -318,10 +329,13 @@ private:
   /// The backend call of operation `what` on `route`, watched while it runs: a
   /// blocking one waits inside the library (and a backend's first use on device
   /// memory sets up NCCL, a collective too).
-  template <class F>
-  std::unique_ptr<PendingOp> watched_call(const char* what, F&& call) const {
+  template <class Exec, class F>
+  std::unique_ptr<PendingOp> watched_call(const Exec& exec, Route route, const char* what,
+                                          F&& call) const {
     const watchdog::Scope waiting(watch_name_, what);
-    return call();
+    std::unique_ptr<PendingOp> pending = call();
+    settle(exec, route, pending);
+    return pending;
   }
 
   /// One View on `route`, staged on a host copy when the route needs it (copied
@@ -333,7 +347,7 @@ private:
     detail::Staged<V> buf(data, route == Route::staged, copy_in);
     prepare(exec, route);
     return make_request(
-        watched_call(what,
+        watched_call(exec, route, what,
                      [&] { return call(backend(route), buf.data(), compat::native_stream(exec)); }),
         what, [buf, data, copy_out] {
           if (copy_out)
@@ -358,7 +372,7 @@ private:
     detail::Staged<VS> in(send, route == Route::staged, true);
     detail::Staged<VR> out(recv, route == Route::staged && receives, false);
     prepare(exec, route);
-    return make_request(watched_call(what,
+    return make_request(watched_call(exec, route, what,
                                      [&] {
                                        return call(backend(route), in.data(), out.data(),
                                                    compat::native_stream(exec));

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cubelm::train {
@@ -18,6 +19,23 @@ struct StopVotes {
   int sigusr1 = 0;  ///< SIGUSR1 received
   int deadline = 0; ///< the time limit or the job's end is too near for another step
   bool any() const { return sigterm + sigusr1 + deadline > 0; }
+};
+
+/// \brief A quantity of every rank: its mean and its largest value over the ranks.
+struct Spread {
+  double mean = 0;
+  double max = 0;
+};
+
+/// \brief Where a step's wall-clock time went on each rank (docs/perf-runs.md): waiting
+/// in each group's communication, waiting for other pipeline stages, and the rest.
+struct TimeSplit {
+  Spread ms;         ///< the step's wall-clock time
+  Spread compute_ms; ///< ms minus the waits below: kernels, host work, launches
+  Spread idle_ms;    ///< waiting for other pipeline stages (group pp: bubble and transfers)
+  /// waiting in each other group's collectives and point-to-point calls (exposed
+  /// communication), by group name, in the grid's order
+  std::vector<std::pair<std::string, Spread>> comm_ms;
 };
 
 /// \brief What one optimizer step did (the keys of the JSON-lines metrics).
@@ -33,6 +51,7 @@ struct StepMetrics {
   std::int64_t mem_bytes = 0;
   double comm_bytes = 0; ///< modelled bytes this rank sent in the step
   double wait_ms = 0;    ///< wall-clock time this rank waited for other pipeline stages
+  TimeSplit time;        ///< over all ranks
   /// the loss or the gradient norm was not finite: no AdamW update (docs/reliability.md)
   bool skipped = false;
   /// ranks that asked to stop after this step, by reason (not written to the metrics)
@@ -40,8 +59,16 @@ struct StepMetrics {
   std::vector<comm::TrafficEntry> traffic; ///< the same per group and collective kind
 };
 
-/// \brief "step 12/200 | loss 2.8311 | ..." as printed by rank 0.
-std::string format_step(const StepMetrics& m, int steps);
+/// \brief "step 12/200 | loss 2.8311 | ..." as printed by rank 0, ending with
+/// "| ETA 3m05s" when `eta_s` (the time the remaining steps will take) is not negative.
+std::string format_step(const StepMetrics& m, int steps, double eta_s = -1);
+/// \brief "42s", "3m05s", "2h07m".
+std::string format_duration(double seconds);
+/// \brief Adds a step's time split to a sum over steps (means and maxima added up).
+void accumulate(TimeSplit& sum, const TimeSplit& step);
+/// \brief The summary lines of a sum over `steps` steps: per step, mean over ranks and
+/// the slowest rank, and each part's share of the mean step.
+std::string format_time_split(const TimeSplit& sum, int steps);
 /// \brief One JSON object on one line.
 std::string format_json(const StepMetrics& m);
 /// \brief Removes from the JSON-lines file `path` the lines of steps >= `step` (a run

@@ -87,6 +87,11 @@ private:
   // loss, grad^2, then the ranks that voted to stop: SIGTERM, SIGUSR1, deadline
   Kokkos::View<double*, Kokkos::HostSpace> sums_{"cubelm::step_sums", 5};
   StopVotes vote_;
+  // The step's time split (ms, compute, idle, then each communication group's wait) of
+  // this rank and of all ranks, exchanged over the grid's uncounted metrics group.
+  TimeSplit split(double ms, const std::vector<std::pair<std::string, double>>& waits_before);
+  std::vector<std::string> comm_groups_; // the grid's groups but pp, whose waits are idle
+  Kokkos::View<double*, Kokkos::HostSpace> split_mine_, split_all_;
   int step_ = 0;
   int updates_ = 0; // AdamW updates applied
   int bad_ = 0;     // consecutive skipped steps
