@@ -9,6 +9,8 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -33,6 +35,11 @@ int report(const std::exception& e, bool collective, int rank, int world) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // `cubelm check --json` prints one JSON object on stdout: Kokkos' start-up warnings
+  // (which go to stdout too) are switched off for it.
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--json") == 0)
+      setenv("KOKKOS_DISABLE_WARNINGS", "1", 0);
   cubelm::Environment env(argc, argv);
   const int rank = env.world_rank();
 
@@ -49,6 +56,9 @@ int main(int argc, char** argv) {
   CLI::App* check = app.add_subcommand(
       "check", "Validate a deck and print its layout, model size and work per step");
   check->add_option("deck", check_deck, "The TOML input deck")->required();
+  bool check_as_json = false;
+  check->add_flag("--json", check_as_json,
+                  "Print one JSON object (layout, sizes, memory, closed-form traffic per step)");
 
   std::string train_deck;
   CLI::App* train = app.add_subcommand(
@@ -97,7 +107,7 @@ int main(int argc, char** argv) {
       std::fflush(stderr);
     }
     if (*check)
-      return cubelm::app::run_check(check_deck, env);
+      return cubelm::app::run_check(check_deck, env, check_as_json);
     if (*train)
       return cubelm::app::run_train(train_deck, env);
     if (*init)

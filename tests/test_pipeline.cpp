@@ -6,6 +6,7 @@
 // NCCL needs them (plan/messages.hpp).
 
 #include "cubelm/model/memory.hpp"
+#include "cubelm/model/traffic.hpp"
 #include "cubelm/train/pipeline.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -15,6 +16,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
@@ -280,4 +282,37 @@ TEST(Pipeline, EveryLayoutResumesAOneProcessCheckpoint) {
   }
   if (world.rank() == 0)
     std::filesystem::remove(path);
+}
+
+// The closed form of a step's traffic (model/traffic.hpp) equals what this rank's
+// counters count, group by group, in every layout: pipeline messages, pp.ends, the
+// data-parallel buckets with and without ZeRO-1, recomputation, the tensor modes.
+TEST(Pipeline, TrafficFollowsTheClosedForm) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    const Deck d = deck(c);
+    train::Trainer t(d);
+    t.step();
+    const train::StepMetrics m = t.step(); // a steady-state step
+    const auto expected = model::traffic_per_step(d, t.grid().coords().pp);
+    double total = 0;
+    for (const auto& e : expected) {
+      SCOPED_TRACE(e.group + " " + comm::kind_name(e.kind));
+      const auto it = std::find_if(m.traffic.begin(), m.traffic.end(), [&](const auto& x) {
+        return x.group == e.group && x.kind == e.kind;
+      });
+      ASSERT_NE(it, m.traffic.end());
+      EXPECT_EQ(it->calls, e.calls);
+      EXPECT_NEAR(it->bytes, e.bytes, 1e-9 * e.bytes + 1e-9);
+      total += e.bytes;
+    }
+    for (const auto& x : m.traffic)
+      if (x.calls > 0)
+        EXPECT_TRUE(
+            std::any_of(expected.begin(), expected.end(),
+                        [&](const auto& e) { return e.group == x.group && e.kind == x.kind; }))
+            << "not in the closed form: " << x.group << " " << comm::kind_name(x.kind);
+    EXPECT_NEAR(m.comm_bytes, total, 1e-9 * total + 1e-9);
+    EXPECT_NEAR(model::comm_bytes_per_step(d, t.grid().coords().pp), total, 1e-9 * total);
+  }
 }

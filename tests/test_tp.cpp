@@ -6,6 +6,7 @@
 
 #include "cubelm/model/memory.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
+#include "cubelm/model/traffic.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "test_helpers.hpp"
@@ -325,6 +326,16 @@ TEST(TensorParallel, BytesSentPerStepFollowTheClosedForm) {
         if (expected.count({x.group, x.kind}) == 0)
           EXPECT_EQ(x.calls, 0u) << x.group << " " << comm::kind_name(x.kind);
       EXPECT_NEAR(m.comm_bytes, total, 1e-9 * total + 1e-9);
+      // The library's closed form (model/traffic.hpp, what cubelm check prints) agrees.
+      const auto library = model::traffic_per_step(deck);
+      ASSERT_EQ(library.size(), expected.size());
+      for (const auto& e : library) {
+        const auto it = expected.find({e.group, e.kind});
+        ASSERT_NE(it, expected.end()) << e.group << " " << comm::kind_name(e.kind);
+        EXPECT_EQ(e.calls, it->second.calls) << e.group << " " << comm::kind_name(e.kind);
+        EXPECT_NEAR(e.bytes, it->second.bytes, 1e-9 * e.bytes + 1e-9)
+            << e.group << " " << comm::kind_name(e.kind);
+      }
     }
 }
 

@@ -10,6 +10,7 @@
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/model/memory.hpp"
+#include "cubelm/model/traffic.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -109,21 +110,69 @@ std::string describe(const Deck& deck) {
       << " (micro-batch); " << si(tokens, 2) << " tokens/step, " << deck.train.steps << " steps\n"
       << "work       " << si(model::flops_per_token(m) * tokens, 2)
       << " FLOP per step (6 N + 12 L H T per token)\n"
-      << memory_line(deck) << "optimizer  AdamW lr " << deck.optimizer.lr << " -> "
-      << deck.optimizer.min_lr << ", warmup " << deck.optimizer.warmup_steps << ", weight decay "
+      << memory_line(deck) << "traffic    " << format_bytes(model::comm_bytes_per_step(deck, 0))
+      << " sent per rank per step (rank 0, closed form: docs/communication.md)\n"
+      << "optimizer  AdamW lr " << deck.optimizer.lr << " -> " << deck.optimizer.min_lr
+      << ", warmup " << deck.optimizer.warmup_steps << ", weight decay "
       << deck.optimizer.weight_decay << ", clip " << deck.optimizer.grad_clip << "\n"
       << "data       " << deck.data.format << (deck.data.path.empty() ? "" : " " + deck.data.path)
       << ", sampler " << deck.data.sampler << "\n";
   return out.str();
 }
 
-int run_check(const std::string& deck_path, const Environment& env) {
+std::string check_json(const Deck& deck, const std::string& deck_path) {
+  const ParallelConfig& p = deck.parallel;
+  const comm::Layout layout = comm::layout_of(p);
+  const model::Memory mem = model::estimate_memory(deck);
+  const double tokens = static_cast<double>(deck.train.global_batch) * deck.model.seq_len;
+  std::ostringstream out;
+  out.precision(15);
+  const auto text = [](const std::string& s) {
+    std::string q = "\"";
+    for (const char c : s)
+      q += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+    return q + "\"";
+  };
+  out << "{\"deck\": " << text(deck_path)
+      << ", \"layout\": {\"tensor_mode\": " << text(mode_name(p.tensor_mode))
+      << ", \"tensor_size\": " << p.tensor_size << ", \"pipeline_size\": " << p.pipeline_size
+      << ", \"data_size\": " << p.data_size << ", \"schedule\": " << text(schedule_name(p.schedule))
+      << ", \"virtual_stages\": " << p.virtual_stages << ", \"microbatches\": " << p.microbatches
+      << ", \"zero\": " << p.zero
+      << ", \"sequence_parallel\": " << (p.sequence_parallel ? "true" : "false")
+      << ", \"recompute\": " << text(recompute_name(p.recompute))
+      << "}, \"world\": " << layout.world_size()
+      << ", \"parameters\": " << model::parameter_count(deck.model)
+      << ", \"tokens_per_step\": " << tokens
+      << ", \"flops_per_step\": " << model::flops_per_token(deck.model) * tokens
+      << ", \"mem_bytes\": " << mem.total() << ", \"memory\": {\"parameters\": " << mem.parameters
+      << ", \"gradients\": " << mem.gradients << ", \"optimizer\": " << mem.optimizer
+      << ", \"activations\": " << mem.activations << "}";
+  // Rank 0's traffic (pipeline stage 0), the quantity of the metrics' comm_bytes.
+  const std::vector<model::TrafficVolume> traffic = model::traffic_per_step(deck, 0);
+  double total = 0;
+  for (const auto& v : traffic)
+    total += v.bytes;
+  out << ", \"comm_bytes\": " << total << ", \"comm\": {";
+  for (std::size_t i = 0; i < traffic.size(); ++i)
+    out << (i == 0 ? "" : ", ") << text(traffic[i].group + "." + comm::kind_name(traffic[i].kind))
+        << ": {\"calls\": " << traffic[i].calls << ", \"bytes\": " << traffic[i].bytes << "}";
+  out << "}}";
+  return out.str();
+}
+
+int run_check(const std::string& deck_path, const Environment& env, bool json) {
   const Deck deck = io::load_deck(deck_path);
   const comm::Layout layout = comm::layout_of(deck.parallel);
   // On one process this is a dry check of the deck; under mpiexec the job
   // itself must fit the layout.
   if (env.world_size() > 1)
     layout.validate_for_world(env.world_size());
+  if (json) {
+    if (env.world_rank() == 0)
+      std::printf("%s\n", check_json(deck, deck_path).c_str());
+    return 0;
+  }
   if (env.world_rank() == 0) {
     std::printf("%s: valid deck\n%s", deck_path.c_str(), describe(deck).c_str());
     if (env.world_size() == 1 && layout.world_size() > 1)

@@ -1,6 +1,7 @@
 #include "cubelm/train/data_parallel.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/model/buckets.hpp"
 #include "cubelm/model/shape.hpp"
 
 #include <algorithm>
@@ -26,78 +27,48 @@ struct DataParallel::Segment {
   bool decay, counted;
 };
 
-namespace {
-
-// The unit whose completion makes a parameter's gradient final (see UnitDone), and the
-// order of the buckets: wte alone first, then units in the order backward completes them.
-struct Unit {
-  int done; ///< the unit of UnitDone
-  int key;  ///< buckets in decreasing key
-  bool alone;
-};
-
-std::map<std::string, Unit> units_of(const ModelConfig& config, bool lookup) {
-  std::map<std::string, Unit> units;
-  for (const model::ParamEntry& e : model::parameter_table(config)) {
-    // A stage without the lookup holds wte for the head: done with ln_f.
-    const int done = e.tied && !lookup ? config.layers : e.unit;
-    units[e.name] = Unit{done, e.tied ? config.layers + 1 : done, e.tied};
-  }
-  return units;
-}
-
-} // namespace
-
 DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGrid& grid,
                            double bucket_bytes, bool zero)
     : model_(model), grid_(grid), zero_(zero), shards_(zero ? grid.dp().size() : 1) {
   auto& params = model.params();
   const bool lookup = model.stage().first;
   // Order: wte alone first, then units in the order backward completes them.
-  std::vector<std::size_t> order(params.size());
-  for (std::size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
-  const std::map<std::string, Unit> units = units_of(model.config(), lookup);
-  auto unit = [&](std::size_t i) -> const Unit& {
+  std::map<std::string, model::BucketUnit> units;
+  for (const model::ParamEntry& e : model::parameter_table(model.config()))
+    units[e.name] = model::bucket_unit(e, model.config(), lookup);
+  auto unit = [&](std::size_t i) -> const model::BucketUnit& {
     const auto u = units.find(params[i].name);
     CUBELM_ASSERT(u != units.end(), "parameter '" + params[i].name + "' belongs to no unit");
     return u->second;
   };
-  auto key = [&](std::size_t i) { return unit(i).key; };
+  std::vector<std::size_t> order(params.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
   std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return key(a) > key(b); });
-  const auto per_bucket =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_bytes / sizeof(real)));
+                   [&](std::size_t a, std::size_t b) { return unit(a).key > unit(b).key; });
+  std::vector<model::BucketItem> items;
+  for (const std::size_t i : order)
+    items.push_back({unit(i).key, unit(i).alone, params[i].size()});
+  const model::BucketPlan plan = model::plan_buckets(
+      items, std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_bytes / sizeof(real))),
+      shards_);
   offset_.assign(params.size(), 0);
-  std::int64_t total = 0;
-  std::vector<std::vector<std::size_t>> members;
+  buckets_.resize(plan.size.size());
+  std::vector<std::vector<std::size_t>> members(plan.size.size());
+  for (std::size_t b = 0; b < plan.size.size(); ++b) {
+    buckets_[b].first = plan.first[b];
+    buckets_[b].size = plan.size[b];
+  }
   for (std::size_t k = 0; k < order.size(); ++k) {
     const std::size_t i = order[k];
-    const bool new_unit = k == 0 || key(order[k - 1]) != key(i);
-    const bool alone = unit(i).alone || (k > 0 && unit(order[k - 1]).alone);
-    if (buckets_.empty() || alone || (new_unit && buckets_.back().size >= per_bucket)) {
-      if (!buckets_.empty()) { // pad the finished bucket
-        Bucket& b = buckets_.back();
-        b.size = (b.size + shards_ - 1) / shards_ * shards_;
-        total = b.first + b.size;
-      }
-      buckets_.emplace_back();
-      buckets_.back().first = total;
-      members.emplace_back();
-    }
-    Bucket& b = buckets_.back();
-    offset_[i] = b.first + b.size;
-    b.size += params[i].size();
+    Bucket& b = buckets_[static_cast<std::size_t>(plan.of[k])];
+    offset_[i] = plan.offset[k];
     const int u = unit(i).done;
     if (std::find(b.units.begin(), b.units.end(), u) == b.units.end())
       b.units.push_back(u);
-    members.back().push_back(i);
+    members[static_cast<std::size_t>(plan.of[k])].push_back(i);
   }
-  if (!buckets_.empty()) {
-    Bucket& b = buckets_.back();
-    b.size = (b.size + shards_ - 1) / shards_ * shards_;
-    total = b.first + b.size;
-  }
+  const std::int64_t total = plan.size.empty() ? 0 : plan.first.back() + plan.size.back();
   // Move the parameters into the flat buffers.
   values_ = Vec<real>("cubelm::values", total);
   grads_ = Vec<real>("cubelm::grads", total);

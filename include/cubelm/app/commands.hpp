@@ -17,8 +17,15 @@ std::string version_text();
 ///
 /// Run on one process it checks the layout's shape and says how many processes
 /// it needs; run under mpiexec it also checks that the job has that many.
+/// With `json` it prints one JSON object instead (check_json).
 /// \return the exit code (0 when the deck is valid); user errors are thrown.
-int run_check(const std::string& deck_path, const Environment& env);
+int run_check(const std::string& deck_path, const Environment& env, bool json = false);
+
+/// \brief `cubelm check DECK --json`: the deck's layout, parameters, tokens and FLOPs per
+/// step, the fullest rank's memory estimate (`mem_bytes`, and by kind) and rank 0's
+/// closed-form traffic per step (`comm_bytes`, and `comm` by group.kind), the same
+/// quantities as the training metrics.
+std::string check_json(const Deck& deck, const std::string& deck_path);
 
 /// \brief `cubelm train DECK`: validates the deck, then trains (train/trainer.hpp).
 int run_train(const std::string& deck_path, const Environment& env);

@@ -1,0 +1,70 @@
+#pragma once
+/// \file
+/// \brief How a stage's gradients are cut into the buckets that data parallelism
+/// reduces (docs/training.md): the one rule, used by train::DataParallel for the
+/// real buffers and by the closed-form traffic (model/traffic.hpp). No Kokkos.
+
+#include "cubelm/core/config.hpp"
+#include "cubelm/model/shape.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace cubelm::model {
+
+/// \brief Where a parameter's gradient goes: the unit whose backward completes it, and
+/// the order of the buckets (decreasing key: wte alone first, then the units in the
+/// order backward completes them).
+struct BucketUnit {
+  int done = 0;       ///< the unit that completes the gradient (-1 lookup, l layer l, L ln_f/head)
+  int key = 0;        ///< buckets in decreasing key
+  bool alone = false; ///< in a bucket of its own (the tied wte)
+};
+
+/// \brief The unit of parameter `e` on a stage that holds the embedding lookup or not:
+/// a stage without the lookup holds wte for the head, done with ln_f.
+inline BucketUnit bucket_unit(const ParamEntry& e, const ModelConfig& m, bool lookup) {
+  const int done = e.tied && !lookup ? m.layers : e.unit;
+  return BucketUnit{done, e.tied ? m.layers + 1 : done, e.tied};
+}
+
+/// \brief One parameter, in bucket order (sorted by decreasing key, stable).
+struct BucketItem {
+  int key = 0;
+  bool alone = false;
+  std::int64_t size = 0; ///< elements on this rank
+};
+
+/// \brief The buckets of `items`: a new bucket starts at the first item, at an item
+/// alone or after one, and where the key changes once the bucket holds `per_bucket`
+/// elements; each bucket is padded to a multiple of `shards` (ZeRO-1: data_size).
+struct BucketPlan {
+  std::vector<std::int64_t> first, size; ///< [bucket]: offset and padded length
+  std::vector<int> of;                   ///< [item]: its bucket
+  std::vector<std::int64_t> offset;      ///< [item]: its offset in the flat buffer
+};
+
+inline BucketPlan plan_buckets(const std::vector<BucketItem>& items, std::int64_t per_bucket,
+                               int shards) {
+  BucketPlan b;
+  const auto pad = [&] {
+    if (!b.size.empty())
+      b.size.back() = (b.size.back() + shards - 1) / shards * shards;
+  };
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    const bool new_unit = k == 0 || items[k - 1].key != items[k].key;
+    const bool alone = items[k].alone || (k > 0 && items[k - 1].alone);
+    if (b.size.empty() || alone || (new_unit && b.size.back() >= per_bucket)) {
+      pad();
+      b.first.push_back(b.size.empty() ? 0 : b.first.back() + b.size.back());
+      b.size.push_back(0);
+    }
+    b.of.push_back(static_cast<int>(b.size.size()) - 1);
+    b.offset.push_back(b.first.back() + b.size.back());
+    b.size.back() += items[k].size;
+  }
+  pad();
+  return b;
+}
+
+} // namespace cubelm::model

@@ -1,0 +1,263 @@
+// Closed forms of a step's traffic (docs/communication.md). Each tensor-parallel mode's
+// collectives are tallied per micro-batch for the three kinds of unit a stage may
+// hold: the embedding lookup, a transformer layer (its forward part again when the
+// layer is recomputed) and the head (ln_f, logits, loss); then the pipeline's
+// messages, the data-parallel buckets and the step's world all-reduce are added.
+
+#include "cubelm/model/traffic.hpp"
+
+#include "cubelm/comm/layout.hpp"
+#include "cubelm/model/buckets.hpp"
+#include "cubelm/model/memory.hpp"
+#include "cubelm/model/shape.hpp"
+#include "cubelm/plan/messages.hpp"
+#include "cubelm/plan/schedule.hpp"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+namespace cubelm::model {
+
+namespace {
+
+using comm::Kind;
+
+// Calls and the sum of message bytes (B of the cost model) per (group, kind), with
+// each group's size; modelled bytes are linear in B, so sums convert at the end.
+class Tally {
+public:
+  void size(const std::string& group, int ranks) { sizes_[group] = ranks; }
+  // `calls` calls of `kind` on `group` whose messages add up to `elements` floats.
+  void add(const std::string& group, Kind kind, double calls, double elements,
+           double bytes_per_element = 4) {
+    Cell& c = cells_[{group, kind}];
+    c.calls += calls;
+    c.message_bytes += elements * bytes_per_element;
+  }
+  std::vector<TrafficVolume> volumes() const {
+    std::vector<TrafficVolume> out;
+    for (const auto& [key, c] : cells_) {
+      const int ranks = sizes_.at(key.first);
+      if (c.calls == 0)
+        continue;
+      out.push_back({key.first, key.second, static_cast<std::uint64_t>(c.calls + 0.5),
+                     comm::modeled_bytes_sent(key.second, ranks, c.message_bytes)});
+    }
+    return out;
+  }
+
+private:
+  struct Cell {
+    double calls = 0, message_bytes = 0;
+  };
+  std::map<std::pair<std::string, Kind>, Cell> cells_;
+  std::map<std::string, int> sizes_;
+};
+
+// What a stage runs per micro-batch.
+struct Units {
+  bool lookup = false, head = false;
+  double layers = 0;     // layer forwards and backwards
+  double recomputed = 0; // layer forwards run again in the backward
+};
+
+// The tensor-parallel collectives of `u`, times `m` micro-batches; N tokens per
+// micro-batch, T per sequence.
+void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cfg, double n_tokens,
+                     const Units& u, double m) {
+  const double H = cfg.hidden, V = cfg.vocab_size, T = cfg.seq_len, N = n_tokens;
+  const double L = u.layers, F = u.recomputed, in = u.lookup ? 1 : 0, out = u.head ? 1 : 0;
+  const double q = layout.side();
+  switch (layout.mode) {
+  case TensorMode::none:
+  case TensorMode::d1:
+    t.size("tp", layout.tp);
+    // lookup: the rows summed over the vocabulary slices; per layer two forward
+    // (row-parallel outputs) and two backward (column-parallel input gradients);
+    // head: the input gradient, and the loss's row maxima then (sum of exp, target).
+    t.add("tp", Kind::all_reduce, m * (in + 4 * L + 2 * F + 3 * out),
+          m * ((in + 4 * L + 2 * F + out) * N * H + out * 3 * N));
+    break;
+  case TensorMode::d2: {
+    t.size("tp.row", static_cast<int>(q));
+    t.size("tp.col", static_cast<int>(q));
+    const double R = N / q, LF = L + F;
+    // Per layer, forward: X blocks along rows, W blocks along columns, the two
+    // LayerNorms' statistics, biases and LayerNorm vectors gathered; backward: X and
+    // W blocks again, dX and dW blocks reduced, the statistics' row sums, the vectors'
+    // gradients reduce-scattered.
+    t.add("tp.row", Kind::broadcast, m * (4 * q * LF + 4 * q * L + q * out),
+          m * (7 * R * H * (LF + L) + out * R * V));
+    t.add("tp.row", Kind::reduce, m * (4 * q * L + q * out), m * (7 * R * H * L + out * R * V));
+    t.add("tp.row", Kind::all_reduce, m * (4 * LF + 2 * L + 5 * out),
+          m * (4 * R * LF + 4 * R * L + 7 * R * out));
+    t.add("tp.col", Kind::broadcast, m * (6 * q * (LF + L) + 2 * q * out),
+          m * (12 * H * H / q * (LF + L) + out * 2 * V * H / q));
+    t.add("tp.col", Kind::reduce, m * (6 * q * L + q * out),
+          m * (12 * H * H / q * L + out * V * H / q));
+    t.add("tp.col", Kind::all_gather, m * (10 * LF + 2 * out + in),
+          m * (13 * H / (q * q) * LF + out * 2 * H / (q * q) + in * R * H / q));
+    t.add("tp.col", Kind::reduce_scatter, m * (10 * L + 2 * out + in),
+          m * (13 * H / (q * q) * L + out * 2 * H / (q * q) + in * R * H / q));
+    t.add("tp.col", Kind::all_reduce, m * out, m * out, 8); // the loss sum, a double
+    break;
+  }
+  case TensorMode::d3: {
+    for (const char* g : {"tp.a", "tp.b", "tp.c"})
+      t.size(g, static_cast<int>(q));
+    for (const char* g : {"tp.ab", "tp.bc", "tp.ca"})
+      t.size(g, static_cast<int>(q * q));
+    const double R = N / (q * q), X = R * H / q, W = H * H / (q * q * q);
+    // wte is gathered over B and its gradient reduce-scattered by the lookup, or by the
+    // head on a stage without the lookup.
+    const double wte = u.lookup || u.head ? 1 : 0;
+    t.add("tp.a", Kind::all_gather, m * (2 * F + 6 * L + in + out),
+          m * X * (2 * F + 6 * L + in + out));
+    t.add("tp.a", Kind::reduce_scatter, m * (2 * F + 4 * L + in + out),
+          m * X * (2 * F + 4 * L + in + out));
+    t.add("tp.a", Kind::all_reduce, m * 2 * out, m * 3 * R * out);
+    t.add("tp.b", Kind::all_gather, m * (6 * F + 12 * L + wte),
+          m * (12 * W * F + 24 * W * L + wte * V * H / (q * q * q)));
+    t.add("tp.b", Kind::reduce_scatter, m * (6 * L + wte),
+          m * (12 * W * L + wte * V * H / (q * q * q)));
+    t.add("tp.b", Kind::all_reduce, m * in, m * in * T * H / q); // wpe's gradient
+    t.add("tp.c", Kind::all_gather, m * (2 * F + 8 * L + out),
+          m * (5 * X * F + 17 * X * L + out * R * V / q));
+    t.add("tp.c", Kind::reduce_scatter, m * (4 * F + 6 * L + out),
+          m * (7 * X * F + 12 * X * L + out * R * V / q));
+    t.add("tp.c", Kind::all_reduce, m * (4 * F + 6 * L + 3 * out),
+          m * (4 * R * F + 8 * R * L + 4 * R * out));
+    t.add("tp.bc", Kind::all_reduce, m * 4 * L, m * 7 * H / q * L);
+    t.add("tp.bc", Kind::all_reduce, m * out, m * out, 8); // the loss sum, a double
+    t.add("tp.ab", Kind::all_reduce, m * (6 * L + 2 * out), m * (6 * H / q * L + 2 * H / q * out));
+    break;
+  }
+  }
+}
+
+// Elements of one rank's block of parameter `e` in the layout's tensor mode
+// (model/shape.hpp parameters_per_rank, parameter by parameter).
+std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout) {
+  const std::int64_t q = layout.side(), p = layout.tp;
+  const bool matrix = e.shape.size() == 2;
+  const std::int64_t n = matrix ? e.shape[0] * e.shape[1] : e.shape[0];
+  if (e.name == "wpe")
+    return layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3 ? n / q : n;
+  switch (layout.mode) {
+  case TensorMode::d2:
+    return n / (q * q);
+  case TensorMode::d3:
+    return matrix ? n / (q * q * q) : n / q;
+  case TensorMode::none:
+  case TensorMode::d1: {
+    if (matrix)
+      return n / p;
+    // Column-parallel biases (bq, bk, bv, b1) are split; LayerNorms, bo and b2 replicated.
+    const auto ends = [&](const char* s) {
+      const std::string tail(s);
+      return e.name.size() >= tail.size() &&
+             e.name.compare(e.name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    return ends("/bq") || ends("/bk") || ends("/bv") || ends("/b1") ? n / p : n;
+  }
+  }
+  return n;
+}
+
+} // namespace
+
+std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage) {
+  const ParallelConfig& par = deck.parallel;
+  const comm::Layout layout = comm::layout_of(par);
+  const plan::PipelinePlan plan = plan::make_plan(par, deck.model);
+  const StageLayout s = stage_layout(plan, stage, par.recompute == Recompute::full);
+  const double m = par.microbatches;
+  const double n_tokens = static_cast<double>(deck.micro_batch()) * deck.model.seq_len;
+  Tally t;
+  Units u;
+  u.lookup = s.first;
+  u.head = s.last;
+  for (const auto& chunk : s.chunks)
+    u.layers += static_cast<double>(chunk.size());
+  u.recomputed = s.recompute ? u.layers : 0;
+  // Counted also on a one-rank group: calls with no bytes.
+  tensor_parallel(t, layout, deck.model, n_tokens, u, m);
+
+  // The pipeline: a message per chunk boundary crossed, n x ho floats (the residual
+  // stream in the tensor-parallel layout); receives are counted with 0 bytes.
+  if (layout.pp > 1) {
+    t.size("pp", layout.pp);
+    const double q = layout.side();
+    const double rows = layout.mode == TensorMode::d2   ? n_tokens / q
+                        : layout.mode == TensorMode::d3 ? n_tokens / (q * q)
+                                                        : n_tokens;
+    const double cols = layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3
+                            ? deck.model.hidden / q
+                            : deck.model.hidden;
+    const auto& actions = plan.actions[static_cast<std::size_t>(stage)];
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      if (plan::send_after(plan, stage, i).exists())
+        t.add("pp", Kind::send, 1, rows * cols);
+      if (plan::receive_before(plan, stage, i).exists())
+        t.add("pp", Kind::recv, 1, 0);
+    }
+  }
+
+  // Data parallelism: the stage's gradient buckets, and the tied wte over pp.ends.
+  std::vector<std::pair<BucketUnit, std::int64_t>> held;
+  for (const ParamEntry& e : parameter_table(deck.model)) {
+    const bool here = e.name == "wte"   ? s.first || s.last
+                      : e.name == "wpe" ? s.first
+                      : e.unit == deck.model.layers
+                          ? s.last
+                          : std::any_of(s.chunks.begin(), s.chunks.end(), [&](const auto& c) {
+                              return std::find(c.begin(), c.end(), e.unit) != c.end();
+                            });
+    if (here)
+      held.emplace_back(bucket_unit(e, deck.model, s.first), local_size(e, layout));
+  }
+  std::stable_sort(held.begin(), held.end(),
+                   [](const auto& a, const auto& b) { return a.first.key > b.first.key; });
+  std::vector<BucketItem> items;
+  for (const auto& [unit, size] : held)
+    items.push_back({unit.key, unit.alone, size});
+  const bool zero = par.zero == 1;
+  const int d = layout.dp;
+  const BucketPlan buckets = plan_buckets(
+      items, std::max<std::int64_t>(1, static_cast<std::int64_t>(par.bucket_mb * 1e6 / 4)),
+      zero ? d : 1);
+  if (d > 1) {
+    t.size("dp", d);
+    for (const std::int64_t size : buckets.size) {
+      if (zero) {
+        t.add("dp", Kind::reduce_scatter, 1, static_cast<double>(size / d));
+        t.add("dp", Kind::all_gather, 1, static_cast<double>(size / d));
+      } else {
+        t.add("dp", Kind::all_reduce, 1, static_cast<double>(size));
+      }
+    }
+  }
+  if (layout.pp > 1 && (s.first || s.last) && !buckets.size.empty()) {
+    t.size("pp.ends", 2);
+    t.add("pp.ends", Kind::all_reduce, 1,
+          static_cast<double>(buckets.size.front() / (zero ? d : 1)));
+  }
+
+  // The step's sums over the world: loss, squared norm and three stop votes, in double.
+  const int world = layout.world_size();
+  if (world > 1) {
+    t.size("world", world);
+    t.add("world", Kind::all_reduce, 1, 5, 8);
+  }
+  return t.volumes();
+}
+
+double comm_bytes_per_step(const Deck& deck, int stage) {
+  double total = 0;
+  for (const TrafficVolume& v : traffic_per_step(deck, stage))
+    total += v.bytes;
+  return total;
+}
+
+} // namespace cubelm::model
