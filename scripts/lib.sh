@@ -49,11 +49,17 @@ cubelm_mpi_env() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 }
 
-# Physical cores this process may use: the CPUs of its affinity mask (nproc)
+# CPUs of this process's affinity mask. Plain nproc would answer OMP_NUM_THREADS
+# when that is set (GNU coreutils), e.g. inherited from a previous job.
+cubelm_cpus() {
+  env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc
+}
+
+# Physical cores this process may use: the CPUs of its affinity mask
 # divided by the hardware threads per core.
 cubelm_cores() {
   local cpus smt
-  cpus=$(nproc)
+  cpus=$(cubelm_cpus)
   smt=$(lscpu 2>/dev/null | awk -F: '/^Thread\(s\) per core/ { gsub(/ /, "", $2); print $2 }')
   [ -n "$smt" ] && [ "$smt" -ge 1 ] 2>/dev/null || smt=1
   local cores=$((cpus / smt))
@@ -100,4 +106,26 @@ cubelm_place() {
     [ "$openmpi" = 1 ] && CUBELM_LAUNCH+=(--oversubscribe --bind-to none)
     CUBELM_PLACEMENT="$ranks ranks on $cores cores (oversubscribed): 1 thread each, unbound, yielding when idle"
   fi
+}
+
+# cubelm_python [MODULE...]: prints a python3 (3.11 or later, tomllib) that imports
+# the modules: $CUBELM_PYTHON if set, else python3 on PATH, else Debian's
+# /usr/bin/python3 (where python3-numpy and python3-matplotlib install). Fails
+# with a message naming what is missing.
+cubelm_python() {
+  local py tried=() mods code
+  mods=$(IFS=,; echo "tomllib${*:+,$*}")
+  code="import sys; assert sys.version_info >= (3, 11); import $mods"
+  for py in ${CUBELM_PYTHON:-python3 /usr/bin/python3}; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    tried+=("$py")
+    if "$py" -c "$code" >/dev/null 2>&1; then
+      command -v "$py"
+      return 0
+    fi
+  done
+  echo "cubelm: no Python 3.11+ with ${*:-its standard library} found (tried: ${tried[*]:-none});" \
+       "install python3${*:+ and the Debian packages python3-${*// / python3-}} (scripts/setup does)," \
+       "or set CUBELM_PYTHON to a python3 that has them" >&2
+  return 1
 }
