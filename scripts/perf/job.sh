@@ -1,0 +1,153 @@
+# Runs the deck of one run directory (docs/perf-runs.md): `cubelm check --json`
+# into check.json, then `cubelm train deck.toml`, its output appended to
+# train.log. Sourced by the batch scripts inputs/perf/cpu.sbatch and gpu.sbatch
+# inside a Slurm job (the job's directory is the run directory), and run by
+# `scripts/sweep --launch local` on this machine:
+#
+#   cd RUN_DIR && bash CUBELM_ROOT/scripts/perf/job.sh
+#
+# In a Slurm job each of the job's tasks is one rank with --cpus-per-task
+# OpenMP threads bound to cores of its own; when the tasks of a node ask for
+# more CPUs than it has (small test machines), one thread each, unbound, and
+# Open MPI yields while it waits. Outside Slurm the placement is
+# scripts/lib.sh's (docs/launching.md).
+#
+# SIGUSR1 to this shell (sbatch --signal=B:USR1@SECONDS) is passed on to the
+# launcher, which passes it to every rank: cubelm checkpoints and exits with
+# status 75 (docs/reliability.md). Only USR1 is trapped: bash can lose one of
+# two trapped signals that arrive back to back (Slurm sends SIGCONT first).
+#
+# Environment:
+#   CUBELM              the cubelm program (default: the checkout's build/cpu/src/cubelm)
+#   CUBELM_ROOT         the checkout (default: set by the caller)
+#   CUBELM_LAUNCHER     in a Slurm job: srun (default) or mpiexec
+#   CUBELM_SRUN_ARGS    more srun arguments, e.g. "--mpi=pmix"
+#   CUBELM_MPIEXEC_ARGS more mpiexec arguments
+#   CUBELM_THREADS      OpenMP threads per rank instead of --cpus-per-task
+#   CUBELM_RESUBMIT     after a stop before the time limit (status 75), run the run
+#                       directory's submit.sh again, at most this many times (default 0)
+#   CUBELM_RANKS        outside Slurm: ranks to start (default: the deck's layout)
+#
+# jobs.txt of the run directory gets one line per event: "JOB started TIME HOST",
+# "JOB exit STATUS TIME", "JOB resubmitted NEWJOB TIME". The exit status is
+# cubelm train's.
+# shellcheck shell=bash
+
+set -uo pipefail
+cubelm_job_say() { echo "[$(date +%H:%M:%S)] job.sh: $*"; }
+# this job's part of train.log: from its last header on
+cubelm_job_log() {
+  awk -v h="=== job $job_id on " 'index($0, h) == 1 { text = "" } { text = text $0 "\n" } END { printf "%s", text }' train.log
+}
+cubelm_job_fail() { cubelm_job_say "error: $*"; echo "${job_id:-local} exit 2 $(date +%s)" >>jobs.txt; exit 2; }
+
+CUBELM_ROOT=${CUBELM_ROOT:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}}
+# shellcheck source=../lib.sh
+source "$CUBELM_ROOT/scripts/lib.sh" || { echo "job.sh: no scripts/lib.sh in CUBELM_ROOT=$CUBELM_ROOT"; exit 2; }
+cubelm=${CUBELM:-$CUBELM_ROOT/build/cpu/src/cubelm}
+job_id=${SLURM_JOB_ID:-local}
+
+[ -f deck.toml ] || cubelm_job_fail "no deck.toml in $(pwd): run this in a run directory (scripts/sweep makes them)"
+[ -x "$cubelm" ] || cubelm_job_fail "CUBELM=$cubelm is not an executable cubelm program"
+echo "$job_id started $(date +%s) $(hostname -s)" >>jobs.txt
+cubelm_mpi_env
+
+# --------------------------------------------------------------- placement --
+launch=()
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+  ranks=${SLURM_NTASKS:?SLURM_NTASKS is not set: submit with --ntasks}
+  cpt=${SLURM_CPUS_PER_TASK:-1}
+  # tasks on this node: SLURM_TASKS_PER_NODE reads like "4(x2),3"
+  node_tasks=${SLURM_NTASKS_PER_NODE:-$(echo "${SLURM_TASKS_PER_NODE:-$ranks}" | sed 's/[(,].*//')}
+  cpus=$(cubelm_cpus)
+  if [ $((node_tasks * cpt)) -gt "$cpus" ]; then
+    export OMP_NUM_THREADS=${CUBELM_THREADS:-1} OMP_PROC_BIND=false OMPI_MCA_mpi_yield_when_idle=1
+    unset OMP_PLACES
+    bind=none
+    placement="$node_tasks tasks x $cpt CPUs on $cpus CPUs (oversubscribed): 1 thread each, unbound, yielding when idle"
+  else
+    export OMP_NUM_THREADS=${CUBELM_THREADS:-$cpt} OMP_PROC_BIND=close OMP_PLACES=cores
+    bind=cores
+    placement="$node_tasks tasks per node x $OMP_NUM_THREADS threads, each bound to $cpt CPUs of its own"
+  fi
+  case ${CUBELM_LAUNCHER:-srun} in
+  srun)
+    # srun (Slurm 22.05 and later) does not take --cpus-per-task from the job: give it.
+    # shellcheck disable=SC2206
+    launch=(srun --ntasks="$ranks" --cpus-per-task="$cpt" --cpu-bind="$bind" ${CUBELM_SRUN_ARGS:-})
+    ;;
+  mpiexec)
+    launch=(mpiexec -n "$ranks")
+    if mpiexec --version 2>/dev/null | grep -q -E 'Open MPI|OpenRTE'; then
+      if [ "$bind" = cores ]; then launch+=(--map-by "slot:PE=$cpt" --bind-to core); else launch+=(--bind-to none); fi
+    fi
+    # shellcheck disable=SC2206
+    launch+=(${CUBELM_MPIEXEC_ARGS:-})
+    ;;
+  *) cubelm_job_fail "CUBELM_LAUNCHER=${CUBELM_LAUNCHER}: use srun or mpiexec" ;;
+  esac
+  # The job's end time, for cubelm's own stop before the deadline: Slurm 23.02 and later
+  # export SLURM_JOB_END_TIME; for older ones it is read from squeue.
+  unset CUBELM_END_TIME
+  if [ -z "${SLURM_JOB_END_TIME:-}" ]; then
+    end=$(squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null) &&
+      end=$(date -d "$end" +%s 2>/dev/null) && export CUBELM_END_TIME=$end
+  fi
+fi
+
+# ------------------------------------------------------- closed forms, once --
+# One process: the deck's layout, sizes, memory estimate and traffic per step.
+if ! OMP_NUM_THREADS=1 "$cubelm" check deck.toml --json >check.json.tmp 2>check.log; then
+  cat check.log
+  cubelm_job_fail "cubelm check deck.toml failed (check.log)"
+fi
+mv check.json.tmp check.json
+if [ -z "${SLURM_JOB_ID:-}" ]; then
+  ranks=${CUBELM_RANKS:-$(sed -n 's/.*"world": \([0-9]*\).*/\1/p' check.json)}
+  cubelm_place "${ranks:-1}"
+  launch=("${CUBELM_LAUNCH[@]}")
+  placement=$CUBELM_PLACEMENT
+fi
+
+# ------------------------------------------------------------------- train --
+{
+  echo "=== job $job_id on $(hostname -s), $(date "+%Y-%m-%d %H:%M:%S"): $ranks rank(s)"
+  echo "=== launch: ${launch[*]:-(one process)} $cubelm train deck.toml"
+  echo "=== placement: $placement; OMP_NUM_THREADS=$OMP_NUM_THREADS${CUBELM_END_TIME:+; CUBELM_END_TIME=$CUBELM_END_TIME}"
+} >>train.log
+cubelm_job_say "job $job_id: $ranks ranks, ${launch[0]:-one process}; $placement"
+"${launch[@]}" "$cubelm" train deck.toml >>train.log 2>&1 &
+child=$!
+trap 'cubelm_job_say "SIGUSR1: passed on to the ranks"; kill -USR1 "$child" 2>/dev/null' USR1
+# bash runs a trap only between commands: wait until the launcher has really ended.
+while :; do
+  wait "$child"
+  rc=$?
+  if [ "$rc" -gt 128 ] && kill -0 "$child" 2>/dev/null; then continue; fi
+  if [ "$rc" -gt 128 ]; then
+    wait "$child" 2>/dev/null
+    r=$?
+    [ "$r" -ne 127 ] && rc=$r
+  fi
+  break
+done
+trap - USR1
+# cubelm restores the default action of SIGUSR1 once its steps are done: a signal that
+# comes after them ends a complete run (its checkpoint written, "done:" printed).
+if [ "$rc" = $((128 + 10)) ] && cubelm_job_log | grep -q '^done: '; then
+  cubelm_job_say "SIGUSR1 came after the last step: the run is complete"
+  rc=0
+fi
+echo "$job_id exit $rc $(date +%s)" >>jobs.txt
+cubelm_job_say "cubelm train ended with status $rc: $(cubelm_job_log | grep -E '^(done:|stopped early|cubelm: error)' | tail -n 1)"
+
+# A stop before the time limit (75) continues in a new job.
+if [ "$rc" = 75 ] && [ "${CUBELM_RESUBMIT:-0}" -gt 0 ] && [ -x submit.sh ]; then
+  if next=$(CUBELM_RESUBMIT=$((CUBELM_RESUBMIT - 1)) ./submit.sh); then
+    echo "$job_id resubmitted ${next%%;*} $(date +%s)" >>jobs.txt
+    cubelm_job_say "resubmitted as job ${next%%;*} ($((CUBELM_RESUBMIT - 1)) more allowed)"
+  else
+    cubelm_job_say "error: resubmitting with submit.sh failed"
+  fi
+fi
+exit "$rc"
