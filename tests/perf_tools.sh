@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The campaign tools without Slurm (docs/perf-runs.md):
+#
+#   perf_tools.sh WORKDIR CUBELM CASE
+#
+# CASE:
+#   decks    inputs/perf is what scripts/perf-decks writes, and `cubelm check` accepts
+#            every deck (those with GPT-2's 50257-token vocabulary with 50304 tokens
+#            when this cubelm does not pad the vocabulary yet: it says so)
+#   local    scripts/sweep --launch local runs two tiny decks here (one on an llm.c
+#            token file given with --data), skips them when run again, and
+#            scripts/report reports them
+#   errors   bad input to scripts/report and scripts/sweep: each is refused with exit
+#            status 2 and a message naming the file or argument and the rule
+# Prints "PASS: CASE" at the end, "FAIL: ..." on the first failure.
+set -uo pipefail
+work=$1
+cubelm=$(realpath "$2")
+case=$3
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+fail() { echo "FAIL: $*"; exit 1; }
+export CUBELM=$cubelm
+
+# expect_error MESSAGE-REGEX COMMAND...: the command fails with status 2 and says MESSAGE
+expect_error() {
+  local want=$1 out rc
+  shift
+  out=$("$@" 2>&1)
+  rc=$?
+  [ "$rc" = 2 ] || fail "exit status $rc (expected 2) from: $* -- $out"
+  grep -qE -- "$want" <<<"$out" || fail "no message /$want/ from: $* -- it said: $out"
+  echo "refused as expected: ${out##*error: }"
+}
+
+rm -rf "$work"
+mkdir -p "$work"
+case $case in
+decks)
+  "$root/scripts/perf-decks" -o "$work/decks" >/dev/null || fail "scripts/perf-decks failed"
+  list() { (cd "$1" && find . -name "*.toml" -o -name README.md | sed "s,^\./,," | sort); }
+  [ "$(list "$root/inputs/perf")" = "$(list "$work/decks")" ] ||
+    fail "inputs/perf holds other decks than scripts/perf-decks writes: $(diff <(list "$root/inputs/perf") <(list "$work/decks") | head -5)"
+  n=0
+  while read -r f; do
+    cmp -s "$root/inputs/perf/$f" "$work/decks/$f" || fail "inputs/perf/$f differs from what scripts/perf-decks writes (run it)"
+    n=$((n + 1))
+  done < <(list "$work/decks")
+  echo "inputs/perf: $n files as scripts/perf-decks writes them"
+  "$root/scripts/perf-decks" -o "$work/decks50304" --vocab 50304 >/dev/null || fail "scripts/perf-decks --vocab failed"
+  # One `cubelm check` per deck, 8 at a time (each mostly waits for MPI's start-up).
+  check_one() {
+    local f=$1 out
+    if out=$(OMP_NUM_THREADS=1 "$cubelm" check "$root/inputs/perf/$f" 2>&1); then
+      echo "direct $f"
+    elif grep -q "vocab_size = 50257 divisible by" <<<"$out"; then
+      if out=$(OMP_NUM_THREADS=1 "$cubelm" check "$work/decks50304/$f" 2>&1); then
+        echo "padded $f"
+      else
+        echo "refused $f even with vocab_size = 50304: $(tail -n 1 <<<"$out")"
+      fi
+    else
+      echo "refused $f: $(tail -n 1 <<<"$out")"
+    fi
+  }
+  export -f check_one
+  export cubelm root work
+  list "$work/decks" | grep 'toml$' | xargs -P 8 -I{} bash -c 'check_one {}' >"$work/checks.txt"
+  ! grep "^refused" "$work/checks.txt" || fail "cubelm check refuses decks of inputs/perf (above)"
+  direct=$(grep -c "^direct" "$work/checks.txt")
+  padded=$(grep -c "^padded" "$work/checks.txt")
+  [ $((direct + padded)) = "$(list "$work/decks" | grep -c 'toml$')" ] || fail "not every deck was checked"
+  echo "cubelm check: $direct decks valid as they are, $padded valid with vocab_size = 50304" \
+       "(this cubelm does not pad a vocabulary of 50257 to the layout)"
+  ;;
+local)
+  decks=("$root/inputs/perf/tiny/small/none-1.toml" "$root/inputs/perf/tiny/small/1d-2.toml")
+  "$root/scripts/sweep" --steps 4 -o "$work/runs" "${decks[@]}" || fail "scripts/sweep --launch local failed"
+  for r in none-1 1d-2; do
+    for f in deck.toml run.json check.json metrics.jsonl train.log jobs.txt; do
+      [ -s "$work/runs/$r/$f" ] || fail "$r: no $f"
+    done
+    [ "$(wc -l <"$work/runs/$r/metrics.jsonl")" = 4 ] || fail "$r: not 4 steps in metrics.jsonl"
+    grep -q '"status": "ok"' "$work/runs/$r/run.json" || fail "$r: run.json does not say ok"
+  done
+  grep -q "^=== launch: mpiexec -n 2 " "$work/runs/1d-2/train.log" || fail "1d-2 was not launched with mpiexec -n 2"
+  again=$("$root/scripts/sweep" --steps 4 -o "$work/runs" "${decks[@]}") || fail "the second sweep failed"
+  [ "$(grep -c "completed before, skipped" <<<"$again")" = 2 ] || fail "the second sweep ran again: $again"
+  # An llm.c token file for every deck of a sweep.
+  "$cubelm" data "$root/README.md" "$root/docs/perf-runs.md" -o "$work/text.bin" >/dev/null || fail "cubelm data failed"
+  "$root/scripts/sweep" --steps 3 --data "$work/text.bin" -o "$work/llmc" "${decks[1]}" || fail "the sweep on an llm.c file failed"
+  grep -q "^format = \"llmc\"" "$work/llmc/1d-2/deck.toml" && grep -q "^path = \"$work/text.bin\"" "$work/llmc/1d-2/deck.toml" ||
+    fail "the run deck does not read the llm.c file"
+  "$root/scripts/report" "$work/runs" "$work/llmc" -o "$work/report" || fail "scripts/report failed"
+  [ "$(grep -c '^| \(none\|1d\) |' "$work/report/report.md")" = 3 ] || fail "report.md has not 3 rows"
+  [ "$(ls "$work/report"/*.png | wc -l)" = 8 ] || fail "not 8 plots (2 campaigns)"
+  echo "scripts/sweep ran 3 runs here (one on an llm.c file), skipped the finished ones; scripts/report read them"
+  ;;
+errors)
+  # A good run to damage: one rank, 3 steps.
+  "$root/scripts/sweep" --steps 3 -o "$work/good" "$root/inputs/perf/tiny/small/none-1.toml" >/dev/null ||
+    fail "scripts/sweep failed"
+  good=$work/good/none-1
+  mk() { rm -rf "$work/$1" && cp -r "$good" "$work/$1" && echo "$work/$1"; }
+  report() { "$root/scripts/report" "$@" -o "$work/out"; }
+  mkdir -p "$work/empty"
+  expect_error "empty: neither a run directory .* nor a campaign directory" report "$work/empty"
+  expect_error "nowhere: no such directory" report "$work/nowhere"
+  d=$(mk nometrics) && rm "$d/metrics.jsonl"
+  expect_error "nometrics: not a run directory: metrics.jsonl is missing" report "$d"
+  d=$(mk emptymetrics) && : >"$d/metrics.jsonl"
+  expect_error "emptymetrics/metrics.jsonl: no steps" report "$d"
+  d=$(mk badline) && echo '{"step": 3, "loss": ' >>"$d/metrics.jsonl"
+  expect_error "badline/metrics.jsonl:4: not a JSON object" report "$d"
+  d=$(mk nosplit) && sed -i '2s/"compute_ms"/"compute"/' "$d/metrics.jsonl"
+  expect_error "nosplit/metrics.jsonl:2: 'compute_ms' is missing" report "$d"
+  d=$(mk twice) && sed -n 2p "$d/metrics.jsonl" >>"$d/metrics.jsonl"
+  expect_error "twice/metrics.jsonl:4: step 1 again \(first on line 2\)" report "$d"
+  d=$(mk badmode) && sed -i 's/^tensor_mode = .*/tensor_mode = "4d"/' "$d/deck.toml"
+  expect_error "badmode/deck.toml: parallel.tensor_mode = \"4d\": unknown mode" report "$d"
+  d=$(mk badtoml) && echo "hidden = = 3" >>"$d/deck.toml"
+  expect_error "badtoml/deck.toml: not a valid TOML deck" report "$d"
+  d=$(mk othercheck) && sed -i 's/"world": 1/"world": 8/' "$d/check.json"
+  expect_error "othercheck/check.json: world 8 but deck.toml's layout has 1 rank" report "$d"
+  d=$(mk badcheck) && echo "{" >"$d/check.json"
+  expect_error "badcheck/check.json: not valid JSON" report "$d"
+  expect_error "none after the warm-up \(--warmup 5\)" report "$good" --warmup 5
+  # --skip-bad reports the rest and names what it left out.
+  "$root/scripts/report" --skip-bad "$good" "$work/badline" "$work/badmode" -o "$work/out" >/dev/null ||
+    fail "scripts/report --skip-bad failed"
+  grep -q "^- .*badline/metrics.jsonl:4: not a JSON object" "$work/out/report.md" &&
+    grep -q "^- .*badmode/deck.toml: .*unknown mode" "$work/out/report.md" ||
+    fail "report.md does not name the run directories left out"
+  echo "refused as expected: scripts/report --skip-bad left out 2 and reported 1"
+
+  sweep() { "$root/scripts/sweep" "$@"; }
+  expect_error "badmode/deck.toml: parallel.tensor_mode = \"4d\": unknown mode" sweep -o "$work/s1" "$work/badmode/deck.toml"
+  expect_error "a run named 'deck' comes from .* already" sweep -o "$work/s2" "$good/deck.toml" "$work/twice/deck.toml"
+  expect_error "--data $work/good/none-1/deck.toml: not an llm.c token file" \
+    sweep --data "$good/deck.toml" -o "$work/s3" "$good/deck.toml"
+  expect_error "--data $work/no.bin: no such file" sweep --data "$work/no.bin" -o "$work/s3" "$good/deck.toml"
+  expect_error "--sbatch-arg, --launcher, --one-at-a-time and --no-wait go with --launch sbatch" \
+    sweep --sbatch-arg=--time=1 -o "$work/s4" "$good/deck.toml"
+  expect_error "--steps -1: the number of steps is at least 0" sweep --steps -1 -o "$work/s4" "$good/deck.toml"
+  expect_error "no-deck.toml: no such deck file" sweep -o "$work/s4" "$work/no-deck.toml"
+  expect_error "holds a run of another deck" sweep --steps 4 -o "$work/good" "$root/inputs/perf/tiny/small/none-1.toml"
+  expect_error "--cubelm $work/empty/x: not an executable program" sweep --cubelm "$work/empty/x" -o "$work/s5" "$good/deck.toml"
+  ;;
+*) fail "unknown case '$case' (decks, local, errors)" ;;
+esac
+echo "PASS: $case"
