@@ -243,7 +243,8 @@ Volumes closed_form(const Deck& deck) {
   using comm::Kind;
   const comm::Layout layout = comm::layout_of(deck.parallel);
   const double m = deck.parallel.microbatches, L = deck.model.layers, H = deck.model.hidden;
-  const double V = deck.model.vocab_size, T = deck.model.seq_len;
+  const double V = static_cast<double>(tp::padded_vocab(deck.model, layout)),
+               T = deck.model.seq_len; // the padded vocabulary
   const double N = static_cast<double>(deck.micro_batch()) * T;
   const double p = layout.tp, q = layout.side();
   Volumes v;
@@ -364,7 +365,7 @@ TEST(TensorParallel, ParameterMemoryFallsWithTheMode) {
     const Deck deck = train_deck(layout);
     train::Trainer t(deck);
     const ModelConfig& c = deck.model;
-    const std::int64_t H = c.hidden, V = c.vocab_size, T = c.seq_len, L = c.layers;
+    const std::int64_t H = c.hidden, V = tp::padded_vocab(c, layout), T = c.seq_len, L = c.layers;
     const std::int64_t weights = V * H + 12 * L * H * H, vectors = (13 * L + 2) * H;
     std::int64_t w = 0, vec = 0, pos = 0;
     for (const auto& p : t.model().params())

@@ -87,7 +87,9 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
                         : stage_.first              ? tp::Ends::lookup
                                                     : tp::Ends::head;
   if (stage_.first || stage_.last)
-    embedding_ = mode.embedding(params_, config.vocab_size, config.seq_len, H, batch, seed, ends);
+    embedding_ = mode.embedding(params_, config.vocab_size,
+                                static_cast<int>(tp::padded_vocab(config, mode.layout())),
+                                config.seq_len, H, batch, seed, ends);
   if (!stage_.first && stage_.last) {
     // The head's copy of the tied wte: the first stage writes and counts it.
     tp::Param<T>& wte = param("wte");

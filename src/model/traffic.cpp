@@ -12,6 +12,7 @@
 #include "cubelm/model/shape.hpp"
 #include "cubelm/plan/messages.hpp"
 #include "cubelm/plan/schedule.hpp"
+#include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
 #include <map>
@@ -66,7 +67,8 @@ struct Units {
 // micro-batch, T per sequence.
 void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cfg, double n_tokens,
                      const Units& u, double m) {
-  const double H = cfg.hidden, V = cfg.vocab_size, T = cfg.seq_len, N = n_tokens;
+  const double H = cfg.hidden, V = static_cast<double>(tp::padded_vocab(cfg, layout)),
+               T = cfg.seq_len, N = n_tokens;
   const double L = u.layers, F = u.recomputed, in = u.lookup ? 1 : 0, out = u.head ? 1 : 0;
   const double q = layout.side();
   switch (layout.mode) {
@@ -138,10 +140,12 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
 
 // Elements of one rank's block of parameter `e` in the layout's tensor mode
 // (model/shape.hpp parameters_per_rank, parameter by parameter).
-std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout) {
+// wte is held with the padded vocabulary's rows.
+std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const ModelConfig& cfg) {
   const std::int64_t q = layout.side(), p = layout.tp;
   const bool matrix = e.shape.size() == 2;
-  const std::int64_t n = matrix ? e.shape[0] * e.shape[1] : e.shape[0];
+  const std::int64_t rows = e.tied ? tp::padded_vocab(cfg, layout) : e.shape[0];
+  const std::int64_t n = matrix ? rows * e.shape[1] : e.shape[0];
   if (e.name == "wpe")
     return layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3 ? n / q : n;
   switch (layout.mode) {
@@ -215,7 +219,7 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage) {
                               return std::find(c.begin(), c.end(), e.unit) != c.end();
                             });
     if (here)
-      held.emplace_back(bucket_unit(e, deck.model, s.first), local_size(e, layout));
+      held.emplace_back(bucket_unit(e, deck.model, s.first), local_size(e, layout, deck.model));
   }
   std::stable_sort(held.begin(), held.end(),
                    [](const auto& a, const auto& b) { return a.first.key > b.first.key; });

@@ -77,17 +77,17 @@ private:
 template <class T>
 class Embedding1D final : public Embedding<T> {
 public:
-  Embedding1D(const comm::Group& group, Params<T>& params, Workspace<T>& ws, int vocab, int seq,
-              std::int64_t hidden, int batch, std::uint64_t seed, Ends ends)
-      : group_(group), seq_(seq), slice_(vocab / group.size()),
-        first_(group.rank() * (vocab / group.size())),
-        wte_(Shared<T>::owned(params, make_param<T>("wte", {vocab, hidden}, {first_, 0},
-                                                    {slice_, hidden}, 0.02, 0, seed))) {
+  Embedding1D(const comm::Group& group, Params<T>& params, Workspace<T>& ws, int vocab, int padded,
+              int seq, std::int64_t hidden, int batch, std::uint64_t seed, Ends ends)
+      : group_(group), seq_(seq), slice_(padded / group.size()),
+        first_(group.rank() * (padded / group.size())),
+        wte_(Shared<T>::owned(params, make_param<T>("wte", {padded, hidden}, {first_, 0},
+                                                    {slice_, hidden}, 0.02, 0, seed, vocab))) {
     const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
     if (ends != Ends::head)
       ends_.lookup(params, seq, hidden, 0, hidden, seed, group, nullptr, n, ws);
     if (ends != Ends::lookup)
-      ends_.head(&group, nullptr, n, slice_, ws);
+      ends_.head(&group, nullptr, n, slice_, vocab, ws);
   }
 
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
@@ -159,11 +159,11 @@ public:
     return std::make_unique<SplitLayerNorm<T>>(std::move(gamma), std::move(beta), nullptr, features,
                                                rows, ws_);
   }
-  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
+  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
                                           std::int64_t hidden, int batch, std::uint64_t seed,
                                           Ends ends) override {
-    return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, seq, hidden, batch, seed,
-                                            ends);
+    return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, padded, seq, hidden, batch,
+                                            seed, ends);
   }
 
 private:

@@ -4,6 +4,7 @@
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/config.hpp"
+#include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -159,10 +160,12 @@ struct StageShape {
 ///  - 3d (q^3 = tp): per layer 12 H^2 / q^3 + 13 H / q; wte V H / q^3, wpe T H / q, ln_f
 ///    2 H / q: the weights fall as 1/q^3; vectors and wpe hold a feature chunk, replicated
 ///    over a plane.
-/// wte is held by the first stage (lookup) and by the last (head).
+/// wte is held by the first stage (lookup) and by the last (head), with V the padded
+/// vocabulary (tp::padded_vocab).
 inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, int tp,
                                         const StageShape& stage) {
-  const std::int64_t h = m.hidden, v = m.vocab_size, t = m.seq_len;
+  const std::int64_t h = m.hidden, v = tp::padded_vocab(m, comm::Layout{1, 1, tp, mode}),
+                     t = m.seq_len;
   std::int64_t layer = 0, wte = 0, wpe = 0, lnf = 0;
   switch (mode) {
   case TensorMode::d2: {
@@ -204,7 +207,8 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
 /// mode's buffers: docs/tensor-parallel.md.
 inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, int tp, int micro,
                                          const StageShape& stage) {
-  const std::int64_t h = m.hidden, v = m.vocab_size, t = m.seq_len;
+  const std::int64_t h = m.hidden, v = tp::padded_vocab(m, comm::Layout{1, 1, tp, mode}),
+                     t = m.seq_len;
   const std::int64_t big_n = static_cast<std::int64_t>(micro) * t;
   const std::int64_t lns = 2 * stage.layers + (stage.last ? 1 : 0);
   const bool any = stage.layers > 0, in = stage.first, out = stage.last;

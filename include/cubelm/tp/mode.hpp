@@ -114,9 +114,10 @@ public:
   virtual std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
                                                   std::int64_t features, std::int64_t rows) = 0;
   /// \brief `batch`: sequences per micro-batch (all of them, not this rank's share).
-  /// wte is registered for every `ends`; wpe and the lookup's buffers only with a
-  /// lookup, the logits and the loss's buffers only with a head.
-  virtual std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
+  /// wte is registered for every `ends`, [padded, hidden] with the rows from `vocab` on
+  /// zero, never predicted and never stored (tp::padded_vocab); wpe and the lookup's
+  /// buffers only with a lookup, the logits and the loss's buffers only with a head.
+  virtual std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
                                                   std::int64_t hidden, int batch,
                                                   std::uint64_t seed, Ends ends) = 0;
   /// \brief Bytes of the buffers the mode's layers allocated (saved statistics, gathered
