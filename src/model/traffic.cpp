@@ -75,6 +75,19 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
   case TensorMode::none:
   case TensorMode::d1:
     t.size("tp", layout.tp);
+    if (layout.sequence_parallel && layout.tp > 1) {
+      // Each all-reduce of N H rows becomes a reduce-scatter and an all-gather of this
+      // rank's N / p rows: the lookup's rows (and their gradient gathered), per layer
+      // two LayerNorm outputs gathered and two row-parallel outputs reduce-scattered
+      // forward and the reverse backward, ln_f's output; the LayerNorm and row-parallel
+      // bias gradients are summed over the group (H each), and the loss's row statistics.
+      const double block = N * H / layout.tp, moves = in + 4 * L + 2 * F + out;
+      t.add("tp", Kind::all_gather, m * moves, m * moves * block);
+      t.add("tp", Kind::reduce_scatter, m * moves, m * moves * block);
+      t.add("tp", Kind::all_reduce, m * (6 * L + 4 * out),
+            m * ((6 * L + 2 * out) * H + out * 3 * N));
+      break;
+    }
     // lookup: the rows summed over the vocabulary slices; per layer two forward
     // (row-parallel outputs) and two backward (column-parallel input gradients);
     // head: the input gradient, and the loss's row maxima then (sum of exp, target).
@@ -195,6 +208,7 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage) {
     const double q = layout.side();
     const double rows = layout.mode == TensorMode::d2   ? n_tokens / q
                         : layout.mode == TensorMode::d3 ? n_tokens / (q * q)
+                        : layout.sequence_parallel      ? n_tokens / layout.tp
                                                         : n_tokens;
     const double cols = layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3
                             ? deck.model.hidden / q

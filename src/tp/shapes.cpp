@@ -40,6 +40,11 @@ std::string check_shapes(const comm::Layout& layout, const ModelConfig& m, int m
              " (whole heads per rank)";
     if (!divides(f, q))
       return "4 x model.hidden = " + std::to_string(f) + " divisible by " + std::to_string(q);
+    if (layout.sequence_parallel && !divides(static_cast<std::int64_t>(micro) * m.seq_len, q))
+      return "the micro-batch's tokens (" + std::to_string(micro) +
+             " x model.seq_len = " + std::to_string(static_cast<std::int64_t>(micro) * m.seq_len) +
+             ") divisible by " + std::to_string(q) +
+             " (sequence parallelism: equal blocks of rows)";
     return "";
   case TensorMode::d2:
   case TensorMode::d3: {

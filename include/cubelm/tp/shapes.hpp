@@ -28,7 +28,8 @@ std::int64_t padded_vocab(const ModelConfig& model, const comm::Layout& layout);
 /// `micro` sequences, naming the deck key (e.g. "model.heads = 6 divisible by 4 (whole
 /// heads per rank)"), or "" when the model splits evenly. `layout` must be valid. The
 /// vocabulary always splits (it is padded).
-///  - 1d (p ranks): heads and 4 x hidden divisible by p;
+///  - 1d (p ranks): heads and 4 x hidden divisible by p; with sequence parallelism the
+///    micro-batch's tokens too;
 ///  - 2d (q x q): the micro-batch and heads by q; hidden and 4 x hidden by q^2;
 ///  - 3d (q x q x q): the micro-batch by q^2, heads by q; hidden and 4 x hidden by q^2.
 std::string check_shapes(const comm::Layout& layout, const ModelConfig& model, int micro);
