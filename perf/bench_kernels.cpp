@@ -152,9 +152,9 @@ void BM_CrossEntropy(benchmark::State& state) {
     Kokkos::deep_copy(exec, work, logits);
     exec.fence();
     state.ResumeTiming();
-    k::row_max<float>(exec, work, mx);
-    k::row_sumexp_target<float>(exec, work, mx, targets, 0, stats);
-    k::vocab_cross_entropy<float>(exec, work, stats, targets, 0, losses, 1.0f / rows());
+    k::row_max<float>(exec, work, kVocab, mx);
+    k::row_sumexp_target<float>(exec, work, mx, targets, 0, kVocab, stats);
+    k::vocab_cross_entropy<float>(exec, work, stats, targets, 0, kVocab, losses, 1.0f / rows());
     exec.fence();
   }
   bytes(state, 4.0 * 2.0 * logits.size());

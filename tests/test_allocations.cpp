@@ -42,6 +42,7 @@ std::vector<std::string> layouts() {
     return {"", "microbatches = 2\nrecompute = \"full\""};
   case 2:
     return {"tensor_mode = \"1d\"\ntensor_size = 2",
+            "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true",
             "data_size = 2",
             "data_size = 2\nzero = 1\nmicrobatches = 2",
             "pipeline_size = 2\nschedule = \"gpipe\"\nmicrobatches = 4",
@@ -51,6 +52,8 @@ std::vector<std::string> layouts() {
   case 4:
     return {"tensor_mode = \"2d\"\ntensor_size = 4",
             "tensor_mode = \"1d\"\ntensor_size = 2\npipeline_size = 2\nmicrobatches = 2",
+            "tensor_mode = \"1d\"\ntensor_size = 2\npipeline_size = 2\nmicrobatches = 2\n"
+            "sequence_parallel = true\nrecompute = \"full\"",
             "tensor_mode = \"1d\"\ntensor_size = 2\ndata_size = 2\nzero = 1"};
   case 8:
     return {"tensor_mode = \"3d\"\ntensor_size = 8",

@@ -176,8 +176,8 @@ TEST(KernelShapes, RowReductionsAtEveryWidth) {
     Vec<double> mx("mx", rows), losses("losses", rows);
     Mat<double> stats("stats", rows, 2);
     const Tokens targets = device_tokens({0, h - 1, h / 2, 1 % h, h / 3});
-    row_max<double>(exec, logits, mx);
-    row_sumexp_target<double>(exec, logits, mx, targets, 0, stats);
+    row_max<double>(exec, logits, h, mx);
+    row_sumexp_target<double>(exec, logits, mx, targets, 0, h, stats);
     const auto hx = on_host(x);
     const auto hy = on_host(y);
     const auto hg = on_host(gamma);

@@ -31,12 +31,14 @@ struct Case {
   const char* schedule;
   int virtual_stages, microbatches, zero;
   const char* recompute;
+  bool sequence_parallel = false;
 };
 
 std::string describe(const Case& c) {
   return std::string(c.mode) + " tp" + std::to_string(c.tp) + " pp" + std::to_string(c.pp) + " dp" +
          std::to_string(c.dp) + " " + c.schedule + " v" + std::to_string(c.virtual_stages) + " m" +
-         std::to_string(c.microbatches) + (c.zero ? " zero" : "") + " recompute=" + c.recompute;
+         std::to_string(c.microbatches) + (c.zero ? " zero" : "") + " recompute=" + c.recompute +
+         (c.sequence_parallel ? " sp" : "");
 }
 
 // Four sequences per micro-batch (2D and 3D split them over the group).
@@ -60,7 +62,9 @@ tensor_size = )" + std::to_string(c.tp) +
                            "\ndata_size = " + std::to_string(c.dp) + "\nschedule = \"" +
                            c.schedule + "\"\nvirtual_stages = " + std::to_string(c.virtual_stages) +
                            "\nmicrobatches = " + std::to_string(c.microbatches) +
-                           "\nzero = " + std::to_string(c.zero) + "\nrecompute = \"" + c.recompute +
+                           "\nzero = " + std::to_string(c.zero) +
+                           "\nsequence_parallel = " + (c.sequence_parallel ? "true" : "false") +
+                           "\nrecompute = \"" + c.recompute +
                            R"("
 [train]
 steps = 10
@@ -98,6 +102,8 @@ std::vector<Case> cases() {
             {"none", 1, 1, 2, "layered", 1, 3, 1, "full"}};
   case 4:
     return {{"1d", 2, 2, 1, "1f1b", 1, 4, 0, "none"},
+            {"1d", 2, 2, 1, "interleaved", 2, 4, 0, "full", true},
+            {"1d", 4, 1, 1, "1f1b", 1, 2, 0, "full", true},
             {"none", 1, 2, 2, "interleaved", 2, 2, 1, "none"},
             {"none", 1, 4, 1, "gpipe", 1, 4, 0, "none"},
             {"none", 1, 4, 1, "layered", 1, 5, 0, "full"},
@@ -105,6 +111,7 @@ std::vector<Case> cases() {
             {"none", 1, 1, 4, "1f1b", 1, 1, 1, "none"}};
   case 8:
     return {{"1d", 2, 2, 2, "1f1b", 1, 2, 1, "none"},
+            {"1d", 2, 2, 2, "layered", 1, 2, 1, "none", true},
             {"2d", 4, 2, 1, "1f1b", 1, 2, 0, "none"},
             {"3d", 8, 1, 1, "layered", 1, 2, 0, "full"},
             {"none", 1, 4, 2, "1f1b", 1, 4, 0, "none"},

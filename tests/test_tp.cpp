@@ -53,12 +53,14 @@ block_of(const std::vector<double>& full, const std::vector<std::int64_t>& shape
   return out;
 }
 
-// The layouts of the whole world that the tests run: 1D at every size, 2D on a
-// square, 3D on a cube.
+// The layouts of the whole world that the tests run: 1D at every size (and with
+// sequence parallelism), 2D on a square, 3D on a cube.
 std::vector<comm::Layout> layouts() {
   const int p = comm::Communicator::world().size();
   std::vector<comm::Layout> out;
   out.push_back(comm::Layout{1, 1, p, p == 1 ? TensorMode::none : TensorMode::d1});
+  if (p > 1)
+    out.push_back(comm::Layout{1, 1, p, TensorMode::d1, true});
   if (p == 4)
     out.push_back(comm::Layout{1, 1, p, TensorMode::d2});
   if (p == 8)
@@ -68,7 +70,7 @@ std::vector<comm::Layout> layouts() {
 
 template <class T>
 void check_equivalence(const comm::Layout& layout, double loss_tol, double grad_tol) {
-  SCOPED_TRACE(mode_name(layout.mode));
+  SCOPED_TRACE(layout.describe());
   const comm::ProcessGrid grid(layout, comm::Communicator::world());
   const ModelConfig c = tiny();
   const int batch = 4, n = batch * c.seq_len;
@@ -131,7 +133,7 @@ TEST(TensorParallel, MatchesTheSingleProcessModelInFloat) {
 
 namespace {
 
-Deck train_deck(TensorMode mode, int tp, int microbatches = 1) {
+Deck train_deck(TensorMode mode, int tp, int microbatches = 1, bool sequence_parallel = false) {
   const std::string text = R"([model]
 vocab_size = 32
 seq_len = 8
@@ -142,6 +144,7 @@ layers = 2
 tensor_mode = ")" + std::string(mode_name(mode)) +
                            R"("
 tensor_size = )" + std::to_string(tp) +
+                           "\nsequence_parallel = " + (sequence_parallel ? "true" : "false") +
                            R"(
 microbatches = )" + std::to_string(microbatches) +
                            R"(
@@ -162,7 +165,7 @@ peak_gflops = 1.0
 }
 
 Deck train_deck(const comm::Layout& layout, int microbatches = 1) {
-  return train_deck(layout.mode, layout.tp, microbatches);
+  return train_deck(layout.mode, layout.tp, microbatches, layout.sequence_parallel);
 }
 
 Deck single_deck() {
@@ -176,7 +179,7 @@ using cubelm::testing::temp_path;
 
 TEST(TensorParallel, TenAdamWStepsMatchTheSingleProcessRun) {
   for (const auto& layout : layouts()) {
-    SCOPED_TRACE(mode_name(layout.mode));
+    SCOPED_TRACE(layout.describe());
     train::Trainer group(train_deck(layout)), single(single_deck(), self());
     for (int s = 0; s < 10; ++s) {
       const auto a = group.step(), b = single.step();
@@ -196,7 +199,7 @@ TEST(TensorParallel, CheckpointResumesUnderOtherLayouts) {
   const comm::Communicator world = comm::Communicator::world();
   const std::string path = temp_path("cubelm_test_tp_");
   const comm::Layout layout = layouts().back();
-  SCOPED_TRACE(mode_name(layout.mode));
+  SCOPED_TRACE(layout.describe());
   train::Trainer group(train_deck(layout));
   for (int s = 0; s < 3; ++s)
     group.step();
@@ -243,7 +246,8 @@ Volumes closed_form(const Deck& deck) {
   using comm::Kind;
   const comm::Layout layout = comm::layout_of(deck.parallel);
   const double m = deck.parallel.microbatches, L = deck.model.layers, H = deck.model.hidden;
-  const double V = deck.model.vocab_size, T = deck.model.seq_len;
+  const double V = static_cast<double>(tp::padded_vocab(deck.model, layout)),
+               T = deck.model.seq_len; // the padded vocabulary
   const double N = static_cast<double>(deck.micro_batch()) * T;
   const double p = layout.tp, q = layout.side();
   Volumes v;
@@ -257,6 +261,17 @@ Volumes closed_form(const Deck& deck) {
   switch (layout.mode) {
   case TensorMode::none:
   case TensorMode::d1:
+    if (layout.sequence_parallel) {
+      // Each all-reduce of N H becomes an all-gather and a reduce-scatter of N H / p per
+      // rank; the LayerNorm and row-parallel bias gradients (6 per layer, 2 for ln_f)
+      // and the loss's row statistics are all-reduced.
+      const double rows = (2 + 4 * L) * m, block = 4 * N * H / p;
+      add("tp", Kind::all_gather, rows, rows * (p - 1) * block);
+      add("tp", Kind::reduce_scatter, rows, rows * (p - 1) * block);
+      add("tp", Kind::all_reduce, (4 + 6 * L) * m,
+          2.0 * (p - 1) / p * (4.0 * m * (3 * N + 6 * L * H + 2 * H)));
+      break;
+    }
     add("tp", Kind::all_reduce, (4 + 4 * L) * m,
         2.0 * (p - 1) / p * (4.0 * m * ((2 + 4 * L) * N * H + 3 * N)));
     break;
@@ -305,8 +320,7 @@ Volumes closed_form(const Deck& deck) {
 TEST(TensorParallel, BytesSentPerStepFollowTheClosedForm) {
   for (const auto& layout : layouts())
     for (int microbatches : {1, 2}) {
-      SCOPED_TRACE(std::string(mode_name(layout.mode)) + ", " + std::to_string(microbatches) +
-                   " micro-batches");
+      SCOPED_TRACE(layout.describe() + ", " + std::to_string(microbatches) + " micro-batches");
       const Deck deck = train_deck(layout, microbatches);
       train::Trainer t(deck);
       const auto m = t.step();
@@ -343,7 +357,7 @@ TEST(TensorParallel, BytesSentPerStepFollowTheClosedForm) {
 TEST(TensorParallel, MemoryPerRankMatchesTheEstimate) {
   for (const auto& layout : layouts())
     for (int microbatches : {1, 2}) {
-      SCOPED_TRACE(mode_name(layout.mode));
+      SCOPED_TRACE(layout.describe());
       const Deck deck = train_deck(layout, microbatches);
       train::Trainer t(deck);
       const model::Memory measured = t.memory();
@@ -360,11 +374,11 @@ TEST(TensorParallel, MemoryPerRankMatchesTheEstimate) {
 // blocks' matrices) fall as 1/q^3 and the vectors and wpe as 1/q.
 TEST(TensorParallel, ParameterMemoryFallsWithTheMode) {
   for (const auto& layout : layouts()) {
-    SCOPED_TRACE(mode_name(layout.mode));
+    SCOPED_TRACE(layout.describe());
     const Deck deck = train_deck(layout);
     train::Trainer t(deck);
     const ModelConfig& c = deck.model;
-    const std::int64_t H = c.hidden, V = c.vocab_size, T = c.seq_len, L = c.layers;
+    const std::int64_t H = c.hidden, V = tp::padded_vocab(c, layout), T = c.seq_len, L = c.layers;
     const std::int64_t weights = V * H + 12 * L * H * H, vectors = (13 * L + 2) * H;
     std::int64_t w = 0, vec = 0, pos = 0;
     for (const auto& p : t.model().params())

@@ -286,20 +286,3 @@ TEST(Train, CheckpointFilesAreFoundAndPruned) {
   EXPECT_EQ(train::latest_checkpoint(dir + "/none"), "");
   std::filesystem::remove_all(dir);
 }
-
-// What this version cannot do is refused with the key, the value and the remedy,
-// not run without it.
-TEST(Train, UnavailableFeaturesAreRefused) {
-  auto message = [](const Deck& deck) {
-    try {
-      train::Trainer t(deck);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  Deck seq = small_deck();
-  seq.parallel.tensor_mode = TensorMode::d1;
-  seq.parallel.sequence_parallel = true;
-  EXPECT_NE(message(seq).find("parallel.sequence_parallel = true"), std::string::npos);
-}

@@ -13,6 +13,7 @@ Layout layout_of(const ParallelConfig& parallel) {
   l.pp = parallel.pipeline_size;
   l.tp = parallel.tensor_size;
   l.mode = parallel.tensor_mode;
+  l.sequence_parallel = parallel.sequence_parallel;
   return l;
 }
 
@@ -79,7 +80,8 @@ int Layout::side() const {
 
 std::string Layout::describe() const {
   std::ostringstream out;
-  out << "tp=" << mode_name(mode) << ":" << tp << " pp=" << pp << " dp=" << dp;
+  out << "tp=" << mode_name(mode) << ":" << tp << (sequence_parallel ? "+sp" : "") << " pp=" << pp
+      << " dp=" << dp;
   return out.str();
 }
 

@@ -221,11 +221,13 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   Section model = section("model");
   ModelConfig& m = deck.model;
   model.get("vocab_size", m.vocab_size);
+  model.get("vocab_divisible_by", m.vocab_divisible_by);
   model.get("seq_len", m.seq_len);
   model.get("hidden", m.hidden);
   model.get("heads", m.heads);
   model.get("layers", m.layers);
   model.at_least("vocab_size", m.vocab_size, 2);
+  model.at_least("vocab_divisible_by", m.vocab_divisible_by, 1);
   model.at_least("seq_len", m.seq_len, 1);
   model.at_least("hidden", m.hidden, 1);
   model.at_least("heads", m.heads, 1);

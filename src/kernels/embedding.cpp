@@ -17,11 +17,12 @@ void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wt
 }
 
 template <class T>
-void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y) {
+void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y,
+                  std::int64_t first_row) {
   for_each_element(
       "cubelm::position_add", exec, y.extent(0), y.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
-        y(n, h) += wpe(n % seq_len, h);
+        y(n, h) += wpe((first_row + n) % seq_len, h);
       });
 }
 
@@ -70,7 +71,8 @@ void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Ma
 #define CUBELM_INSTANTIATE_EMBEDDING(T)                                                            \
   template void embedding_lookup<T>(const ExecSpace&, const Tokens&, const Mat<T>&, int,           \
                                     const Mat<T>&);                                                \
-  template void position_add<T>(const ExecSpace&, const Mat<T>&, int, const Mat<T>&);              \
+  template void position_add<T>(const ExecSpace&, const Mat<T>&, int, const Mat<T>&,               \
+                                std::int64_t);                                                     \
   template void token_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&,              \
                                   const Mat<T>&);                                                  \
   template void position_backward<T>(const ExecSpace&, const Mat<T>&, int, const Mat<T>&);         \

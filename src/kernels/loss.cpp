@@ -9,19 +9,19 @@
 namespace cubelm::kernels {
 
 template <class T>
-void row_max(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx) {
+void row_max(const ExecSpace& exec, const Mat<T>& logits, std::int64_t valid, const Vec<T>& mx) {
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
       "cubelm::row_max", per_row(exec, logits.extent(0), cols), KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t n = team.league_rank();
-        const T m = team_max<T>(team, 0, cols, [&](const std::int64_t v) { return logits(n, v); });
+        const T m = team_max<T>(team, 0, valid, [&](const std::int64_t v) { return logits(n, v); });
         team_once(team, [&]() { mx(n) = m; });
       });
 }
 
 template <class T>
 void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
-                       const Tokens& targets, int first, const Mat<T>& stats) {
+                       const Tokens& targets, int first, std::int64_t valid, const Mat<T>& stats) {
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
       "cubelm::row_sumexp_target", per_row(exec, logits.extent(0), cols),
@@ -29,9 +29,9 @@ void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>
         const std::int64_t n = team.league_rank();
         const T m = mx(n);
         const std::int64_t t = targets(n) - first; // outside [0, cols): not in this slice
-        const T target = (t >= 0 && t < cols) ? logits(n, t) - m : T(0);
+        const T target = (t >= 0 && t < valid) ? logits(n, t) - m : T(0);
         team_sync(team); // every thread has read the target logit before it is replaced
-        const T sum = team_sum<T>(team, 0, cols, [&](const std::int64_t v, T& a) {
+        const T sum = team_sum<T>(team, 0, valid, [&](const std::int64_t v, T& a) {
           const T e = exp_of<T>(logits(n, v) - m);
           logits(n, v) = e;
           a += e;
@@ -45,7 +45,8 @@ void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>
 
 template <class T>
 void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Mat<T>& stats,
-                         const Tokens& targets, int first, const Vec<T>& losses, T grad_scale) {
+                         const Tokens& targets, int first, std::int64_t valid, const Vec<T>& losses,
+                         T grad_scale) {
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
       "cubelm::vocab_cross_entropy", per_row(exec, logits.extent(0), cols),
@@ -55,10 +56,11 @@ void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Mat<
         if (grad_scale == T(0))
           return;
         const T factor = grad_scale / stats(n, 0); // the exponentials are in place already
-        team_for(team, 0, cols, [&](const std::int64_t v) { logits(n, v) *= factor; });
+        team_for(team, 0, valid, [&](const std::int64_t v) { logits(n, v) *= factor; });
+        team_for(team, valid, cols, [&](const std::int64_t v) { logits(n, v) = T(0); });
         team_sync(team);
-        const std::int64_t t = targets(n) - first; // outside [0, cols): not in this slice
-        if (t >= 0 && t < cols)
+        const std::int64_t t = targets(n) - first; // outside [0, valid): not in this slice
+        if (t >= 0 && t < valid)
           team_once(team, [&]() { logits(n, t) -= grad_scale; });
       });
 }
@@ -72,17 +74,17 @@ void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& ta
                   rows);
   const Mat<T> stats(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("cubelm::ce_stats")), rows, 2);
-  row_max<T>(exec, logits, mx);
-  row_sumexp_target<T>(exec, logits, mx, targets, 0, stats);
-  vocab_cross_entropy<T>(exec, logits, stats, targets, 0, losses, grad_scale);
+  row_max<T>(exec, logits, logits.extent(1), mx);
+  row_sumexp_target<T>(exec, logits, mx, targets, 0, logits.extent(1), stats);
+  vocab_cross_entropy<T>(exec, logits, stats, targets, 0, logits.extent(1), losses, grad_scale);
 }
 
 #define CUBELM_INSTANTIATE_LOSS(T)                                                                 \
-  template void row_max<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                        \
+  template void row_max<T>(const ExecSpace&, const Mat<T>&, std::int64_t, const Vec<T>&);          \
   template void row_sumexp_target<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&,               \
-                                     const Tokens&, int, const Mat<T>&);                           \
+                                     const Tokens&, int, std::int64_t, const Mat<T>&);             \
   template void vocab_cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&,             \
-                                       const Tokens&, int, const Vec<T>&, T);                      \
+                                       const Tokens&, int, std::int64_t, const Vec<T>&, T);        \
   template void cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&, const Vec<T>&, T);
 
 CUBELM_INSTANTIATE_LOSS(float)

@@ -38,7 +38,7 @@ Memory estimate_memory(const Deck& deck, int stage) {
     const std::int64_t shard = par.zero ? (params + par.data_size - 1) / par.data_size : params;
     mem.optimizer = 4 * (2 * shard + (par.zero && par.data_size > 1 ? shard : 0));
     mem.activations = 4 * activations_per_rank(deck.model, par.tensor_mode, par.tensor_size,
-                                               deck.micro_batch(), shape);
+                                               deck.micro_batch(), shape, par.sequence_parallel);
     if (mem.total() > most.total())
       most = mem;
   }

@@ -59,8 +59,8 @@ typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts() const {
   a.h = matrix<T>("cubelm::h", rows_, ffn_);
   a.g = matrix<T>("cubelm::g", rows_, ffn_);
   a.th = matrix<T>("cubelm::gelu_tanh", rows_, ffn_);
-  a.ln1 = vector<T>("cubelm::ln1_stats", 2 * rows_);
-  a.ln2 = vector<T>("cubelm::ln2_stats", 2 * rows_);
+  a.ln1 = vector<T>("cubelm::ln1_stats", 2 * stream_rows_);
+  a.ln2 = vector<T>("cubelm::ln2_stats", 2 * stream_rows_);
   a.probs =
       kernels::Tensor4<T>("cubelm::probs", sequences_, heads_, config_.seq_len, config_.seq_len);
   return a;
@@ -79,6 +79,7 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
   CUBELM_ASSERT(uneven.empty(), std::string(mode.name()) + " cannot split this model: " + uneven);
   const std::int64_t H = config.hidden, S = config.seq_len, L = config.layers;
   rows_ = static_cast<std::int64_t>(sequences_) * S;
+  stream_rows_ = mode.outer_rows(batch, config.seq_len);
   outer_ = mode.outer_cols(H);
   inner_ = mode.inner_cols(H);
   ffn_ = mode.inner_cols(4 * H);
@@ -87,7 +88,9 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
                         : stage_.first              ? tp::Ends::lookup
                                                     : tp::Ends::head;
   if (stage_.first || stage_.last)
-    embedding_ = mode.embedding(params_, config.vocab_size, config.seq_len, H, batch, seed, ends);
+    embedding_ = mode.embedding(params_, config.vocab_size,
+                                static_cast<int>(tp::padded_vocab(config, mode.layout())),
+                                config.seq_len, H, batch, seed, ends);
   if (!stage_.first && stage_.last) {
     // The head's copy of the tied wte: the first stage writes and counts it.
     tp::Param<T>& wte = param("wte");
@@ -101,10 +104,10 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
       layer_ids_.push_back(l);
       const LayerParams n = layer_params(l);
       auto y = std::make_unique<Layer>();
-      y->ln1 = mode.layernorm(params_, n.ln1, H, rows_);
+      y->ln1 = mode.layernorm(params_, n.ln1, H, stream_rows_);
       y->qkv = mode.linear(params_, n.qkv, n.qkv_bias, H, H, rows_, tp::Role::first, std_dev, seed);
       y->proj = mode.linear(params_, {n.wo}, {n.bo}, H, H, rows_, tp::Role::second, proj_std, seed);
-      y->ln2 = mode.layernorm(params_, n.ln2, H, rows_);
+      y->ln2 = mode.layernorm(params_, n.ln2, H, stream_rows_);
       y->fc1 =
           mode.linear(params_, {n.w1}, {n.b1}, H, 4 * H, rows_, tp::Role::first, std_dev, seed);
       y->fc2 =
@@ -112,29 +115,29 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
       layers_.push_back(std::move(y));
     }
   if (stage_.last)
-    lnf_ = mode.layernorm(params_, "ln_f", H, rows_);
+    lnf_ = mode.layernorm(params_, "ln_f", H, stream_rows_);
   const int c = stage_.longest();
   for (int k = 0; k < stage_.slots; ++k) {
     auto slot = std::make_unique<SlotBuffers>();
     const int states = stage_.recompute ? c + 1 : 2 * c + 1;
     for (int i = 0; i < states; ++i)
-      slot->stream.push_back(matrix<T>("cubelm::stream", rows_, outer_));
+      slot->stream.push_back(matrix<T>("cubelm::stream", stream_rows_, outer_));
     if (!stage_.recompute)
       for (int i = 0; i < c; ++i)
         slot->acts.push_back(make_acts());
     if (stage_.last) {
       slot->lnf_out = matrix<T>("cubelm::ln_f", rows_, outer_);
-      slot->lnf = vector<T>("cubelm::ln_f_stats", 2 * rows_);
+      slot->lnf = vector<T>("cubelm::ln_f_stats", 2 * stream_rows_);
     }
     slots_.push_back(std::move(slot));
   }
   if (stage_.recompute && c > 0) {
     redo_ = std::make_unique<Acts>(make_acts());
-    redo_x1_ = matrix<T>("cubelm::redo_x1", rows_, outer_);
-    redo_x2_ = matrix<T>("cubelm::redo_x2", rows_, outer_);
+    redo_x1_ = matrix<T>("cubelm::redo_x1", stream_rows_, outer_);
+    redo_x2_ = matrix<T>("cubelm::redo_x2", stream_rows_, outer_);
   }
   d_outer_ = matrix<T>("cubelm::d_outer", rows_, outer_);
-  dx_ = matrix<T>("cubelm::dx", rows_, outer_);
+  dx_ = matrix<T>("cubelm::dx", stream_rows_, outer_);
   dq_ = matrix<T>("cubelm::dq", rows_, inner_);
   dk_ = matrix<T>("cubelm::dk", rows_, inner_);
   dv_ = matrix<T>("cubelm::dv", rows_, inner_);
@@ -236,7 +239,7 @@ void ShardedGPT<T>::detach_input(int slot) {
       return;
     }
   spare_inputs_.push_back(front);
-  front = matrix<T>("cubelm::stream", rows_, outer_);
+  front = matrix<T>("cubelm::stream", stream_rows_, outer_);
 }
 
 template <class T>

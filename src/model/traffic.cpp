@@ -12,6 +12,7 @@
 #include "cubelm/model/shape.hpp"
 #include "cubelm/plan/messages.hpp"
 #include "cubelm/plan/schedule.hpp"
+#include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
 #include <map>
@@ -66,13 +67,27 @@ struct Units {
 // micro-batch, T per sequence.
 void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cfg, double n_tokens,
                      const Units& u, double m) {
-  const double H = cfg.hidden, V = cfg.vocab_size, T = cfg.seq_len, N = n_tokens;
+  const double H = cfg.hidden, V = static_cast<double>(tp::padded_vocab(cfg, layout)),
+               T = cfg.seq_len, N = n_tokens;
   const double L = u.layers, F = u.recomputed, in = u.lookup ? 1 : 0, out = u.head ? 1 : 0;
   const double q = layout.side();
   switch (layout.mode) {
   case TensorMode::none:
   case TensorMode::d1:
     t.size("tp", layout.tp);
+    if (layout.sequence_parallel && layout.tp > 1) {
+      // Each all-reduce of N H rows becomes a reduce-scatter and an all-gather of this
+      // rank's N / p rows: the lookup's rows (and their gradient gathered), per layer
+      // two LayerNorm outputs gathered and two row-parallel outputs reduce-scattered
+      // forward and the reverse backward, ln_f's output; the LayerNorm and row-parallel
+      // bias gradients are summed over the group (H each), and the loss's row statistics.
+      const double block = N * H / layout.tp, moves = in + 4 * L + 2 * F + out;
+      t.add("tp", Kind::all_gather, m * moves, m * moves * block);
+      t.add("tp", Kind::reduce_scatter, m * moves, m * moves * block);
+      t.add("tp", Kind::all_reduce, m * (6 * L + 4 * out),
+            m * ((6 * L + 2 * out) * H + out * 3 * N));
+      break;
+    }
     // lookup: the rows summed over the vocabulary slices; per layer two forward
     // (row-parallel outputs) and two backward (column-parallel input gradients);
     // head: the input gradient, and the loss's row maxima then (sum of exp, target).
@@ -138,10 +153,12 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
 
 // Elements of one rank's block of parameter `e` in the layout's tensor mode
 // (model/shape.hpp parameters_per_rank, parameter by parameter).
-std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout) {
+// wte is held with the padded vocabulary's rows.
+std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const ModelConfig& cfg) {
   const std::int64_t q = layout.side(), p = layout.tp;
   const bool matrix = e.shape.size() == 2;
-  const std::int64_t n = matrix ? e.shape[0] * e.shape[1] : e.shape[0];
+  const std::int64_t rows = e.tied ? tp::padded_vocab(cfg, layout) : e.shape[0];
+  const std::int64_t n = matrix ? rows * e.shape[1] : e.shape[0];
   if (e.name == "wpe")
     return layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3 ? n / q : n;
   switch (layout.mode) {
@@ -191,6 +208,7 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage) {
     const double q = layout.side();
     const double rows = layout.mode == TensorMode::d2   ? n_tokens / q
                         : layout.mode == TensorMode::d3 ? n_tokens / (q * q)
+                        : layout.sequence_parallel      ? n_tokens / layout.tp
                                                         : n_tokens;
     const double cols = layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3
                             ? deck.model.hidden / q
@@ -215,7 +233,7 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage) {
                               return std::find(c.begin(), c.end(), e.unit) != c.end();
                             });
     if (here)
-      held.emplace_back(bucket_unit(e, deck.model, s.first), local_size(e, layout));
+      held.emplace_back(bucket_unit(e, deck.model, s.first), local_size(e, layout, deck.model));
   }
   std::stable_sort(held.begin(), held.end(),
                    [](const auto& a, const auto& b) { return a.first.key > b.first.key; });

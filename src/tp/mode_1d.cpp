@@ -7,6 +7,17 @@
 // once after it). The token embedding and the tied head are vocabulary-parallel
 // (wte rows split); LayerNorm, wpe and the row-parallel biases are replicated and
 // written to checkpoints by tp rank 0 only.
+//
+// With sequence parallelism (Megatron-Core's) the residual stream is split over
+// the ranks along its rows (rank r holds rows [r N/p, (r+1) N/p) of the N tokens),
+// and each all-reduce becomes a reduce-scatter and an all-gather of the same bytes:
+// a LayerNorm normalises its own rows and all-gathers its output (the input of a
+// pair's first linear), and in backward reduce-scatters the partial gradient the
+// first linear hands back (which skips its all-reduce); a row-parallel linear
+// reduce-scatters its partial output instead of all-reducing it, and all-gathers
+// its output gradient in backward. The lookup reduce-scatters its partial rows,
+// the head reads ln_f's gathered output. LayerNorm parameters and the row-parallel
+// biases see only their rank's rows: their gradients are all-reduced over the group.
 
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/elementwise.hpp"
@@ -20,13 +31,29 @@ namespace cubelm::tp::detail {
 
 namespace {
 
+// Scratch buffers of the mode (Workspace::scratch) under sequence parallelism.
+enum Scratch : std::size_t {
+  kLocal = 0, // a LayerNorm's own rows: its output before the gather, its gradient after
+  kFull = 1   // N rows: a row-parallel output before the reduce-scatter, its gathered
+              // gradient, the lookup's partial rows, the gathered embedding gradient
+};
+
+// The sequence-parallel split of the residual stream: `rows` tokens, blocks of rows / p.
+struct SeqSplit {
+  bool on = false;
+  std::int64_t rows = 0; // N: tokens of the micro-batch
+  std::int64_t block(const comm::Group& g) const { return on ? rows / g.size() : rows; }
+  std::int64_t first_row(const comm::Group& g) const { return on ? g.rank() * block(g) : 0; }
+};
+
 template <class T>
 class Linear1D final : public Linear<T> {
 public:
   Linear1D(const comm::Group& group, Params<T>& params, Workspace<T>& ws,
            const std::vector<std::string>& weights, const std::vector<std::string>& biases,
-           std::int64_t in, std::int64_t out, Role role, double std_dev, std::uint64_t seed)
-      : group_(group), role_(role) {
+           std::int64_t in, std::int64_t out, Role role, double std_dev, std::uint64_t seed,
+           SeqSplit split)
+      : group_(group), ws_(ws), role_(role), split_(split) {
     check_names(weights, biases);
     const int p = group.size(), r = group.rank();
     for (std::size_t i = 0; i < weights.size(); ++i) {
@@ -40,18 +67,29 @@ public:
         const std::int64_t rows = in / p;
         w_.push_back(Shared<T>::owned(params, make_param<T>(weights[i], {in, out}, {r * rows, 0},
                                                             {rows, out}, std_dev, 0, seed)));
-        // Every rank sees the whole output gradient: identical bias gradients.
-        b_.push_back(Shared<T>::replicated(
-            params, make_param<T>(biases[i], {out}, {0}, {out}, 0, 0, seed), group, nullptr, ws));
+        // Every rank sees the whole output gradient: identical bias gradients; with
+        // sequence parallelism only its rows': partial gradients, summed over the group.
+        b_.push_back(Shared<T>::replicated(params,
+                                           make_param<T>(biases[i], {out}, {0}, {out}, 0, 0, seed),
+                                           group, split.on ? &group : nullptr, ws));
+        if (split.on)
+          ws.reserve(kFull, split.rows * out);
       }
     }
   }
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& y) override {
     for (std::size_t i = 0; i < w_.size(); ++i) {
-      kernels::gemm<T>(exec, false, false, T(1), x, w_[i].param().mat(), T(0), y[i]);
-      if (role_ == Role::second)
-        group_.all_reduce(exec, y[i]); // partial sums over the input-feature shards
+      if (role_ == Role::second && split_.on) {
+        // Partial sums over the input-feature shards, summed and split by rows.
+        const Mat<T> partial = ws_.scratch(kFull, x.extent(0), y[i].extent(1));
+        kernels::gemm<T>(exec, false, false, T(1), x, w_[i].param().mat(), T(0), partial);
+        group_.reduce_scatter(exec, partial, y[i]);
+      } else {
+        kernels::gemm<T>(exec, false, false, T(1), x, w_[i].param().mat(), T(0), y[i]);
+        if (role_ == Role::second)
+          group_.all_reduce(exec, y[i]); // partial sums over the input-feature shards
+      }
       kernels::bias_add<T>(exec, y[i], b_[i].values());
     }
   }
@@ -59,43 +97,96 @@ public:
   void backward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& dy,
                 const Mat<T>& dx) override {
     for (std::size_t i = 0; i < w_.size(); ++i) {
-      kernels::gemm<T>(exec, true, false, T(1), x, dy[i], T(1), w_[i].param().grad_mat());
+      Mat<T> whole = dy[i]; // the output gradient of every row
+      if (role_ == Role::second && split_.on) {
+        whole = ws_.scratch(kFull, x.extent(0), dy[i].extent(1));
+        group_.all_gather(exec, dy[i], whole);
+      }
+      kernels::gemm<T>(exec, true, false, T(1), x, whole, T(1), w_[i].param().grad_mat());
       kernels::bias_backward<T>(exec, dy[i], b_[i].grad(exec));
-      kernels::gemm<T>(exec, false, true, T(1), dy[i], w_[i].param().mat(), i == 0 ? T(0) : T(1),
+      b_[i].reduce(exec);
+      kernels::gemm<T>(exec, false, true, T(1), whole, w_[i].param().mat(), i == 0 ? T(0) : T(1),
                        dx);
     }
-    if (role_ == Role::first)
-      group_.all_reduce(exec, dx); // the replicated input's gradient sums over output shards
+    // The replicated input's gradient sums over output shards; with sequence
+    // parallelism the LayerNorm before reduce-scatters it.
+    if (role_ == Role::first && !split_.on)
+      group_.all_reduce(exec, dx);
   }
 
 private:
   const comm::Group& group_;
+  Workspace<T>& ws_;
   Role role_;
+  SeqSplit split_;
   std::vector<Shared<T>> w_, b_;
+};
+
+// A LayerNorm over this rank's block of the residual stream's rows whose output is
+// gathered: the input of a pair's first linear, or of the head.
+template <class T>
+class GatheredLayerNorm final : public LayerNorm<T> {
+public:
+  GatheredLayerNorm(std::unique_ptr<LayerNorm<T>> local, const comm::Group& group,
+                    std::int64_t rows, std::int64_t features, Workspace<T>& ws)
+      : local_(std::move(local)), group_(group), rows_(rows), features_(features), ws_(ws) {
+    ws.reserve(kLocal, rows * features);
+  }
+  void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y,
+               const Vec<T>& saved) override {
+    const Mat<T> mine = ws_.scratch(kLocal, rows_, features_);
+    local_->forward(exec, x, mine, saved);
+    group_.all_gather(exec, mine, y);
+  }
+  void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
+                const Vec<T>& saved) override {
+    // dy: the ranks' partial gradients of the gathered output; summed, this rank's rows.
+    const Mat<T> mine = ws_.scratch(kLocal, rows_, features_);
+    group_.reduce_scatter(exec, dy, mine);
+    local_->backward(exec, x, mine, dx, saved);
+  }
+
+private:
+  std::unique_ptr<LayerNorm<T>> local_;
+  const comm::Group& group_;
+  std::int64_t rows_, features_;
+  Workspace<T>& ws_;
 };
 
 template <class T>
 class Embedding1D final : public Embedding<T> {
 public:
-  Embedding1D(const comm::Group& group, Params<T>& params, Workspace<T>& ws, int vocab, int seq,
-              std::int64_t hidden, int batch, std::uint64_t seed, Ends ends)
-      : group_(group), seq_(seq), slice_(vocab / group.size()),
-        first_(group.rank() * (vocab / group.size())),
-        wte_(Shared<T>::owned(params, make_param<T>("wte", {vocab, hidden}, {first_, 0},
-                                                    {slice_, hidden}, 0.02, 0, seed))) {
+  Embedding1D(const comm::Group& group, Params<T>& params, Workspace<T>& ws, int vocab, int padded,
+              int seq, std::int64_t hidden, int batch, std::uint64_t seed, Ends ends,
+              SeqSplit split)
+      : group_(group), ws_(ws), seq_(seq), split_(split), slice_(padded / group.size()),
+        first_(group.rank() * (padded / group.size())),
+        wte_(Shared<T>::owned(params, make_param<T>("wte", {padded, hidden}, {first_, 0},
+                                                    {slice_, hidden}, 0.02, 0, seed, vocab))) {
     const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
-    if (ends != Ends::head)
+    if (ends != Ends::head) {
       ends_.lookup(params, seq, hidden, 0, hidden, seed, group, nullptr, n, ws);
+      if (split.on)
+        ws.reserve(kFull, n * hidden);
+    }
     if (ends != Ends::lookup)
-      ends_.head(&group, nullptr, n, slice_, ws);
+      ends_.head(&group, nullptr, n, slice_, vocab, ws);
   }
 
   void forward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
                const Mat<T>& x) override {
-    kernels::embedding_lookup<T>(exec, ends_.tokens->set(exec, tokens), wte_.param().mat(),
-                                 static_cast<int>(first_), x);
-    group_.all_reduce(exec, x); // each token's row comes from the rank that owns it
-    kernels::position_add<T>(exec, ends_.wpe->param().mat(), seq_, x);
+    const Tokens& ids = ends_.tokens->set(exec, tokens);
+    // Each token's row comes from the rank that owns it: summed over the group, and
+    // with sequence parallelism split by rows.
+    if (split_.on) {
+      const Mat<T> part = ws_.scratch(kFull, split_.rows, x.extent(1));
+      kernels::embedding_lookup<T>(exec, ids, wte_.param().mat(), static_cast<int>(first_), part);
+      group_.reduce_scatter(exec, part, x);
+    } else {
+      kernels::embedding_lookup<T>(exec, ids, wte_.param().mat(), static_cast<int>(first_), x);
+      group_.all_reduce(exec, x);
+    }
+    kernels::position_add<T>(exec, ends_.wpe->param().mat(), seq_, x, split_.first_row(group_));
   }
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
@@ -103,8 +194,13 @@ public:
     // The forward's device tokens may belong to a later micro-batch by now: set them again.
     const auto& index = ends_.index.build(exec, ends_.tokens->set(exec, tokens),
                                           static_cast<int>(first_), static_cast<int>(slice_));
-    kernels::token_backward<T>(exec, index, dx, wte_.param().grad_mat());
-    kernels::position_backward<T>(exec, dx, seq_, ends_.wpe->param().grad_mat());
+    Mat<T> whole = dx; // the gradient of every row
+    if (split_.on) {
+      whole = ws_.scratch(kFull, split_.rows, dx.extent(1));
+      group_.all_gather(exec, dx, whole);
+    }
+    kernels::token_backward<T>(exec, index, whole, wte_.param().grad_mat());
+    kernels::position_backward<T>(exec, whole, seq_, ends_.wpe->param().grad_mat());
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
@@ -115,14 +211,18 @@ public:
     if (grad_scale != T(0)) {
       kernels::gemm<T>(exec, true, false, T(1), logits, h, T(1), wte_.param().grad_mat());
       kernels::gemm<T>(exec, false, false, T(1), logits, wte_.param().mat(), T(0), dh);
-      group_.all_reduce(exec, dh);
+      // Partial over the vocabulary slices; with sequence parallelism ln_f reduce-scatters.
+      if (!split_.on)
+        group_.all_reduce(exec, dh);
     }
     return sum;
   }
 
 private:
   const comm::Group& group_;
+  Workspace<T>& ws_;
   int seq_;
+  SeqSplit split_;
   std::int64_t slice_, first_;
   Shared<T> wte_;
   EmbeddingEnds<T> ends_;
@@ -131,44 +231,59 @@ private:
 template <class T>
 class Mode1D final : public ModeBase<T> {
 public:
-  explicit Mode1D(const comm::ProcessGrid& grid) : ModeBase<T>(grid.layout()), group_(grid.tp()) {}
+  explicit Mode1D(const comm::ProcessGrid& grid)
+      : ModeBase<T>(grid.layout()), group_(grid.tp()),
+        sequence_parallel_(grid.layout().sequence_parallel && grid.tp().size() > 1) {}
   const char* name() const override { return group_.size() == 1 ? "none" : "1d"; }
   int sequences(int batch) const override { return batch; }
+  std::int64_t outer_rows(int batch, int seq) const override {
+    return split(batch, seq).block(group_);
+  }
   std::int64_t outer_cols(std::int64_t features) const override { return features; }
   std::int64_t inner_cols(std::int64_t features) const override { return features / group_.size(); }
   int local_heads(int heads) const override { return heads / group_.size(); }
 
   std::unique_ptr<Linear<T>> linear(Params<T>& params, const std::vector<std::string>& weights,
                                     const std::vector<std::string>& biases, std::int64_t in,
-                                    std::int64_t out, std::int64_t /*rows*/, Role role,
-                                    double std_dev, std::uint64_t seed) override {
+                                    std::int64_t out, std::int64_t rows, Role role, double std_dev,
+                                    std::uint64_t seed) override {
     return std::make_unique<Linear1D<T>>(group_, params, ws_, weights, biases, in, out, role,
-                                         std_dev, seed);
+                                         std_dev, seed, SeqSplit{sequence_parallel_, rows});
   }
   std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
                                           std::int64_t features, std::int64_t rows) override {
+    // With sequence parallelism each rank normalises its own rows: partial parameter
+    // gradients, summed over the group.
     auto vec = [&](const char* what, double fill) {
       return Shared<T>::replicated(
           params, make_param<T>(prefix + what, {features}, {0}, {features}, 0, fill, 0), group_,
-          nullptr, ws_);
+          sequence_parallel_ ? &group_ : nullptr, ws_);
     };
     // beta is registered before gamma, explicitly: the order of the parameters (and
     // so of the gradient buffers) is not left to the order arguments are evaluated in.
     auto beta = vec("/beta", 0);
     auto gamma = vec("/gamma", 1);
-    return std::make_unique<SplitLayerNorm<T>>(std::move(gamma), std::move(beta), nullptr, features,
-                                               rows, ws_);
+    auto local = std::make_unique<SplitLayerNorm<T>>(std::move(gamma), std::move(beta), nullptr,
+                                                     features, rows, ws_);
+    if (!sequence_parallel_)
+      return local;
+    return std::make_unique<GatheredLayerNorm<T>>(std::move(local), group_, rows, features, ws_);
   }
-  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
+  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
                                           std::int64_t hidden, int batch, std::uint64_t seed,
                                           Ends ends) override {
-    return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, seq, hidden, batch, seed,
-                                            ends);
+    return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, padded, seq, hidden, batch,
+                                            seed, ends, split(batch, seq));
   }
 
 private:
+  SeqSplit split(int batch, int seq) const {
+    return SeqSplit{sequence_parallel_, static_cast<std::int64_t>(batch) * seq};
+  }
+
   using ModeBase<T>::ws_;
   const comm::Group& group_;
+  bool sequence_parallel_;
 };
 
 } // namespace

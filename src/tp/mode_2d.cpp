@@ -158,19 +158,19 @@ private:
 template <class T>
 class Embedding2D final : public Embedding<T> {
 public:
-  Embedding2D(const Grid2D<T>& g, Params<T>& params, int vocab, int seq, std::int64_t hidden,
-              int batch, std::uint64_t seed, Ends ends)
-      : g_(g), seq_(seq), batch_(batch), bv_(vocab / g.q), bh_(hidden / g.q),
+  Embedding2D(const Grid2D<T>& g, Params<T>& params, int vocab, int padded, int seq,
+              std::int64_t hidden, int batch, std::uint64_t seed, Ends ends)
+      : g_(g), seq_(seq), batch_(batch), bv_(padded / g.q), bh_(hidden / g.q),
         rows_(static_cast<std::int64_t>(batch / g.q) * seq),
-        wte_(Shared<T>::owned(params, make_param<T>("wte", {vocab, hidden}, {g.i * bv_, g.j * bh_},
-                                                    {bv_, bh_}, 0.02, 0, seed))) {
+        wte_(Shared<T>::owned(params, make_param<T>("wte", {padded, hidden}, {g.i * bv_, g.j * bh_},
+                                                    {bv_, bh_}, 0.02, 0, seed, vocab))) {
     const std::int64_t all = static_cast<std::int64_t>(batch) * seq;
     if (ends != Ends::head) {
       ends_.lookup(params, seq, hidden, g.j * bh_, bh_, seed, g.col, nullptr, all, g.ws);
       g.ws.reserve(kPartial, all * bh_);
     }
     if (ends != Ends::lookup) {
-      ends_.head(&g.row, &g.col, rows_, bv_, g.ws);
+      ends_.head(&g.row, &g.col, rows_, bv_, vocab, g.ws);
       g.ws.reserve(kPartial, rows_ * bv_);
       g.ws.reserve(kWeight, bv_ * bh_);
       g.ws.reserve(kAct, rows_ * bv_);
@@ -271,10 +271,11 @@ public:
     return std::make_unique<SplitLayerNorm<T>>(std::move(gamma), std::move(beta), &grid_.row,
                                                features, rows, ws_);
   }
-  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
+  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
                                           std::int64_t hidden, int batch, std::uint64_t seed,
                                           Ends ends) override {
-    return std::make_unique<Embedding2D<T>>(grid_, params, vocab, seq, hidden, batch, seed, ends);
+    return std::make_unique<Embedding2D<T>>(grid_, params, vocab, padded, seq, hidden, batch, seed,
+                                            ends);
   }
 
 private:

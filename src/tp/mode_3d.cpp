@@ -190,16 +190,16 @@ private:
 template <class T>
 class Embedding3D final : public Embedding<T> {
 public:
-  Embedding3D(const Cube<T>& cube, Params<T>& params, int vocab, int seq, std::int64_t hidden,
-              int batch, std::uint64_t seed, Ends ends)
-      : cube_(cube), seq_(seq), per_(batch / (cube.q * cube.q)), bv_(vocab / cube.q),
+  Embedding3D(const Cube<T>& cube, Params<T>& params, int vocab, int padded, int seq,
+              std::int64_t hidden, int batch, std::uint64_t seed, Ends ends)
+      : cube_(cube), seq_(seq), per_(batch / (cube.q * cube.q)), bv_(padded / cube.q),
         bh_(hidden / cube.q), rows_(static_cast<std::int64_t>(per_) * seq),
         lookup_(ends != Ends::head),
         wte_(Shared<T>::owned(
-            params, make_param<T>("wte", {vocab, hidden},
+            params, make_param<T>("wte", {padded, hidden},
                                   {(cube.a->rank() * cube.q + cube.b->rank()) * (bv_ / cube.q),
                                    cube.c->rank() * bh_},
-                                  {bv_ / cube.q, bh_}, 0.02, 0, seed))),
+                                  {bv_ / cube.q, bh_}, 0.02, 0, seed, vocab))),
         wte_gathered_(cube.ws.matrix("cubelm::wte_gathered", bv_, bh_)),
         wte_grad_(cube.ws.matrix("cubelm::wte_grad_gathered", bv_, bh_)) {
     const std::int64_t q = cube.q;
@@ -212,7 +212,7 @@ public:
       cube.ws.reserve(kOutput, rows_ * q * bh_);
     }
     if (ends != Ends::lookup) {
-      ends_.head(cube.a, cube.bc, rows_, bv_, cube.ws);
+      ends_.head(cube.a, cube.bc, rows_, bv_, vocab, cube.ws);
       cube.ws.reserve(kInput, rows_ * q * bh_);
       cube.ws.reserve(kOutput, rows_ * q * bv_);
       cube.ws.reserve(kInputGrad, rows_ * q * bh_);
@@ -338,10 +338,11 @@ public:
     return std::make_unique<SplitLayerNorm<T>>(std::move(gamma), std::move(beta), cube_.c, features,
                                                rows, ws_);
   }
-  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
+  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
                                           std::int64_t hidden, int batch, std::uint64_t seed,
                                           Ends ends) override {
-    return std::make_unique<Embedding3D<T>>(cube_, params, vocab, seq, hidden, batch, seed, ends);
+    return std::make_unique<Embedding3D<T>>(cube_, params, vocab, padded, seq, hidden, batch, seed,
+                                            ends);
   }
 
 private:

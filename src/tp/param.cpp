@@ -37,7 +37,7 @@ double init_normal(std::uint64_t seed, const std::string& name, std::int64_t ind
 template <class T>
 Param<T> make_param(const std::string& name, const std::vector<std::int64_t>& shape,
                     const std::vector<std::int64_t>& offset, const std::vector<std::int64_t>& local,
-                    double std_dev, double fill, std::uint64_t seed) {
+                    double std_dev, double fill, std::uint64_t seed, std::int64_t stored_rows) {
   CUBELM_ASSERT(shape.size() == offset.size() && shape.size() == local.size() &&
                     (shape.size() == 1 || shape.size() == 2),
                 "parameter '" + name + "': shape, offset and block must have rank 1 or 2");
@@ -53,6 +53,8 @@ Param<T> make_param(const std::string& name, const std::vector<std::int64_t>& sh
   p.offset = offset;
   p.local = local;
   p.decay = shape.size() >= 2;
+  const std::int64_t rows = stored_rows >= 0 && stored_rows < shape[0] ? stored_rows : shape[0];
+  p.padding_rows = shape[0] - rows;
   p.value = Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::" + name), n);
   p.grad = Vec<T>("cubelm::grad::" + name, n);
   auto h = Kokkos::create_mirror_view(p.value);
@@ -60,8 +62,11 @@ Param<T> make_param(const std::string& name, const std::vector<std::int64_t>& sh
   const std::int64_t local_cols = shape.size() == 2 ? local[1] : 1;
   const std::int64_t row0 = offset[0], col0 = shape.size() == 2 ? offset[1] : 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t global = (row0 + i / local_cols) * cols + col0 + i % local_cols;
-    h(i) = static_cast<T>(std_dev > 0 ? std_dev * init_normal(seed, name, global) : fill);
+    const std::int64_t row = row0 + i / local_cols;
+    const std::int64_t global = row * cols + col0 + i % local_cols;
+    h(i) = row >= rows
+               ? T(0)
+               : static_cast<T>(std_dev > 0 ? std_dev * init_normal(seed, name, global) : fill);
   }
   Kokkos::deep_copy(p.value, h);
   return p;
@@ -70,10 +75,10 @@ Param<T> make_param(const std::string& name, const std::vector<std::int64_t>& sh
 template Param<float> make_param<float>(const std::string&, const std::vector<std::int64_t>&,
                                         const std::vector<std::int64_t>&,
                                         const std::vector<std::int64_t>&, double, double,
-                                        std::uint64_t);
+                                        std::uint64_t, std::int64_t);
 template Param<double> make_param<double>(const std::string&, const std::vector<std::int64_t>&,
                                           const std::vector<std::int64_t>&,
                                           const std::vector<std::int64_t>&, double, double,
-                                          std::uint64_t);
+                                          std::uint64_t, std::int64_t);
 
 } // namespace cubelm::tp

@@ -13,6 +13,7 @@
 #include "cubelm/kernels/optim.hpp"
 #include "cubelm/tp/mode.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -245,25 +246,29 @@ private:
 /// starting at `first`: the row maximum, then the sums of exponentials and the target
 /// logit, are reduced over `vocab` (the ranks holding the other slices of the same
 /// rows); the loss sum over rows is all-reduced over `rows` (the ranks holding the
-/// other rows; null: none). With grad_scale != 0 the logits become the gradient.
+/// other rows; null: none). Columns of tokens from `tokens` on pad the vocabulary and
+/// are left out. With grad_scale != 0 the logits become the gradient.
 template <class T>
 class VocabLoss {
 public:
-  VocabLoss(const comm::Group* vocab, const comm::Group* rows, std::int64_t n, Workspace<T>& ws)
-      : vocab_(vocab), rows_(rows), targets_(ws.tokens("cubelm::targets", n)),
+  VocabLoss(const comm::Group* vocab, const comm::Group* rows, std::int64_t n, int tokens,
+            Workspace<T>& ws)
+      : vocab_(vocab), rows_(rows), tokens_(tokens), targets_(ws.tokens("cubelm::targets", n)),
         stats_(ws.matrix("cubelm::ce_stats", n, 2)), mx_(ws.vector("cubelm::ce_max", n)),
         losses_(ws.vector("cubelm::losses", n)) {}
 
   double operator()(const ExecSpace& exec, const Mat<T>& logits, int first,
                     const std::vector<std::int32_t>& targets, T grad_scale) {
     const Tokens& tgt = targets_.set(exec, targets);
-    kernels::row_max<T>(exec, logits, mx_);
+    const std::int64_t cols = logits.extent(1);
+    const std::int64_t valid = std::clamp<std::int64_t>(tokens_ - first, 0, cols);
+    kernels::row_max<T>(exec, logits, valid, mx_);
     if (vocab_ != nullptr)
       vocab_->all_reduce(exec, mx_, comm::ReduceOp::max);
-    kernels::row_sumexp_target<T>(exec, logits, mx_, tgt, first, stats_);
+    kernels::row_sumexp_target<T>(exec, logits, mx_, tgt, first, valid, stats_);
     if (vocab_ != nullptr)
       vocab_->all_reduce(exec, stats_);
-    kernels::vocab_cross_entropy<T>(exec, logits, stats_, tgt, first, losses_, grad_scale);
+    kernels::vocab_cross_entropy<T>(exec, logits, stats_, tgt, first, valid, losses_, grad_scale);
     double sum = kernels::sum<T>(exec, losses_);
     if (rows_ != nullptr && rows_->size() > 1) {
       sum_(0) = sum;
@@ -275,6 +280,7 @@ public:
 
 private:
   const comm::Group *vocab_, *rows_;
+  int tokens_; // the vocabulary without its padding
   DeviceTokens targets_;
   Kokkos::View<double*, Kokkos::HostSpace> sum_{"cubelm::loss_sum", 1};
   Mat<T> stats_;
@@ -303,11 +309,12 @@ struct EmbeddingEnds {
         replicas, sum_over, ws));
     tokens.emplace(ws.tokens("cubelm::tokens", ids));
   }
-  /// The head end: logits [n, slice] and their loss (`vocab`, `rows` as in VocabLoss).
+  /// The head end: logits [n, slice] and their loss (`vocab`, `rows`, `tokens` as in
+  /// VocabLoss).
   void head(const comm::Group* vocab, const comm::Group* rows, std::int64_t n, std::int64_t slice,
-            Workspace<T>& ws) {
+            int tokens, Workspace<T>& ws) {
     logits = ws.matrix("cubelm::logits", n, slice);
-    loss.emplace(vocab, rows, n, ws);
+    loss.emplace(vocab, rows, n, tokens, ws);
   }
 };
 

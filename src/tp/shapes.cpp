@@ -1,13 +1,35 @@
 #include "cubelm/tp/shapes.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <utility>
 
 namespace cubelm::tp {
 
+std::int64_t vocab_split(const comm::Layout& layout) {
+  const std::int64_t q = layout.side();
+  switch (layout.mode) {
+  case TensorMode::d1:
+    return layout.tp;
+  case TensorMode::d2:
+  case TensorMode::d3:
+    return q * q;
+  case TensorMode::none:
+    break;
+  }
+  return 1;
+}
+
+std::int64_t padded_vocab(const ModelConfig& m, const comm::Layout& layout) {
+  const std::int64_t a = std::max(1, m.vocab_divisible_by), b = vocab_split(layout);
+  const std::int64_t multiple = a / std::gcd(a, b) * b;
+  return (m.vocab_size + multiple - 1) / multiple * multiple;
+}
+
 std::string check_shapes(const comm::Layout& layout, const ModelConfig& m, int micro) {
   const auto divides = [](std::int64_t n, std::int64_t d) { return d > 0 && n % d == 0; };
-  const std::int64_t h = m.hidden, f = 4LL * m.hidden, v = m.vocab_size;
+  const std::int64_t h = m.hidden, f = 4LL * m.hidden;
   const int q = layout.side();
   switch (layout.mode) {
   case TensorMode::none:
@@ -18,9 +40,11 @@ std::string check_shapes(const comm::Layout& layout, const ModelConfig& m, int m
              " (whole heads per rank)";
     if (!divides(f, q))
       return "4 x model.hidden = " + std::to_string(f) + " divisible by " + std::to_string(q);
-    if (!divides(v, q))
-      return "model.vocab_size = " + std::to_string(v) + " divisible by " + std::to_string(q) +
-             " (vocabulary-parallel embedding)";
+    if (layout.sequence_parallel && !divides(static_cast<std::int64_t>(micro) * m.seq_len, q))
+      return "the micro-batch's tokens (" + std::to_string(micro) +
+             " x model.seq_len = " + std::to_string(static_cast<std::int64_t>(micro) * m.seq_len) +
+             ") divisible by " + std::to_string(q) +
+             " (sequence parallelism: equal blocks of rows)";
     return "";
   case TensorMode::d2:
   case TensorMode::d3: {
@@ -31,9 +55,8 @@ std::string check_shapes(const comm::Layout& layout, const ModelConfig& m, int m
              std::to_string(rows) + " (whole sequences per rank)";
     if (!divides(m.heads, q))
       return "model.heads = " + std::to_string(m.heads) + " divisible by q = " + std::to_string(q);
-    for (const auto& [name, n] : {std::pair<const char*, std::int64_t>{"model.hidden", h},
-                                  {"4 x model.hidden", f},
-                                  {"model.vocab_size", v}})
+    for (const auto& [name, n] :
+         {std::pair<const char*, std::int64_t>{"model.hidden", h}, {"4 x model.hidden", f}})
       if (!divides(n, static_cast<std::int64_t>(q) * q))
         return std::string(name) + " = " + std::to_string(n) +
                " divisible by q^2 = " + std::to_string(q * q);

@@ -15,14 +15,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The stored shape: without the rows that pad the tensor (wte's padded vocabulary).
 std::vector<std::uint64_t> shape_of(const tp::Param<real>& p) {
-  return std::vector<std::uint64_t>(p.shape.begin(), p.shape.end());
+  std::vector<std::uint64_t> shape(p.shape.begin(), p.shape.end());
+  shape[0] -= static_cast<std::uint64_t>(p.padding_rows);
+  return shape;
 }
 
-// This rank's block of the parameter's global tensor.
+// This rank's block of the parameter's stored tensor: its rows up to the padding, the
+// first rows of the block in memory (blocks are row-major).
 io::Block block_of(const tp::Param<real>& p) {
-  return io::Block{std::vector<std::uint64_t>(p.offset.begin(), p.offset.end()),
-                   std::vector<std::uint64_t>(p.local.begin(), p.local.end())};
+  io::Block b{std::vector<std::uint64_t>(p.offset.begin(), p.offset.end()),
+              std::vector<std::uint64_t>(p.local.begin(), p.local.end())};
+  const std::int64_t stored = p.shape[0] - p.padding_rows;
+  b.count[0] =
+      static_cast<std::uint64_t>(std::clamp<std::int64_t>(stored - p.offset[0], 0, p.local[0]));
+  return b;
 }
 
 // Step number of "step_XXXXXXXX.h5", or -1 for any other name.
@@ -66,7 +74,10 @@ void read_tensor(const io::CheckpointReader& r, const std::string& path, const t
                  const kernels::Vec<real>& dst) {
   r.expect_shape(path, shape_of(p));
   auto host = Kokkos::create_mirror_view(dst);
-  r.read(path, block_of(p), host.data());
+  const io::Block block = block_of(p);
+  r.read(path, block, host.data());
+  for (std::size_t i = block.size(); i < host.extent(0); ++i)
+    host(i) = 0; // padding rows
   Kokkos::deep_copy(dst, host);
 }
 
@@ -164,6 +175,10 @@ void save_checkpoint(const std::string& path, const Deck& deck,
   w.set_attribute("/", "tokens_seen", tokens);
   w.set_attribute("/", "deck", deck.text);
   w.set_attribute("/", "layout", comm::layout_of(deck.parallel).describe());
+  // /model/wte holds the vocabulary's rows only; the run that wrote it computed with
+  // this many (the rest zero padding), which any layout may choose differently.
+  w.set_attribute("/", "padded_vocab_size",
+                  tp::padded_vocab(deck.model, comm::layout_of(deck.parallel)));
   w.set_attribute("/", "seed", static_cast<std::int64_t>(deck.train.seed));
   w.set_attribute("/", "data_cursor", static_cast<std::int64_t>(step));
   w.set_attribute("/optimizer", "step",

@@ -18,18 +18,8 @@
 namespace cubelm::train {
 
 namespace {
-// Sequence parallelism is not part of this version; a deck asking for it is
-// refused rather than run without it.
-comm::Layout trainable(const Deck& deck) {
-  if (deck.parallel.sequence_parallel)
-    throw Error(deck.source + ": parallel.sequence_parallel = true: this version has no "
-                              "sequence parallelism; set it to false",
-                true);
-  return comm::layout_of(deck.parallel);
-}
-
 int stage_of(const Deck& deck, const comm::Communicator& comm) {
-  return comm::coords_of(trainable(deck), comm.rank()).pp;
+  return comm::coords_of(comm::layout_of(deck.parallel), comm.rank()).pp;
 }
 
 // The hang watchdog's limit; until the first step, a hang is reported as before it.
@@ -45,7 +35,8 @@ Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
       plan_(plan::make_plan(deck.parallel, deck.model)), timeline_(plan::simulate(plan_)),
       stage_(plan_, stage_of(deck, comm)),
       net_(deck.model, deck.micro_batch(), static_cast<std::uint64_t>(deck.train.seed),
-           trainable(deck), comm, stage_.layout(deck.parallel.recompute == Recompute::full)) {
+           comm::layout_of(deck.parallel), comm,
+           stage_.layout(deck.parallel.recompute == Recompute::full)) {
   const DataConfig& d = deck.data;
   const ModelConfig& m = deck.model;
   if (d.format == "synthetic") {

@@ -23,11 +23,13 @@ struct Layout {
   int pp = 1;
   int tp = 1;
   TensorMode mode = TensorMode::none;
+  /// 1d only: the residual stream split over the tp ranks along its rows (tokens)
+  bool sequence_parallel = false;
 
   int world_size() const { return dp * pp * tp; }
   /// \brief Side of the tp grid: p (1d), q with q*q = tp (2d), q with q^3 = tp (3d), 1 (none).
   int side() const;
-  /// \brief e.g. "tp=3d:8 pp=1 dp=1".
+  /// \brief e.g. "tp=3d:8 pp=1 dp=1", "tp=1d:4+sp pp=1 dp=1" with sequence parallelism.
   std::string describe() const;
 
   /// \brief Throws a collective cubelm::Error naming the rule and valid values

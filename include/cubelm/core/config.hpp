@@ -45,6 +45,9 @@ std::optional<Precision> parse_precision(const std::string& text);
 
 struct ModelConfig {
   int vocab_size = 256;
+  /// the vocabulary is padded with rows that are never predicted to a multiple of this
+  /// and of the layout's vocabulary split (tp::padded_vocab), as Megatron and llm.c do
+  int vocab_divisible_by = 128;
   int seq_len = 64;
   int hidden = 64;
   int heads = 4;

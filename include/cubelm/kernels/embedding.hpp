@@ -51,9 +51,11 @@ TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int first, 
 template <class T>
 void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte, int first,
                       const Mat<T>& y);
-/// \brief y[n,:] += wpe[n mod seq_len,:].
+/// \brief y[n,:] += wpe[(first_row + n) mod seq_len,:] (y: rows from `first_row` on of the
+/// micro-batch's tokens).
 template <class T>
-void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y);
+void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y,
+                  std::int64_t first_row = 0);
 /// \brief dwte[v,:] += sum of dy over the rows that hold token v (index of make_token_index).
 template <class T>
 void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,

@@ -22,20 +22,25 @@ template <class T>
 void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
                    const Vec<T>& losses, T grad_scale);
 
-/// \brief Vocabulary-parallel cross-entropy, step 1: mx[n] = max of this slice's logits.
+/// Vocabulary-parallel cross-entropy in three steps, on a slice of `cols` logit columns
+/// of which the first `valid` are real tokens and the others pad the vocabulary
+/// (never predicted: left out of the maximum and the sums, gradient 0).
+/// \brief Step 1: mx[n] = max of this slice's valid logits (the lowest float when none).
 template <class T>
-void row_max(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx);
+void row_max(const ExecSpace& exec, const Mat<T>& logits, std::int64_t valid, const Vec<T>& mx);
 /// \brief Step 2 (mx now the maximum over all slices): stats(n,0) = sum of exp(l - mx) over
-/// the slice, stats(n,1) = target logit - mx when the target is in [first, first + cols), else 0.
-/// The logits are replaced by exp(l - mx), which step 3 reuses (one exponential per logit).
+/// the slice, stats(n,1) = target logit - mx when the target is in [first, first + valid),
+/// else 0. The valid logits are replaced by exp(l - mx), which step 3 reuses (one
+/// exponential per logit).
 template <class T>
 void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
-                       const Tokens& targets, int first, const Mat<T>& stats);
+                       const Tokens& targets, int first, std::int64_t valid, const Mat<T>& stats);
 /// \brief Step 3 (stats summed over all slices; `logits` as step 2 left them): losses[n] =
 /// log(stats(n,0)) - stats(n,1); with grad_scale != 0 the logits become grad_scale (softmax -
-/// onehot) of this slice.
+/// onehot) of this slice, 0 in its padding columns.
 template <class T>
 void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Mat<T>& stats,
-                         const Tokens& targets, int first, const Vec<T>& losses, T grad_scale);
+                         const Tokens& targets, int first, std::int64_t valid, const Vec<T>& losses,
+                         T grad_scale);
 
 } // namespace cubelm::kernels

@@ -4,6 +4,7 @@
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/config.hpp"
+#include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -159,10 +160,12 @@ struct StageShape {
 ///  - 3d (q^3 = tp): per layer 12 H^2 / q^3 + 13 H / q; wte V H / q^3, wpe T H / q, ln_f
 ///    2 H / q: the weights fall as 1/q^3; vectors and wpe hold a feature chunk, replicated
 ///    over a plane.
-/// wte is held by the first stage (lookup) and by the last (head).
+/// wte is held by the first stage (lookup) and by the last (head), with V the padded
+/// vocabulary (tp::padded_vocab).
 inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, int tp,
                                         const StageShape& stage) {
-  const std::int64_t h = m.hidden, v = m.vocab_size, t = m.seq_len;
+  const std::int64_t h = m.hidden, v = tp::padded_vocab(m, comm::Layout{1, 1, tp, mode}),
+                     t = m.seq_len;
   std::int64_t layer = 0, wte = 0, wpe = 0, lnf = 0;
   switch (mode) {
   case TensorMode::d2: {
@@ -201,20 +204,25 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
 /// slot: (2c + 1) n ho of residual stream and c A (recomputation: (c + 1) n ho only), c the
 /// longest chunk, and on the last stage n ho + 2 n for ln_f; once: 2 n ho + 16 n hi + s of
 /// backward buffers, and with recomputation one A and 2 n ho to re-run a layer in. The
-/// mode's buffers: docs/tensor-parallel.md.
+/// mode's buffers: docs/tensor-parallel.md. With sequence parallelism (1d) the residual
+/// stream, the LayerNorm statistics and the layer's re-run inputs hold r = n / p rows
+/// (the LayerNorm outputs, the pair's inside and the head's input keep n), and the mode
+/// adds partial gradients of the replicated vectors and two scratch blocks.
 inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, int tp, int micro,
-                                         const StageShape& stage) {
-  const std::int64_t h = m.hidden, v = m.vocab_size, t = m.seq_len;
+                                         const StageShape& stage, bool sequence_parallel = false) {
+  const std::int64_t h = m.hidden, v = tp::padded_vocab(m, comm::Layout{1, 1, tp, mode}),
+                     t = m.seq_len;
   const std::int64_t big_n = static_cast<std::int64_t>(micro) * t;
   const std::int64_t lns = 2 * stage.layers + (stage.last ? 1 : 0);
   const bool any = stage.layers > 0, in = stage.first, out = stage.last;
   auto when = [](bool c, std::int64_t x) { return c ? x : std::int64_t(0); };
   std::int64_t n = big_n, ho = h, hi = h, heads = m.heads, seqs = micro, extra = 0;
+  std::int64_t r = -1; // rows of the residual stream: n but with sequence parallelism
   switch (mode) {
   case TensorMode::d2: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t split = q > 1 ? 1 : 0; // vectors: gathered block, partial, piece
-    n = big_n / q, ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / q;
+    n = r = big_n / q, ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / q;
     const std::int64_t w4 = 4 * h * h / (q * q), wv = v * h / (q * q);
     extra = lns * (2 * n + split * 2 * (2 * h / q + h / (q * q))) +
             stage.layers * split * (2 * 9 * h / q + 9 * h / (q * q)) + when(in, big_n) +
@@ -229,7 +237,7 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   case TensorMode::d3: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t sum = q > 1 ? 1 : 0; // replicated vectors: a partial gradient
-    n = big_n / (q * q), ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / (q * q);
+    n = r = big_n / (q * q), ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / (q * q);
     const std::int64_t w4 = 4 * h * h / (q * q);
     extra = lns * (2 * n + sum * 2 * h / q) + stage.layers * sum * 9 * h / q +
             when(in, sum * t * h / q + n * q) + 2 * (v / q) * (h / q) +
@@ -243,19 +251,24 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
     break;
   }
   case TensorMode::none:
-  case TensorMode::d1:
+  case TensorMode::d1: {
     hi = h / tp, heads = m.heads / tp;
-    extra = lns * 2 * n + when(in, n) + when(out, 5 * n + n * v / tp);
+    const bool sp = sequence_parallel && tp > 1;
+    r = sp ? n / tp : n;
+    extra = lns * 2 * r + when(in, n) + when(out, 5 * n + n * v / tp);
+    if (sp) // gamma, beta and the row-parallel biases: partial gradients; scratch blocks
+      extra += lns * 2 * h + stage.layers * 2 * h + when(lns > 0, r * h) + when(any || in, n * h);
     break;
   }
+  }
   const std::int64_t scores = seqs * heads * t * t;
-  const std::int64_t layer = 2 * n * ho + 16 * n * hi + scores + 4 * n;
+  const std::int64_t layer = 2 * n * ho + 16 * n * hi + scores + 4 * r;
   const std::int64_t c = stage.longest;
   const std::int64_t per_slot =
-      (stage.recompute ? (c + 1) * n * ho : (2 * c + 1) * n * ho + c * layer) +
-      when(out, n * ho + 2 * n);
+      (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + c * layer) +
+      when(out, n * ho + 2 * r);
   const std::int64_t once =
-      2 * n * ho + 16 * n * hi + scores + when(stage.recompute && c > 0, layer + 2 * n * ho);
+      n * ho + r * ho + 16 * n * hi + scores + when(stage.recompute && c > 0, layer + 2 * r * ho);
   return stage.slots * per_slot + once + extra;
 }
 

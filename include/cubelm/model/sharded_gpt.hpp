@@ -107,7 +107,9 @@ private:
   tp::Mode<T>& mode_;
   StageLayout stage_;
   int batch_, sequences_;
-  std::int64_t rows_, outer_, inner_, ffn_;
+  // rows_: a pair's and a LayerNorm output's rows (inner); stream_rows_: the residual
+  // stream's (Mode::outer_rows)
+  std::int64_t rows_, stream_rows_, outer_, inner_, ffn_;
   tp::Params<T> params_;
   std::unique_ptr<tp::Embedding<T>> embedding_;
   std::vector<std::unique_ptr<Layer>> layers_; // this stage's layers, in model order

@@ -5,12 +5,17 @@
 /// A Mode owns the layouts and the collectives of its tensor-parallel group;
 /// the model is written once against it and never asks which mode it has.
 /// Activations come in two layouts: the residual stream ("outer": what a
-/// LayerNorm and the first linear of a pair read, what the second linear of a
-/// pair writes) and the inside of a pair ("inner": q, k, v, the attention
-/// output, the MLP hidden layer). Both hold the same number of whole sequences
-/// (not necessarily the same ones: in 3D they differ) and whole heads, so
-/// attention and elementwise layers run locally. Token ids are passed for the
-/// whole micro-batch; each mode takes the sequences it needs.
+/// LayerNorm reads and the second linear of a pair writes, outer_rows x
+/// outer_cols) and the inside of a pair ("inner": q, k, v, the attention
+/// output, the MLP hidden layer, sequences x seq rows of inner_cols). A
+/// LayerNorm's output, the input of a pair's first linear, has the inner rows
+/// and the outer columns. Without sequence parallelism all of them hold the same
+/// number of whole sequences (not necessarily the same ones: in 3D they differ)
+/// and whole heads, so attention and elementwise layers run locally; with it (1d)
+/// the residual stream holds a block of the rows, and a LayerNorm gathers its
+/// output's rows (the gradient handed back to it is then the ranks' partial sum,
+/// which it reduce-scatters). Token ids are passed for the whole micro-batch;
+/// each mode takes the sequences it needs.
 
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/tp/param.hpp"
@@ -95,8 +100,14 @@ public:
   virtual const char* name() const = 0;
   /// \brief The process grid the mode's group belongs to.
   const comm::Layout& layout() const { return layout_; }
-  /// \brief How many of a micro-batch's `batch` sequences each activation holds here.
+  /// \brief How many of a micro-batch's `batch` sequences the activations inside a pair
+  /// hold here (and a LayerNorm's output, the input of a pair's first linear).
   virtual int sequences(int batch) const = 0;
+  /// \brief Rows of the residual stream here for micro-batches of `batch` sequences of
+  /// `seq` tokens: sequences(batch) * seq, or a block of them with sequence parallelism.
+  virtual std::int64_t outer_rows(int batch, int seq) const {
+    return static_cast<std::int64_t>(sequences(batch)) * seq;
+  }
   /// \brief Local columns of a residual-stream activation with `features` features.
   virtual std::int64_t outer_cols(std::int64_t features) const = 0;
   /// \brief Local columns of an activation inside a pair with `features` features.
@@ -111,12 +122,15 @@ public:
                                             const std::vector<std::string>& biases, std::int64_t in,
                                             std::int64_t out, std::int64_t rows, Role role,
                                             double std_dev, std::uint64_t seed) = 0;
+  /// \brief A LayerNorm of `features` features over residual-stream blocks of `rows`
+  /// rows (outer_rows).
   virtual std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
                                                   std::int64_t features, std::int64_t rows) = 0;
   /// \brief `batch`: sequences per micro-batch (all of them, not this rank's share).
-  /// wte is registered for every `ends`; wpe and the lookup's buffers only with a
-  /// lookup, the logits and the loss's buffers only with a head.
-  virtual std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int seq,
+  /// wte is registered for every `ends`, [padded, hidden] with the rows from `vocab` on
+  /// zero, never predicted and never stored (tp::padded_vocab); wpe and the lookup's
+  /// buffers only with a lookup, the logits and the loss's buffers only with a head.
+  virtual std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
                                                   std::int64_t hidden, int batch,
                                                   std::uint64_t seed, Ends ends) = 0;
   /// \brief Bytes of the buffers the mode's layers allocated (saved statistics, gathered

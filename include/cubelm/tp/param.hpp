@@ -25,6 +25,8 @@ struct Param {
   bool decay = false;               ///< weight decay applies (tensors of rank >= 2)
   bool writer = true;               ///< this rank writes the block to checkpoints (replicas do not)
   bool counted = true;              ///< this rank's block counts in the global gradient norm
+  /// trailing rows of `shape` that pad it (wte's padded vocabulary): zero, never stored
+  std::int64_t padding_rows = 0;
 
   std::int64_t size() const { return value.extent(0); }
   /// \brief The block as a [rows, cols] matrix (rank-2 parameters only).
@@ -38,10 +40,11 @@ struct Param {
 double init_normal(std::uint64_t seed, const std::string& name, std::int64_t index);
 
 /// \brief A parameter block [offset, offset + local) of a tensor of global `shape`,
-/// initialised to std_dev * init_normal(...) when std_dev > 0, else to `fill`.
+/// initialised to std_dev * init_normal(...) when std_dev > 0, else to `fill`; rows from
+/// `stored_rows` on (when not negative) pad the tensor and are 0.
 template <class T>
 Param<T> make_param(const std::string& name, const std::vector<std::int64_t>& shape,
                     const std::vector<std::int64_t>& offset, const std::vector<std::int64_t>& local,
-                    double std_dev, double fill, std::uint64_t seed);
+                    double std_dev, double fill, std::uint64_t seed, std::int64_t stored_rows = -1);
 
 } // namespace cubelm::tp

@@ -9,17 +9,29 @@
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/config.hpp"
 
+#include <cstdint>
 #include <string>
 
 namespace cubelm::tp {
 
+/// \brief The vocabulary rows the layout splits: p in 1d, q^2 in 2d and 3d, 1 without
+/// tensor parallelism.
+std::int64_t vocab_split(const comm::Layout& layout);
+
+/// \brief The padded vocabulary the model computes with: the smallest multiple of both
+/// model.vocab_divisible_by and vocab_split(layout) that holds model.vocab_size. The
+/// rows past vocab_size are zero, never predicted (masked out of the softmax and the
+/// loss) and never stored in checkpoints (docs/model.md).
+std::int64_t padded_vocab(const ModelConfig& model, const comm::Layout& layout);
+
 /// \brief The first rule `layout`'s tensor mode breaks for `model` with micro-batches of
 /// `micro` sequences, naming the deck key (e.g. "model.heads = 6 divisible by 4 (whole
-/// heads per rank)"), or "" when the model splits evenly. `layout` must be valid.
-///  - 1d (p ranks): heads, 4 x hidden and vocab_size divisible by p;
-///  - 2d (q x q): the micro-batch and heads by q; hidden, 4 x hidden and vocab_size by q^2;
-///  - 3d (q x q x q): the micro-batch by q^2, heads by q; hidden, 4 x hidden and
-///    vocab_size by q^2.
+/// heads per rank)"), or "" when the model splits evenly. `layout` must be valid. The
+/// vocabulary always splits (it is padded).
+///  - 1d (p ranks): heads and 4 x hidden divisible by p; with sequence parallelism the
+///    micro-batch's tokens too;
+///  - 2d (q x q): the micro-batch and heads by q; hidden and 4 x hidden by q^2;
+///  - 3d (q x q x q): the micro-batch by q^2, heads by q; hidden and 4 x hidden by q^2.
 std::string check_shapes(const comm::Layout& layout, const ModelConfig& model, int micro);
 
 } // namespace cubelm::tp

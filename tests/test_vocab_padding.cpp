@@ -1,0 +1,149 @@
+// A vocabulary that does not split over the layout is padded (model.vocab_divisible_by,
+// tp::padded_vocab): the padded rows are zero, never predicted and never stored, so
+// training equals the unpadded model's and checkpoints are the vocabulary's rows only,
+// read by any layout, padded or not.
+
+#include "cubelm/io/checkpoint.hpp"
+#include "cubelm/io/deck.hpp"
+#include "cubelm/tp/shapes.hpp"
+#include "cubelm/train/trainer.hpp"
+
+#include "test_helpers.hpp"
+
+#include <gtest/gtest.h>
+
+#include <mpi.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+using namespace cubelm;
+
+namespace {
+
+constexpr int kVocab = 50; // splits over none of the layouts below
+
+Deck deck(const char* mode, int tp, int divisible_by) {
+  const std::string text = std::string(R"([model]
+vocab_size = 50
+vocab_divisible_by = )") + std::to_string(divisible_by) +
+                           R"(
+seq_len = 8
+hidden = 16
+heads = 8
+layers = 2
+[parallel]
+tensor_mode = ")" + mode +
+                           "\"\ntensor_size = " + std::to_string(tp) + R"(
+[train]
+steps = 10
+global_batch = 4
+seed = 5
+[optimizer]
+lr = 1e-2
+warmup_steps = 2
+[data]
+synthetic_tokens = 5000
+[log]
+peak_gflops = 1.0
+)";
+  return io::parse_deck(text, "padding.toml");
+}
+
+// The tensor modes this world fits, padded to multiples of 16 (64 rows).
+std::vector<Deck> padded_decks() {
+  switch (cubelm::testing::world_size()) {
+  case 1:
+    return {deck("none", 1, 16)};
+  case 2:
+    return {deck("1d", 2, 16)};
+  case 4:
+    return {deck("1d", 4, 16), deck("2d", 4, 16)};
+  case 8:
+    return {deck("1d", 8, 16), deck("3d", 8, 16)};
+  default:
+    return {};
+  }
+}
+
+// This rank's padding rows of wte, value or gradient, are all exactly zero.
+void expect_padding_zero(train::Trainer& t) {
+  const auto& wte = t.model().param("wte");
+  const auto value = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), wte.value);
+  const auto grad = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), wte.grad);
+  const std::int64_t cols = wte.local[1];
+  for (std::int64_t r = 0; r < wte.local[0]; ++r)
+    if (wte.offset[0] + r >= kVocab)
+      for (std::int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(value(r * cols + c), 0.0f) << "row " << wte.offset[0] + r;
+        ASSERT_EQ(grad(r * cols + c), 0.0f) << "row " << wte.offset[0] + r;
+      }
+}
+
+} // namespace
+
+TEST(VocabPadding, PaddedVocabularyOfEachLayout) {
+  const Deck d = deck("none", 1, 16);
+  EXPECT_EQ(tp::padded_vocab(d.model, comm::Layout{1, 1, 1, TensorMode::none}), 64);
+  EXPECT_EQ(tp::padded_vocab(d.model, comm::Layout{1, 1, 8, TensorMode::d1}), 64);
+  EXPECT_EQ(tp::padded_vocab(d.model, comm::Layout{1, 1, 27, TensorMode::d3}), 144); // lcm 144
+  ModelConfig gpt2;
+  gpt2.vocab_size = 50257; // GPT-2's tokenizer, padded as llm.c does
+  EXPECT_EQ(tp::padded_vocab(gpt2, comm::Layout{1, 1, 1, TensorMode::none}), 50304);
+  EXPECT_EQ(tp::padded_vocab(gpt2, comm::Layout{1, 1, 64, TensorMode::d2}), 50304);
+  EXPECT_EQ(tp::padded_vocab(gpt2, comm::Layout{1, 1, 27, TensorMode::d3}), 50688);
+  gpt2.vocab_divisible_by = 1;
+  EXPECT_EQ(tp::padded_vocab(gpt2, comm::Layout{1, 1, 1, TensorMode::none}), 50257);
+}
+
+// Ten AdamW steps of every padded layout against the unpadded model on one process.
+TEST(VocabPadding, TrainingEqualsTheUnpaddedModel) {
+  for (const Deck& d : padded_decks()) {
+    SCOPED_TRACE(comm::layout_of(d.parallel).describe());
+    train::Trainer padded(d), plain(deck("none", 1, 1), cubelm::testing::self());
+    EXPECT_EQ(padded.model().param("wte").shape[0], 64);
+    EXPECT_EQ(plain.model().param("wte").shape[0], kVocab);
+    for (int s = 0; s < 10; ++s) {
+      const auto a = padded.step(), b = plain.step();
+      EXPECT_NEAR(a.loss, b.loss, 1e-5 * b.loss) << "step " << s;
+      EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-4 * b.grad_norm) << "step " << s;
+    }
+    expect_padding_zero(padded);
+  }
+}
+
+// The file holds wte's 50 rows (and its moments'); an unpadded process and one padded
+// to 128 rows resume from it with the losses of the run that wrote it.
+TEST(VocabPadding, CheckpointsHoldTheVocabularyRowsOnly) {
+  const comm::Communicator world = comm::Communicator::world();
+  const std::string path = cubelm::testing::temp_path("cubelm_test_padding_");
+  const Deck d = padded_decks().back();
+  train::Trainer writer(d);
+  for (int s = 0; s < 3; ++s)
+    writer.step();
+  writer.save(path);
+  std::vector<double> losses;
+  for (int s = 3; s < 6; ++s)
+    losses.push_back(writer.step().loss);
+  {
+    const io::CheckpointReader r(path, world);
+    EXPECT_EQ(r.shape("/model/wte"), (std::vector<std::uint64_t>{kVocab, 16}));
+    EXPECT_EQ(r.shape("/optimizer/m/wte"), (std::vector<std::uint64_t>{kVocab, 16}));
+    EXPECT_EQ(r.int_attribute("/", "padded_vocab_size"), 64);
+  }
+  if (world.rank() == 0)
+    for (const int divisible_by : {1, 128}) {
+      SCOPED_TRACE("vocab_divisible_by = " + std::to_string(divisible_by));
+      train::Trainer reader(deck("none", 1, divisible_by), cubelm::testing::self());
+      reader.resume(path);
+      expect_padding_zero(reader);
+      for (int s = 3; s < 6; ++s)
+        EXPECT_NEAR(reader.step().loss, losses[static_cast<std::size_t>(s - 3)],
+                    1e-4 * losses[static_cast<std::size_t>(s - 3)])
+            << "step " << s;
+    }
+  MPI_Barrier(world.raw());
+  if (world.rank() == 0)
+    std::filesystem::remove(path);
+}
