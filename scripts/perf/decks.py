@@ -1,7 +1,7 @@
 """The campaign decks: every tensor-parallel mode at every rank count, for
 GPT-2-shaped models and a tiny one (docs/perf-runs.md).
 
-    scripts/perf-decks [-o DIR] [--vocab N]
+    scripts/perf-decks [-o DIR]
 
 writes DIR/<model>/<set>/<mode>-<ranks>.toml (default DIR: inputs/perf) and
 DIR/README.md, the index of the decks and of the (mode, ranks) pairs that no
@@ -18,9 +18,8 @@ most the set's micro-batch target; the rest is gradient accumulation.
 
 import argparse
 import os
-import sys
 
-from common import UserError, deck_text, main_guard
+from common import deck_text, main_guard
 
 MODELS = {
     # name: (description, [model] keys)
@@ -75,14 +74,12 @@ def tensor_sizes(mode, ranks):
 
 def model_misfit(mode, t, q, m):
     """Why the model cannot be split this way (the rules of docs/training.md), or None."""
-    H, a, T = m["hidden"], m["heads"], m["seq_len"]
+    H, a = m["hidden"], m["heads"]
     if mode in ("1d", "1d+sp"):
         if a % t:
             return f"heads {a} % {t} != 0"
         if 4 * H % t:
             return f"4*hidden {4 * H} % {t} != 0"
-        if mode == "1d+sp" and T % t:
-            return f"seq_len {T} % {t} != 0 (sequence parallelism splits the sequence)"
         return None
     if a % q:
         return f"heads {a} % {q} != 0"
@@ -107,8 +104,12 @@ def choose_layout(mode, ranks, m, batch, micro_target):
         unit = {"1d": 1, "1d+sp": 1, "2d": q, "3d": q * q}[mode]
         micro = max((b for b in range(unit, min(share, micro_target) + 1, unit) if share % b == 0),
                     default=0)
+        if mode == "1d+sp":  # the rows of a micro-batch are split over the tensor group
+            micro = max((b for b in range(1, min(share, micro_target) + 1)
+                         if share % b == 0 and b * m["seq_len"] % t == 0), default=0)
         if micro == 0:
             reasons.append(f"tensor size {t}: no micro-batch of a multiple of {unit} sequences "
+                           f"{'and of tokens divisible by ' + str(t) + ' ' if mode == '1d+sp' else ''}"
                            f"divides the {share} sequences of a replica")
             continue
         p = {"tensor_mode": mode.replace("+sp", ""), "tensor_size": t}
@@ -134,12 +135,10 @@ def layout_words(p, ranks):
     return words
 
 
-def make_deck(model_name, set_name, mode, ranks, vocab=None):
+def make_deck(model_name, set_name, mode, ranks):
     """(stem, deck dict, header text) or (stem, None, reason)."""
     desc, m = MODELS[model_name]
     m = dict(m)
-    if vocab:
-        m["vocab_size"] = vocab
     s = SETS[set_name]
     batch = s["batch"](ranks)
     if mode == "none":
@@ -168,7 +167,7 @@ def make_deck(model_name, set_name, mode, ranks, vocab=None):
     return file_stem(mode, ranks), deck, header
 
 
-def generate(out, vocab=None):
+def generate(out):
     """Writes every deck and the index under out; returns the number of decks."""
     index = ["# Campaign decks", "",
              "Written by `scripts/perf-decks` (do not edit by hand); how to run them:",
@@ -185,14 +184,15 @@ def generate(out, vocab=None):
             os.makedirs(folder, exist_ok=True)
             index += [f"## {model_name}/{set_name}", "",
                       f"{desc}: {m['layers']} layers, hidden {m['hidden']}, {m['heads']} heads, "
-                      f"context {m['seq_len']}, vocabulary {vocab or m['vocab_size']}; {s['text']}.", "",
+                      f"context {m['seq_len']}, vocabulary {m['vocab_size']} (padded to the layout by "
+                      f"model.vocab_divisible_by); {s['text']}.", "",
                       "| ranks | " + " | ".join(MODES) + " |", "|---|" + "---|" * len(MODES)]
             misfits = []
             for ranks in s["ranks"]:
                 modes = ["none"] if ranks == 1 else MODES
                 cells = []
                 for mode in modes:
-                    stem, deck, header = make_deck(model_name, set_name, mode, ranks, vocab)
+                    stem, deck, header = make_deck(model_name, set_name, mode, ranks)
                     if deck is None:
                         cells.append("—")
                         misfits.append(f"- {mode} at {ranks} ranks: {header}")
@@ -219,12 +219,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-o", dest="out", default=os.path.join(here, "..", "..", "inputs", "perf"),
                         help="directory to write (default: inputs/perf)")
-    parser.add_argument("--vocab", type=int, default=None,
-                        help="vocabulary size of every model instead of its own")
     args = parser.parse_args()
-    if args.vocab is not None and args.vocab < 2:
-        raise UserError(f"--vocab {args.vocab}: the vocabulary needs at least 2 tokens")
-    n = generate(os.path.normpath(args.out), args.vocab)
+    n = generate(os.path.normpath(args.out))
     print(f"scripts/perf-decks: {n} decks and README.md in {os.path.normpath(args.out)}")
     return 0
 
