@@ -73,21 +73,15 @@ for d in "$work"/campaign/*/; do
   status=$(sed -n 's/.*"status": "\([a-z_]*\)".*/\1/p' "$d/run.json")
   job=$(awk '$2 == "submitted" { print $1 }' "$d/jobs.txt" | tail -n 1)
   [[ $job =~ ^[0-9]+$ ]] && [ -f "$d/slurm-$job.out" ] || fail "$name: no Slurm job recorded (jobs.txt, slurm-JOB.out)"
-  if [ "$status" != ok ]; then
-    # 1D with sequence parallelism where this cubelm does not have it yet: noted, left out.
-    if [[ $name == 1dsp-* ]] && grep -q "sequence_parallel = true: this version has no sequence parallelism" "$d/train.log"; then
-      echo "note: $name left out: this cubelm refuses parallel.sequence_parallel = true"
-      mv "$d" "$work/refused-$name"
-      continue
-    fi
-    fail "$name: status $status (scripts/sweep exit $sweep_rc)"
-  fi
+  [ "$status" = ok ] || fail "$name: status $status (scripts/sweep exit $sweep_rc)"
   grep -q "^=== launch: srun " "$d/train.log" || fail "$name: not launched by srun inside its job"
   mode=$(sed -n 's/.*"mode": "\([a-z0-9+]*\)".*/\1/p' "$d/run.json")
   ranks=$(sed -n 's/.*"ranks": \([0-9]*\).*/\1/p' "$d/run.json")
   expect+=("$mode@$ranks")
 done
-[ ${#expect[@]} -ge 7 ] || fail "only ${#expect[@]} runs completed: ${expect[*]}"
+want=$(ls "$root"/inputs/perf/tiny/small/*.toml | wc -l)
+[ ${#expect[@]} = "$want" ] || fail "${#expect[@]} runs completed (${expect[*]}), expected $want"
+[ "$sweep_rc" = 0 ] || fail "scripts/sweep ended with status $sweep_rc"
 say "campaign: ${#expect[@]} runs through sbatch: ${expect[*]}"
 
 # -------------------------------------------------------------------- report --
