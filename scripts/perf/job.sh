@@ -72,7 +72,7 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
   fi
   case ${CUBELM_LAUNCHER:-srun} in
   srun)
-    # srun (Slurm 22.05 and later) does not take --cpus-per-task from the job: give it.
+    # srun does not take --cpus-per-task from the job in every Slurm version (22.05 does not).
     # shellcheck disable=SC2206
     launch=(srun --ntasks="$ranks" --cpus-per-task="$cpt" --cpu-bind="$bind" ${CUBELM_SRUN_ARGS:-})
     ;;

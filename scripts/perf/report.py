@@ -401,18 +401,18 @@ THEORY = """## What the modes should show
 
 Per rank and step, for p ranks in the tensor-parallel group (q = √p in 2D, ∛p in 3D),
 N tokens of a micro-batch, H the hidden size, L layers (closed forms:
-docs/communication.md and docs/tensor-parallel.md):
+docs/communication.md and docs/tensor-parallel.md; docs/perf-runs.md explains):
 
-| mode | activation bytes sent | weight bytes sent | weights per rank | activations per rank |
-|---|---|---|---|---|
-| 1D | ∝ N H L, independent of p (4 all-reduces per layer) | none | ∝ 1/p | replicated: ∝ 1 |
-| 1D + SP | as 1D (reduce-scatter + all-gather instead of all-reduce) | none | ∝ 1/p | ∝ 1/p between the pairs |
-| 2D | ∝ N H L / q = p^-1/2 | ∝ H² L / q | ∝ 1/q² = 1/p | ∝ 1/q² = 1/p |
-| 3D | ∝ N H L / q² = p^-2/3 | ∝ H² L / q³ | ∝ 1/q³ = 1/p | ∝ 1/q² = p^-2/3 |
+| mode | elements sent per rank and micro-batch (× 4 bytes), leading terms | weights per rank | activations per rank |
+|---|---|---|---|
+| 1D | 2 (p−1)/p (4L + 2) N H: independent of p | ∝ 1/p | residual stream replicated, inside of the pairs ∝ 1/p |
+| 1D + SP | as 1D (reduce-scatter + all-gather instead of all-reduce) | ∝ 1/p | residual stream ∝ 1/p, LayerNorm outputs replicated |
+| 2D | (q−1)/q² (21 L N H + 36 L H²): ∝ p^-1/2 | ∝ 1/q² = 1/p | ∝ 1/q² = 1/p |
+| 3D | (q−1)/q³ (39 L N H + 36 L H²): ∝ p^-2/3 | ∝ 1/q³ = 1/p | ∝ 1/q³ = 1/p |
 
 Runs whose layout adds data parallelism (dp > 1) also send the gradient reduction
 (2 (d−1)/d · 4 bytes per parameter of the rank) and do not follow the tensor-parallel
-slopes alone. All layouts train the same model on the same data: runs of the same
+curves alone. All layouts train the same model on the same data: runs of the same
 global batch must have the same loss curve, up to float summation order.
 """
 
