@@ -4,8 +4,8 @@
 #   perf_tools.sh WORKDIR CUBELM CASE
 #
 # CASE:
-#   decks    inputs/perf is what scripts/perf-decks writes, and `cubelm check` accepts
-#            every deck
+#   decks    inputs/perf is what scripts/perf-decks writes, `cubelm check` accepts
+#            every deck, and the batch scripts parse
 #   local    scripts/sweep --launch local runs two tiny decks here (one on an llm.c
 #            token file given with --data), skips them when run again, and
 #            scripts/report reports them
@@ -54,6 +54,12 @@ decks)
   done <"$work/refused.txt"
   [ ! -s "$work/refused.txt" ] || fail "cubelm check refuses $(wc -l <"$work/refused.txt") deck(s) of inputs/perf (above)"
   echo "cubelm check: all $((n - 1)) decks valid"
+  for f in inputs/perf/cpu.sbatch inputs/perf/gpu.sbatch scripts/perf/job.sh; do
+    bash -n "$root/$f" || fail "$f: bash finds a syntax error"
+  done
+  grep -q "^#SBATCH --gpus-per-node=4$" "$root/inputs/perf/gpu.sbatch" &&
+    [ "$(grep -c "^#SBATCH --ntasks-per-node=4$" "$root/inputs/perf/gpu.sbatch")" = 1 ] ||
+    fail "gpu.sbatch: not one rank per GPU"
   ;;
 local)
   decks=("$root/inputs/perf/tiny/small/none-1.toml" "$root/inputs/perf/tiny/small/1d-2.toml")

@@ -57,8 +57,8 @@ launch=()
 if [ -n "${SLURM_JOB_ID:-}" ]; then
   ranks=${SLURM_NTASKS:?SLURM_NTASKS is not set: submit with --ntasks}
   cpt=${SLURM_CPUS_PER_TASK:-1}
-  # tasks on this node: SLURM_TASKS_PER_NODE reads like "4(x2),3"
-  node_tasks=${SLURM_NTASKS_PER_NODE:-$(echo "${SLURM_TASKS_PER_NODE:-$ranks}" | sed 's/[(,].*//')}
+  # tasks on the first node, as Slurm placed them: SLURM_TASKS_PER_NODE reads like "4(x2),3"
+  node_tasks=$(echo "${SLURM_TASKS_PER_NODE:-$ranks}" | sed 's/[(,].*//')
   cpus=$(cubelm_cpus)
   if [ $((node_tasks * cpt)) -gt "$cpus" ]; then
     export OMP_NUM_THREADS=${CUBELM_THREADS:-1} OMP_PROC_BIND=false OMPI_MCA_mpi_yield_when_idle=1

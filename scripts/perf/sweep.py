@@ -127,7 +127,8 @@ def write_run_dir(args, out, campaign, name, source, deck):
                     ranks=world_of(deck), layout=layout_text(deck), model=model_text(deck),
                     tensor_size=p.get("tensor_size", 1), pipeline_size=p.get("pipeline_size", 1),
                     data_size=p.get("data_size", 1), status="prepared", jobs=[])
-    info.update(launch=args.launch, cubelm=args.cubelm or os.environ.get("CUBELM", ""))
+    info.update(launch=args.launch,
+                cubelm=os.path.abspath(args.cubelm) if args.cubelm else os.environ.get("CUBELM", ""))
     write_json(os.path.join(d, "run.json"), info)
     return d, info
 
@@ -343,8 +344,8 @@ def main(argv=None):
     bad = [info for _, info in todo if info["status"] != "ok"]
     for info in bad:
         print(f"scripts/sweep: {info['name']}: {info['status']}: {info.get('detail', '')} "
-              f"(see {os.path.join(out, info['name'], 'train.log')})", file=sys.stderr)
-    print(f"scripts/sweep: {len(runs) - len(bad)} of {len(runs)} run(s) completed in {out}")
+              f"(see {os.path.join(out, info['name'], 'train.log')})")
+    print(f"scripts/sweep: {len(runs) - len(bad)} of {len(runs)} run(s) completed in {out}", flush=True)
     return 1 if bad else 0
 
 
