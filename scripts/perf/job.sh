@@ -59,6 +59,7 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
   cpt=${SLURM_CPUS_PER_TASK:-1}
   # tasks on the first node, as Slurm placed them: SLURM_TASKS_PER_NODE reads like "4(x2),3"
   node_tasks=$(echo "${SLURM_TASKS_PER_NODE:-$ranks}" | sed 's/[(,].*//')
+  [ "$node_tasks" -le "$ranks" ] || node_tasks=$ranks
   cpus=$(cubelm_cpus)
   if [ $((node_tasks * cpt)) -gt "$cpus" ]; then
     export OMP_NUM_THREADS=${CUBELM_THREADS:-1} OMP_PROC_BIND=false OMPI_MCA_mpi_yield_when_idle=1
