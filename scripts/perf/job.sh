@@ -111,6 +111,11 @@ if [ -z "${SLURM_JOB_ID:-}" ]; then
 fi
 
 # ------------------------------------------------------------------- train --
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+  # Each task checks that the launcher bound it before OpenMP pins its threads.
+  export CUBELM_TASK_CPUS=$cpt
+  launch+=(bash "$CUBELM_ROOT/scripts/perf/rank.sh")
+fi
 {
   echo "=== job $job_id on $(hostname -s), $(date "+%Y-%m-%d %H:%M:%S"): $ranks rank(s)"
   echo "=== launch: ${launch[*]:-(one process)} $cubelm train deck.toml"
