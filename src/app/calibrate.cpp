@@ -86,10 +86,10 @@ struct Sample {
 
 } // namespace
 
-int run_calibrate(const PlanOptions& o, const Environment& env) {
-  if (o.output.empty())
-    throw Error("cubelm plan --calibrate needs -o FILE (the machine file to write)", true);
-  const int world = env.world_size(), rank = env.world_rank();
+io::Machine measure_machine(const std::string& deck_path, std::string& report) {
+  int world = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
   int per_node = 1;
@@ -98,8 +98,8 @@ int run_calibrate(const PlanOptions& o, const Environment& env) {
 
   // The layer's largest product at the deck's shapes: [b T, H] x [H, 4H / tp].
   int m = 512, n = 512, k = 512;
-  if (!o.deck.empty()) {
-    const Deck deck = io::load_deck(o.deck);
+  if (!deck_path.empty()) {
+    const Deck deck = io::load_deck(deck_path);
     m = deck.micro_batch() * deck.model.seq_len;
     k = deck.model.hidden;
     n = 4 * deck.model.hidden /
@@ -156,8 +156,6 @@ int run_calibrate(const PlanOptions& o, const Environment& env) {
     bandwidth_gbs = inv_beta > 0 ? 1 / inv_beta / 1e9 : gbs;
   }
 
-  if (rank != 0)
-    return 0;
   const HostMemory host = read_host_memory();
   io::Machine machine;
   char host_name[256] = {0};
@@ -188,13 +186,26 @@ int run_calibrate(const PlanOptions& o, const Environment& env) {
   }
   comment << "# Between nodes: one node was measured, so inter_node repeats intra_node;\n"
           << "# set it from the network's data sheet for a job on several nodes.\n";
+  report = comment.str();
+  (void)rank;
+  return machine;
+}
+
+int run_calibrate(const PlanOptions& o, const Environment& env) {
+  if (o.output.empty())
+    throw Error("cubelm plan --calibrate needs -o FILE (the machine file to write)", true);
+  std::string report;
+  const io::Machine machine = measure_machine(o.deck, report);
+  if (env.world_rank() != 0)
+    return 0;
   std::ofstream file(o.output);
   if (!file)
     throw Error(o.output + ": cannot write the machine file", true);
-  file << io::machine_toml(machine, comment.str());
+  file << io::machine_toml(machine, report);
   std::printf("%s: machine file written: gemm %.3g GFLOP/s per rank, memory %.3g GB/s, "
-              "all-reduce latency %.3g us and bandwidth %.3g GB/s per step (%zu samples)\n",
-              o.output.c_str(), gflops, gbs, latency_us, bandwidth_gbs, samples.size());
+              "network latency %.3g us per step and bandwidth %.3g GB/s\n",
+              o.output.c_str(), machine.peak_tflops_fp32 * 1e3, machine.memory_gbs,
+              machine.intra.latency_us, machine.intra.bandwidth_gbs);
   return 0;
 }
 

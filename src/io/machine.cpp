@@ -36,13 +36,27 @@ using Value = toml_doc::Value;
 // One [table] of a machine file; remembers the keys it read, to refuse the others.
 class Table {
 public:
-  Table(const Value* table, std::string name, std::string source)
-      : table_(table), name_(std::move(name)), source_(std::move(source)) {}
+  // Refuses at once any key not in `keys`: a misspelt key is named as such rather than
+  // reported as the missing one it was meant to be.
+  Table(const Value* table, std::string name, std::string source, std::vector<std::string> keys)
+      : table_(table), name_(std::move(name)), source_(std::move(source)),
+        allowed_(std::move(keys)) {
+    if (!table_)
+      return;
+    for (const auto& [key, v] : table_->members)
+      if (std::find(allowed_.begin(), allowed_.end(), key) == allowed_.end()) {
+        std::string list;
+        for (const auto& k : allowed_)
+          list += (list.empty() ? "" : ", ") + k;
+        throw Error(where(&v) + "unknown key '" + name_ + "." + key + "'; keys of [" + name_ +
+                        "]: " + list,
+                    true);
+      }
+  }
 
   // A number that must be present and satisfy `ok`; `rule` says what ok means.
   template <class Ok>
   double number(const char* key, Ok ok, const std::string& rule) {
-    known_.emplace_back(key);
     const Value* v = table_ ? table_->find(key) : nullptr;
     if (!v)
       throw Error(source_ + ": missing " + name_ + "." + key + " (" + rule + ")", true);
@@ -58,7 +72,6 @@ public:
     return x;
   }
   int integer(const char* key, int least) {
-    known_.emplace_back(key);
     const Value* v = table_ ? table_->find(key) : nullptr;
     if (!v)
       throw Error(source_ + ": missing " + name_ + "." + key, true);
@@ -69,28 +82,12 @@ public:
     return static_cast<int>(v->integer);
   }
   std::string text(const char* key, const std::string& fallback) {
-    known_.emplace_back(key);
     const Value* v = table_ ? table_->find(key) : nullptr;
     if (!v)
       return fallback;
     if (v->type != Value::Type::string)
       fail(v, key, "must be a string, got " + v->type_name + " " + v->text);
     return v->string;
-  }
-  // A sub-table read elsewhere: a known key.
-  void table(const char* key) { known_.emplace_back(key); }
-  void finish() const {
-    if (!table_)
-      return;
-    for (const auto& [key, v] : table_->members)
-      if (std::find(known_.begin(), known_.end(), key) == known_.end()) {
-        std::string keys;
-        for (const auto& k : known_)
-          keys += (keys.empty() ? "" : ", ") + k;
-        throw Error(where(&v) + "unknown key '" + name_ + "." + key + "'; keys of [" + name_ +
-                        "]: " + keys,
-                    true);
-      }
   }
 
 private:
@@ -103,7 +100,7 @@ private:
 
   const Value* table_;
   std::string name_, source_;
-  std::vector<std::string> known_;
+  std::vector<std::string> allowed_;
 };
 
 const Value* section(const Value& root, const char* name, const std::string& source) {
@@ -138,7 +135,8 @@ Machine parse_machine(const std::string& text, const std::string& source) {
                   true);
   Machine m;
   m.source = source;
-  Table machine(section(root, "machine", source), "machine", source);
+  Table machine(section(root, "machine", source), "machine", source,
+                {"name", "devices_per_node", "memory_gib", "memory_gbs", "gemm_efficiency"});
   m.name = machine.text("name", source);
   m.devices_per_node = machine.integer("devices_per_node", 1);
   m.memory_gib = machine.number("memory_gib", positive, "must be positive: GiB per device");
@@ -147,31 +145,26 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   m.gemm_efficiency = machine.number(
       "gemm_efficiency", [](double x) { return x > 0 && x <= 1; },
       "must be in (0, 1]: the share of the peak a layer's products reach");
-  machine.finish();
 
-  Table peak(section(root, "peak_tflops", source), "peak_tflops", source);
+  Table peak(section(root, "peak_tflops", source), "peak_tflops", source, {"fp32", "tf32", "bf16"});
   const std::string rule = "must be positive: TFLOP/s per device";
   m.peak_tflops_fp32 = peak.number("fp32", positive, rule);
   m.peak_tflops_tf32 = peak.number("tf32", positive, rule);
   m.peak_tflops_bf16 = peak.number("bf16", positive, rule);
-  peak.finish();
 
   const Value* network = section(root, "network", source);
-  Table levels(network, "network", source);
+  Table(network, "network", source, {"intra_node", "inter_node"}); // refuses other levels
   for (const char* name : {"intra_node", "inter_node"}) {
     NetworkLevel& level = std::string(name) == "intra_node" ? m.intra : m.inter;
     const std::string full = std::string("network.") + name;
-    Table t(section(*network, name, source), full, source);
+    Table t(section(*network, name, source), full, source, {"bandwidth_gbs", "latency_us"});
     const bool intra = &level == &m.intra;
     level.bandwidth_gbs = t.number("bandwidth_gbs", positive,
                                    std::string("must be positive: GB/s one way ") +
                                        (intra ? "per device" : "per node, shared by its devices"));
     level.latency_us = t.number(
         "latency_us", [](double x) { return x >= 0; }, "must be at least 0: microseconds");
-    t.finish();
-    levels.table(name);
   }
-  levels.finish();
   return m;
 }
 

@@ -35,6 +35,10 @@ int run_plan(const PlanOptions& options, const Environment& env);
 /// latency and bandwidth of the node's level, and writes a machine file (rank 0).
 int run_calibrate(const PlanOptions& options, const Environment& env);
 
+/// \brief The measurements of run_calibrate as a machine (collective over MPI_COMM_WORLD;
+/// `deck_path` may be empty); `report` gets the samples and the fit, as comment lines.
+io::Machine measure_machine(const std::string& deck_path, std::string& report);
+
 /// \brief The lines `cubelm check --machine` adds: predicted step time and its parts.
 std::string prediction_text(const Deck& deck, const model::Prediction& p,
                             const io::Machine& machine);
