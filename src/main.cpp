@@ -81,6 +81,15 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   plan->add_option("--mode", plan_options.modes, "Tensor modes to try (default: all)")
       ->delimiter(',');
+  plan->add_option("--tensor-size", plan_options.tensor_sizes,
+                   "Tensor sizes to keep (default: any)")
+      ->delimiter(',');
+  plan->add_option("--pipeline-size", plan_options.pipeline_sizes,
+                   "Pipeline sizes to keep (default: any)")
+      ->delimiter(',');
+  plan->add_option("--recompute", plan_options.recompute,
+                   "recompute settings to keep: none, full (default: both)")
+      ->delimiter(',');
   plan->add_flag("--calibrate", plan_options.calibrate,
                  "Measure this machine (run under mpiexec) and write a machine file");
   plan->add_option("-o,--output", plan_options.output, "--calibrate: the machine file to write");

@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -130,13 +131,14 @@ io::Machine measure_machine(const std::string& deck_path, std::string& report) {
       samples.push_back({size, 4.0 * static_cast<double>(floats), slowest(timer.seconds() / reps)});
     }
   }
-  // Least squares of t = alpha steps + bytes_sent / beta, steps = 2 (p - 1) and
-  // bytes_sent = 2 (p - 1) / p B: the model collective_seconds charges.
+  // Least squares of t = alpha steps + bytes_sent / beta, steps = 2 ceil(log2 p) and
+  // bytes_sent = 2 (p - 1) / p B: the model model::collective_seconds charges.
+  const auto steps_of = [](int p) { return 2 * std::ceil(std::log2(p)); };
   double latency_us = 0, bandwidth_gbs = gbs;
   if (!samples.empty()) {
     double ss = 0, sb = 0, bb = 0, st = 0, bt = 0;
     for (const Sample& s : samples) {
-      const double steps = 2.0 * (s.ranks - 1), sent = 2.0 * (s.ranks - 1) / s.ranks * s.bytes;
+      const double steps = steps_of(s.ranks), sent = 2.0 * (s.ranks - 1) / s.ranks * s.bytes;
       // Relative errors: each sample weighted by 1 / t, so small messages count too.
       const double w = 1 / (s.seconds * s.seconds);
       ss += w * steps * steps, sb += w * steps * sent, bb += w * sent * sent;
@@ -149,7 +151,7 @@ io::Machine measure_machine(const std::string& deck_path, std::string& report) {
       alpha = std::max(0.0, alpha);
       inv_beta = 0;
       for (const Sample& s : samples)
-        inv_beta = std::max(inv_beta, (s.seconds - alpha * 2.0 * (s.ranks - 1)) /
+        inv_beta = std::max(inv_beta, (s.seconds - alpha * steps_of(s.ranks)) /
                                           (2.0 * (s.ranks - 1) / s.ranks * s.bytes));
     }
     latency_us = alpha * 1e6;
@@ -177,9 +179,9 @@ io::Machine measure_machine(const std::string& deck_path, std::string& report) {
           << " GFLOP/s per rank (every precision: the same products on CPUs).\n"
           << "# memory: " << gbs << " GB/s per rank (x + 0.5 y over 32 MiB arrays).\n"
           << "# all-reduce, seconds per call (slowest rank), fitted as\n"
-          << "#   t = latency * 2 (p - 1) + 2 (p - 1) / p * bytes / bandwidth:\n";
+          << "#   t = latency * 2 ceil(log2 p) + 2 (p - 1) / p * bytes / bandwidth:\n";
   for (const Sample& s : samples) {
-    const double fit = latency_us * 1e-6 * 2 * (s.ranks - 1) +
+    const double fit = latency_us * 1e-6 * steps_of(s.ranks) +
                        2.0 * (s.ranks - 1) / s.ranks * s.bytes / (bandwidth_gbs * 1e9);
     comment << "#   p = " << s.ranks << ", " << s.bytes << " bytes: " << s.seconds
             << " s measured, " << fit << " s fitted\n";

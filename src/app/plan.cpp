@@ -51,6 +51,14 @@ model::SearchSpace search_space(const PlanOptions& o) {
       throw Error("--mode " + m + ": must be none, 1d, 2d or 3d", true);
     space.modes.push_back(*v);
   }
+  for (const std::string& r : o.recompute) {
+    const auto v = parse_recompute(r);
+    if (!v)
+      throw Error("--recompute " + r + ": must be none or full", true);
+    space.recompute.push_back(*v);
+  }
+  space.tensor_sizes = o.tensor_sizes;
+  space.pipeline_sizes = o.pipeline_sizes;
   return space;
 }
 

@@ -77,10 +77,14 @@ std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space)
   const ModelConfig& model = base.model;
   const int batch = base.train.global_batch;
   std::vector<Deck> out;
+  const auto allowed = [](const auto& list, auto value) {
+    return list.empty() || std::find(list.begin(), list.end(), value) != list.end();
+  };
   for (const TensorMode mode : modes)
     for (const int tp : tensor_sizes(mode, ranks))
       for (const int pp : divisors(ranks / tp)) {
-        if (pp > model.layers)
+        if (pp > model.layers || !allowed(space.tensor_sizes, tp) ||
+            !allowed(space.pipeline_sizes, pp))
           continue;
         const int dp = ranks / tp / pp;
         if (batch % dp != 0)
@@ -102,6 +106,8 @@ std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space)
                   continue;
                 for (const Recompute recompute : {Recompute::none, Recompute::full})
                   for (const Precision precision : precisions) {
+                    if (!allowed(space.recompute, recompute))
+                      continue;
                     Deck d = base;
                     ParallelConfig& p = d.parallel;
                     p.tensor_mode = mode;

@@ -18,6 +18,9 @@ struct SearchSpace {
   std::vector<Precision> precisions;
   /// Tensor modes to try; empty: all four.
   std::vector<TensorMode> modes;
+  /// Tensor and pipeline sizes, recompute settings to keep; empty: any.
+  std::vector<int> tensor_sizes, pipeline_sizes;
+  std::vector<Recompute> recompute;
 };
 
 /// \brief Every layout of `base`'s model and global batch on `ranks` ranks that its rules
