@@ -32,10 +32,14 @@ set(CUBELM_KOKKOS_FREE
   include/cubelm/comm/layout.hpp
   include/cubelm/plan/messages.hpp
   include/cubelm/plan/schedule.hpp
+  include/cubelm/plan/timed.hpp
   include/cubelm/tp/shapes.hpp
   include/cubelm/io/deck.hpp
+  include/cubelm/io/machine.hpp
   include/cubelm/model/shape.hpp
-  include/cubelm/model/memory.hpp)
+  include/cubelm/model/memory.hpp
+  include/cubelm/model/planner.hpp
+  include/cubelm/model/predict.hpp)
 
 if(NOT ROOT)
   message(FATAL_ERROR "usage: cmake -DROOT=<source tree> -P CubelmLayers.cmake")

@@ -1,6 +1,7 @@
 // The `cubelm` command: parses the command line and runs one subcommand.
 
 #include "cubelm/app/commands.hpp"
+#include "cubelm/app/plan.hpp"
 #include "cubelm/core/environment.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/version.hpp"
@@ -37,8 +38,9 @@ int report(const std::exception& e, bool collective, int rank, int world) {
 int main(int argc, char** argv) {
   // `cubelm check --json` prints one JSON object on stdout: Kokkos' start-up warnings
   // (which go to stdout too) are switched off for it.
+  // `cubelm plan` uses no device at all: its output stays free of them too.
   for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--json") == 0)
+    if (std::strcmp(argv[i], "--json") == 0 || std::strcmp(argv[i], "plan") == 0)
       setenv("KOKKOS_DISABLE_WARNINGS", "1", 0);
   cubelm::Environment env(argc, argv);
   const int rank = env.world_rank();
@@ -59,6 +61,38 @@ int main(int argc, char** argv) {
   bool check_as_json = false;
   check->add_flag("--json", check_as_json,
                   "Print one JSON object (layout, sizes, memory, closed-form traffic per step)");
+
+  std::string check_machine;
+  check->add_option("--machine", check_machine,
+                    "A machine file: also print the predicted step time (docs/planner.md)");
+
+  cubelm::app::PlanOptions plan_options;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Rank every layout of a deck's model on N devices of a machine by predicted step "
+              "time, memory and traffic (docs/planner.md); --calibrate measures this machine");
+  plan->add_option("deck", plan_options.deck, "The TOML input deck (model, batch, precision)");
+  plan->add_option("--machine", plan_options.machine, "The machine file (TOML)");
+  plan->add_option("--ranks", plan_options.ranks,
+                   "Devices to lay out (default: the deck's own layout's)");
+  plan->add_option("--top", plan_options.top, "Layouts printed (default 10)");
+  plan->add_flag("--json", plan_options.json, "Every layout, one JSON object per line");
+  plan->add_option("--precision", plan_options.precisions,
+                   "train.precision values to try (default: the deck's)")
+      ->delimiter(',');
+  plan->add_option("--mode", plan_options.modes, "Tensor modes to try (default: all)")
+      ->delimiter(',');
+  plan->add_option("--tensor-size", plan_options.tensor_sizes,
+                   "Tensor sizes to keep (default: any)")
+      ->delimiter(',');
+  plan->add_option("--pipeline-size", plan_options.pipeline_sizes,
+                   "Pipeline sizes to keep (default: any)")
+      ->delimiter(',');
+  plan->add_option("--recompute", plan_options.recompute,
+                   "recompute settings to keep: none, full (default: both)")
+      ->delimiter(',');
+  plan->add_flag("--calibrate", plan_options.calibrate,
+                 "Measure this machine (run under mpiexec) and write a machine file");
+  plan->add_option("-o,--output", plan_options.output, "--calibrate: the machine file to write");
 
   std::string train_deck;
   CLI::App* train = app.add_subcommand(
@@ -107,7 +141,12 @@ int main(int argc, char** argv) {
       std::fflush(stderr);
     }
     if (*check)
-      return cubelm::app::run_check(check_deck, env, check_as_json);
+      return cubelm::app::run_check(check_deck, env, check_as_json, check_machine);
+    if (*plan) {
+      if (plan_options.deck.empty() && !plan_options.calibrate)
+        throw cubelm::Error("cubelm plan needs a deck (cubelm plan DECK --machine FILE)", true);
+      return cubelm::app::run_plan(plan_options, env);
+    }
     if (*train)
       return cubelm::app::run_train(train_deck, env);
     if (*init)

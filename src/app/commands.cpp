@@ -1,5 +1,6 @@
 #include "cubelm/app/commands.hpp"
 
+#include "cubelm/app/plan.hpp"
 #include "cubelm/app/training.hpp"
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/format.hpp"
@@ -20,6 +21,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #ifdef CUBELM_ENABLE_NCCL
@@ -161,20 +163,32 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
   return out.str();
 }
 
-int run_check(const std::string& deck_path, const Environment& env, bool json) {
+int run_check(const std::string& deck_path, const Environment& env, bool json,
+              const std::string& machine_path) {
   const Deck deck = io::load_deck(deck_path);
   const comm::Layout layout = comm::layout_of(deck.parallel);
   // On one process this is a dry check of the deck; under mpiexec the job
   // itself must fit the layout.
   if (env.world_size() > 1)
     layout.validate_for_world(env.world_size());
+  // The planner's prediction for this layout (docs/planner.md), with a machine file.
+  std::optional<io::Machine> machine;
+  if (!machine_path.empty())
+    machine = io::load_machine(machine_path);
   if (json) {
+    std::string text = check_json(deck, deck_path);
+    if (machine) {
+      text.pop_back(); // the object's closing brace
+      text += ", \"prediction\": " + prediction_json(deck, model::predict(deck, *machine)) + "}";
+    }
     if (env.world_rank() == 0)
-      std::printf("%s\n", check_json(deck, deck_path).c_str());
+      std::printf("%s\n", text.c_str());
     return 0;
   }
   if (env.world_rank() == 0) {
     std::printf("%s: valid deck\n%s", deck_path.c_str(), describe(deck).c_str());
+    if (machine)
+      std::printf("%s", prediction_text(deck, model::predict(deck, *machine), *machine).c_str());
     if (env.world_size() == 1 && layout.world_size() > 1)
       std::printf("launch     this deck needs %d processes (mpiexec -n %d)\n", layout.world_size(),
                   layout.world_size());

@@ -1,5 +1,7 @@
 #include "cubelm/model/memory.hpp"
 
+#include "cubelm/model/buckets.hpp"
+
 #include <algorithm>
 
 namespace cubelm::model {
@@ -15,34 +17,46 @@ StageLayout stage_layout(const plan::PipelinePlan& plan, int stage, bool recompu
 }
 
 Memory estimate_memory(const Deck& deck, int stage) {
-  const ParallelConfig& par = deck.parallel;
-  const plan::PipelinePlan plan = plan::make_plan(par, deck.model);
+  const plan::PipelinePlan plan = plan::make_plan(deck.parallel, deck.model);
   Memory most;
   for (int s = 0; s < plan.stages; ++s) {
     if (stage >= 0 && s != stage)
       continue;
-    const StageLayout layout = stage_layout(plan, s, par.recompute == Recompute::full);
-    StageShape shape;
-    for (const auto& chunk : layout.chunks)
-      shape.layers += static_cast<int>(chunk.size());
-    shape.longest = layout.longest();
-    shape.slots = layout.slots;
-    shape.recompute = layout.recompute;
-    shape.first = layout.first;
-    shape.last = layout.last;
-    const std::int64_t params =
-        parameters_per_rank(deck.model, par.tensor_mode, par.tensor_size, shape);
-    Memory mem;
-    mem.parameters = 4 * params;
-    mem.gradients = mem.parameters;
-    const std::int64_t shard = par.zero ? (params + par.data_size - 1) / par.data_size : params;
-    mem.optimizer = 4 * (2 * shard + (par.zero && par.data_size > 1 ? shard : 0));
-    mem.activations = 4 * activations_per_rank(deck.model, par.tensor_mode, par.tensor_size,
-                                               deck.micro_batch(), shape, par.sequence_parallel);
+    const Memory mem = stage_memory(deck, plan, s);
     if (mem.total() > most.total())
       most = mem;
   }
   return most;
+}
+
+Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int s) {
+  const ParallelConfig& par = deck.parallel;
+  const StageLayout layout = stage_layout(plan, s, par.recompute == Recompute::full);
+  StageShape shape;
+  for (const auto& chunk : layout.chunks)
+    shape.layers += static_cast<int>(chunk.size());
+  shape.longest = layout.longest();
+  shape.slots = layout.slots;
+  shape.recompute = layout.recompute;
+  shape.first = layout.first;
+  shape.last = layout.last;
+  const std::int64_t params =
+      parameters_per_rank(deck.model, par.tensor_mode, par.tensor_size, shape);
+  Memory mem;
+  mem.parameters = 4 * params;
+  mem.gradients = mem.parameters;
+  // Under ZeRO-1 each bucket is padded to a multiple of dp and this rank keeps the
+  // moments of a 1/dp piece of it, and the reduce-scattered gradient piece.
+  std::int64_t shard = params;
+  if (par.zero && par.data_size > 1) {
+    shard = 0;
+    for (const std::int64_t size : stage_buckets(deck, plan, s).plan.size)
+      shard += size / par.data_size;
+  }
+  mem.optimizer = 4 * (2 * shard + (par.zero && par.data_size > 1 ? shard : 0));
+  mem.activations = 4 * activations_per_rank(deck.model, par.tensor_mode, par.tensor_size,
+                                             deck.micro_batch(), shape, par.sequence_parallel);
+  return mem;
 }
 
 } // namespace cubelm::model

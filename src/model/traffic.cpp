@@ -56,12 +56,7 @@ private:
   std::map<std::string, int> sizes_;
 };
 
-// What a stage runs per micro-batch.
-struct Units {
-  bool lookup = false, head = false;
-  double layers = 0;     // layer forwards and backwards
-  double recomputed = 0; // layer forwards run again in the backward
-};
+using Units = UnitWork;
 
 // The tensor-parallel collectives of `u`, times `m` micro-batches; N tokens per
 // micro-batch, T per sequence.
@@ -182,12 +177,69 @@ std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const M
   return n;
 }
 
+// parameter_table, made once per model: the planner asks for the buckets of every stage
+// of thousands of layouts of one model.
+const std::vector<ParamEntry>& table_of(const ModelConfig& m) {
+  thread_local ModelConfig key{};
+  thread_local std::vector<ParamEntry> table;
+  if (table.empty() || key.vocab_size != m.vocab_size || key.seq_len != m.seq_len ||
+      key.hidden != m.hidden || key.heads != m.heads || key.layers != m.layers) {
+    table = parameter_table(m);
+    key = m;
+  }
+  return table;
+}
+
 } // namespace
 
-std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage) {
+StageBuckets stage_buckets(const Deck& deck, int stage) {
+  return stage_buckets(deck, plan::make_plan(deck.parallel, deck.model), stage);
+}
+
+StageBuckets stage_buckets(const Deck& deck, const plan::PipelinePlan& plan, int stage) {
   const ParallelConfig& par = deck.parallel;
   const comm::Layout layout = comm::layout_of(par);
-  const plan::PipelinePlan plan = plan::make_plan(par, deck.model);
+  const StageLayout s = stage_layout(plan, stage, par.recompute == Recompute::full);
+  std::vector<char> layer_here(static_cast<std::size_t>(deck.model.layers), 0);
+  for (const auto& chunk : s.chunks)
+    for (const int l : chunk)
+      layer_here[static_cast<std::size_t>(l)] = 1;
+  // The parameters this stage holds, in bucket order (train::DataParallel's rule).
+  std::vector<std::pair<BucketUnit, std::int64_t>> held;
+  for (const ParamEntry& e : table_of(deck.model)) {
+    const bool here = e.name == "wte"   ? s.first || s.last
+                      : e.name == "wpe" ? s.first
+                      : e.unit == deck.model.layers
+                          ? s.last
+                          : layer_here[static_cast<std::size_t>(e.unit)] != 0;
+    if (here)
+      held.emplace_back(bucket_unit(e, deck.model, s.first), local_size(e, layout, deck.model));
+  }
+  std::stable_sort(held.begin(), held.end(),
+                   [](const auto& a, const auto& b) { return a.first.key > b.first.key; });
+  std::vector<BucketItem> items;
+  for (const auto& [unit, size] : held)
+    items.push_back({unit.key, unit.alone, size});
+  StageBuckets out;
+  out.plan = plan_buckets(
+      items, std::max<std::int64_t>(1, static_cast<std::int64_t>(par.bucket_mb * 1e6 / 4)),
+      par.zero == 1 ? layout.dp : 1);
+  out.done.assign(out.plan.size.size(), deck.model.layers + 1);
+  for (std::size_t k = 0; k < held.size(); ++k) {
+    int& done = out.done[static_cast<std::size_t>(out.plan.of[k])];
+    done = std::min(done, held[k].first.done);
+  }
+  return out;
+}
+
+std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage) {
+  return traffic_per_step(deck, plan::make_plan(deck.parallel, deck.model), stage);
+}
+
+std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::PipelinePlan& plan,
+                                            int stage) {
+  const ParallelConfig& par = deck.parallel;
+  const comm::Layout layout = comm::layout_of(par);
   const StageLayout s = stage_layout(plan, stage, par.recompute == Recompute::full);
   const double m = par.microbatches;
   const double n_tokens = static_cast<double>(deck.micro_batch()) * deck.model.seq_len;
@@ -223,28 +275,9 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage) {
   }
 
   // Data parallelism: the stage's gradient buckets, and the tied wte over pp.ends.
-  std::vector<std::pair<BucketUnit, std::int64_t>> held;
-  for (const ParamEntry& e : parameter_table(deck.model)) {
-    const bool here = e.name == "wte"   ? s.first || s.last
-                      : e.name == "wpe" ? s.first
-                      : e.unit == deck.model.layers
-                          ? s.last
-                          : std::any_of(s.chunks.begin(), s.chunks.end(), [&](const auto& c) {
-                              return std::find(c.begin(), c.end(), e.unit) != c.end();
-                            });
-    if (here)
-      held.emplace_back(bucket_unit(e, deck.model, s.first), local_size(e, layout, deck.model));
-  }
-  std::stable_sort(held.begin(), held.end(),
-                   [](const auto& a, const auto& b) { return a.first.key > b.first.key; });
-  std::vector<BucketItem> items;
-  for (const auto& [unit, size] : held)
-    items.push_back({unit.key, unit.alone, size});
   const bool zero = par.zero == 1;
   const int d = layout.dp;
-  const BucketPlan buckets = plan_buckets(
-      items, std::max<std::int64_t>(1, static_cast<std::int64_t>(par.bucket_mb * 1e6 / 4)),
-      zero ? d : 1);
+  const BucketPlan buckets = stage_buckets(deck, plan, stage).plan;
   if (d > 1) {
     t.size("dp", d);
     for (const std::int64_t size : buckets.size) {
@@ -268,6 +301,13 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage) {
     t.size("world", world);
     t.add("world", Kind::all_reduce, 1, 5, 8);
   }
+  return t.volumes();
+}
+
+std::vector<TrafficVolume> tensor_parallel_traffic(const Deck& deck, const UnitWork& work) {
+  Tally t;
+  tensor_parallel(t, comm::layout_of(deck.parallel), deck.model,
+                  static_cast<double>(deck.micro_batch()) * deck.model.seq_len, work, 1);
   return t.volumes();
 }
 

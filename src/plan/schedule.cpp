@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace cubelm::plan {
@@ -96,15 +97,19 @@ std::vector<Action> order(Schedule schedule, int stage, int p, int m, int v, int
 // previous chunk's backward, which reads it and frees it. Returns the slots needed.
 int assign_slots(const PipelinePlan& plan, int stage, std::vector<Action>& actions) {
   std::map<std::pair<int, int>, int> slot_of;
-  std::vector<bool> busy;
+  // The free slots, lowest first (a set: gpipe holds thousands of slots at once).
+  std::set<int> free;
+  int slots = 0;
+  const auto release = [&](int s) { free.insert(s); };
   for (Action& a : actions) {
     if (a.op == Op::forward) {
-      int s = 0;
-      while (s < static_cast<int>(busy.size()) && busy[static_cast<std::size_t>(s)])
-        ++s;
-      if (s == static_cast<int>(busy.size()))
-        busy.push_back(false);
-      busy[static_cast<std::size_t>(s)] = true;
+      int s = slots;
+      if (free.empty())
+        ++slots;
+      else {
+        s = *free.begin();
+        free.erase(free.begin());
+      }
       slot_of[{a.micro, a.chunk}] = s;
       a.slot = s;
       if (plan.local_prev(a.chunk))
@@ -113,15 +118,15 @@ int assign_slots(const PipelinePlan& plan, int stage, std::vector<Action>& actio
       a.slot = slot_of.at({a.micro, a.chunk});
       if (plan.local_next(stage, a.chunk)) {
         a.grad_from = slot_of.at({a.micro, a.chunk + 1});
-        busy[static_cast<std::size_t>(a.grad_from)] = false;
+        release(a.grad_from);
       }
       if (!plan.local_prev(a.chunk)) {
         a.frees = a.slot;
-        busy[static_cast<std::size_t>(a.slot)] = false;
+        release(a.slot);
       }
     }
   }
-  return static_cast<int>(busy.size());
+  return slots;
 }
 
 } // namespace

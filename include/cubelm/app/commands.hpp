@@ -17,9 +17,12 @@ std::string version_text();
 ///
 /// Run on one process it checks the layout's shape and says how many processes
 /// it needs; run under mpiexec it also checks that the job has that many.
-/// With `json` it prints one JSON object instead (check_json).
+/// With `json` it prints one JSON object instead (check_json). With a machine file
+/// (`machine_path`) it adds the planner's prediction for the deck's layout
+/// (docs/planner.md; in JSON the key "prediction").
 /// \return the exit code (0 when the deck is valid); user errors are thrown.
-int run_check(const std::string& deck_path, const Environment& env, bool json = false);
+int run_check(const std::string& deck_path, const Environment& env, bool json = false,
+              const std::string& machine_path = "");
 
 /// \brief `cubelm check DECK --json`: the deck's layout, parameters, tokens and FLOPs per
 /// step, the fullest rank's memory estimate (`mem_bytes`, and by kind) and rank 0's

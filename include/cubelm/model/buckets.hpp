@@ -6,6 +6,7 @@
 
 #include "cubelm/core/config.hpp"
 #include "cubelm/model/shape.hpp"
+#include "cubelm/plan/schedule.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -66,5 +67,18 @@ inline BucketPlan plan_buckets(const std::vector<BucketItem>& items, std::int64_
   pad();
   return b;
 }
+
+/// \brief The buckets of a rank of pipeline stage `stage` of `deck` (the stage's parameters
+/// in this rank's tensor-parallel blocks, cut by parallel.bucket_mb, padded to a multiple of
+/// data_size under ZeRO-1), as train::DataParallel makes them, and per bucket the unit whose
+/// backward completes it last (the lowest `done` of its parameters): its reduction can start
+/// when that backward has run for the last micro-batch.
+struct StageBuckets {
+  BucketPlan plan;
+  std::vector<int> done; ///< [bucket]
+};
+StageBuckets stage_buckets(const Deck& deck, int stage);
+/// \brief The same with the deck's pipeline plan made already (plan::make_plan).
+StageBuckets stage_buckets(const Deck& deck, const plan::PipelinePlan& plan, int stage);
 
 } // namespace cubelm::model

@@ -16,9 +16,12 @@ StageLayout stage_layout(const plan::PipelinePlan& plan, int stage, bool recompu
 
 /// \brief Memory per rank of a deck's layout (float32) on its fullest pipeline stage:
 /// the stage's parameters and gradients, AdamW's moments (under ZeRO-1 a 1/dp shard and
-/// the reduce-scattered gradient piece, exact up to the padding of each gradient bucket to
-/// a multiple of dp) and the activations of the slots its schedule holds. `stage` >= 0:
-/// that stage's ranks instead.
+/// the reduce-scattered gradient piece of every gradient bucket, each padded to a multiple
+/// of dp as train::DataParallel pads it) and the activations of the slots its schedule holds.
+/// `stage` >= 0: that stage's ranks instead.
 Memory estimate_memory(const Deck& deck, int stage = -1);
+
+/// \brief The memory of a rank of stage `stage`, with the deck's pipeline plan made already.
+Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int stage);
 
 } // namespace cubelm::model

@@ -6,6 +6,7 @@
 
 #include "cubelm/comm/traffic.hpp"
 #include "cubelm/core/config.hpp"
+#include "cubelm/plan/schedule.hpp"
 
 #include <cstdint>
 #include <string>
@@ -30,6 +31,21 @@ struct TrafficVolume {
 /// over world. Equal to what the counters of such a rank count (every rank of a
 /// stage counts the same).
 std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage = 0);
+/// \brief The same with the deck's pipeline plan made already (plan::make_plan).
+std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::PipelinePlan& plan,
+                                            int stage);
+
+/// \brief What one micro-batch runs on a rank: the lookup, the head (ln_f, logits, loss),
+/// layers forward and backward, and layers whose forward runs again in the backward.
+struct UnitWork {
+  bool lookup = false, head = false;
+  double layers = 0, recomputed = 0;
+};
+
+/// \brief The tensor-parallel collectives of one micro-batch through `work` in `deck`'s
+/// layout (the part of traffic_per_step that the tensor-parallel mode sends), so that the
+/// planner can time each pass.
+std::vector<TrafficVolume> tensor_parallel_traffic(const Deck& deck, const UnitWork& work);
 
 /// \brief The sum of the bytes of traffic_per_step: the metrics' comm_bytes.
 double comm_bytes_per_step(const Deck& deck, int stage = 0);

@@ -1,0 +1,173 @@
+// The layouts a planner considers and their ranking. Enumeration follows the same rules
+// the deck reader applies (one source each: comm::Layout, tp::check_shapes,
+// plan::check_plan), so every layout listed is one `cubelm train` accepts.
+
+#include "cubelm/model/planner.hpp"
+
+#include "cubelm/comm/layout.hpp"
+#include "cubelm/core/error.hpp"
+#include "cubelm/plan/schedule.hpp"
+#include "cubelm/tp/shapes.hpp"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace cubelm::model {
+
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0)
+      out.push_back(d);
+  return out;
+}
+
+// The tensor-parallel sizes of `mode` that divide `ranks`.
+std::vector<int> tensor_sizes(TensorMode mode, int ranks) {
+  std::vector<int> out;
+  const int exponent = mode == TensorMode::d2 ? 2 : mode == TensorMode::d3 ? 3 : 1;
+  if (mode == TensorMode::none)
+    return {1};
+  for (int q = 2;; ++q) {
+    long size = 1;
+    for (int i = 0; i < exponent; ++i)
+      size *= q;
+    if (size > ranks)
+      break;
+    if (ranks % size == 0)
+      out.push_back(static_cast<int>(size));
+  }
+  return out;
+}
+
+struct Schedules {
+  Schedule schedule;
+  int virtual_stages;
+};
+
+std::vector<Schedules> schedules(int pp, int dp, int micro, int layers) {
+  if (pp == 1) {
+    std::vector<Schedules> out = {{Schedule::one_f_one_b, 1}};
+    if (micro > 1 && dp > 1)
+      out.push_back({Schedule::layered, 1});
+    return out;
+  }
+  std::vector<Schedules> out = {
+      {Schedule::gpipe, 1}, {Schedule::one_f_one_b, 1}, {Schedule::layered, 1}};
+  for (int v = 2; v * pp <= layers; ++v)
+    out.push_back({Schedule::interleaved, v});
+  return out;
+}
+
+} // namespace
+
+std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space) {
+  if (ranks < 1)
+    throw Error("--ranks = " + std::to_string(ranks) + ": the number of ranks must be at least 1",
+                true);
+  const std::vector<TensorMode> modes =
+      space.modes.empty() ? std::vector<TensorMode>{TensorMode::none, TensorMode::d1,
+                                                    TensorMode::d2, TensorMode::d3}
+                          : space.modes;
+  const std::vector<Precision> precisions =
+      space.precisions.empty() ? std::vector<Precision>{base.train.precision} : space.precisions;
+  const ModelConfig& model = base.model;
+  const int batch = base.train.global_batch;
+  std::vector<Deck> out;
+  const auto allowed = [](const auto& list, auto value) {
+    return list.empty() || std::find(list.begin(), list.end(), value) != list.end();
+  };
+  for (const TensorMode mode : modes)
+    for (const int tp : tensor_sizes(mode, ranks))
+      for (const int pp : divisors(ranks / tp)) {
+        if (pp > model.layers || !allowed(space.tensor_sizes, tp) ||
+            !allowed(space.pipeline_sizes, pp))
+          continue;
+        const int dp = ranks / tp / pp;
+        if (batch % dp != 0)
+          continue;
+        for (const int micro : divisors(batch / dp)) {
+          const int sequences = batch / dp / micro;
+          for (const bool sp : {false, true}) {
+            if (sp && (mode != TensorMode::d1 || tp == 1))
+              continue;
+            comm::Layout layout{dp, pp, tp, mode, sp};
+            if (!tp::check_shapes(layout, model, sequences).empty())
+              continue;
+            for (const Schedules& s : schedules(pp, dp, micro, model.layers)) {
+              if (!plan::check_plan(s.schedule, pp, micro, s.virtual_stages, model.layers)
+                       .key.empty())
+                continue;
+              for (const int zero : {0, 1}) {
+                if (zero == 1 && dp == 1)
+                  continue;
+                for (const Recompute recompute : {Recompute::none, Recompute::full})
+                  for (const Precision precision : precisions) {
+                    if (!allowed(space.recompute, recompute))
+                      continue;
+                    Deck d = base;
+                    ParallelConfig& p = d.parallel;
+                    p.tensor_mode = mode;
+                    p.tensor_size = tp;
+                    p.pipeline_size = pp;
+                    p.data_size = dp;
+                    p.schedule = s.schedule;
+                    p.virtual_stages = s.virtual_stages;
+                    p.microbatches = micro;
+                    p.zero = zero;
+                    p.sequence_parallel = sp;
+                    p.recompute = recompute;
+                    d.train.precision = precision;
+                    out.push_back(std::move(d));
+                  }
+              }
+            }
+          }
+        }
+      }
+  return out;
+}
+
+Ranking rank_layouts(const Deck& base, int ranks, const io::Machine& machine,
+                     const SearchSpace& space) {
+  Ranking ranking;
+  std::vector<Candidate>& out = ranking.fit;
+  // Layouts of the same grid share the groups' placement on nodes.
+  std::map<std::string, std::map<std::string, GroupPlacement>> placements;
+  std::vector<Deck> all = layouts(base, ranks, space);
+  ranking.considered = all.size();
+  for (Deck& d : all) {
+    const comm::Layout layout = comm::layout_of(d.parallel);
+    const std::string grid = layout.describe();
+    auto found = placements.find(grid);
+    if (found == placements.end())
+      found = placements.emplace(grid, place_groups(layout, machine.devices_per_node)).first;
+    PredictOptions options;
+    options.placement = &found->second;
+    options.memory_first = true;
+    Prediction p = predict(d, machine, options);
+    if (p.fits)
+      out.push_back({std::move(d), std::move(p)});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
+    return a.prediction.step_s < b.prediction.step_s;
+  });
+  return ranking;
+}
+
+std::string layout_line(const Deck& deck) {
+  const ParallelConfig& p = deck.parallel;
+  std::ostringstream out;
+  out << comm::layout_of(p).describe() << " " << schedule_name(p.schedule);
+  if (p.schedule == Schedule::interleaved)
+    out << ":" << p.virtual_stages;
+  out << " m=" << p.microbatches << " zero=" << p.zero
+      << " recompute=" << recompute_name(p.recompute) << " "
+      << precision_name(deck.train.precision);
+  return out.str();
+}
+
+} // namespace cubelm::model

@@ -1,0 +1,364 @@
+// The planner's performance model (docs/planner.md): each pass of a micro-batch through
+// a chunk costs its gemms at the machine's rate, its other kernels' memory traffic at the
+// memory bandwidth and its tensor-parallel collectives at the alpha-beta cost of the
+// network level their group spans; the schedule's timeline with those costs and the
+// messages' delays gives the pipeline; the data-parallel buckets, the tied embedding's
+// sum, the step's world sums and AdamW follow.
+
+#include "cubelm/model/predict.hpp"
+
+#include "cubelm/model/buckets.hpp"
+#include "cubelm/model/memory.hpp"
+#include "cubelm/plan/timed.hpp"
+#include "cubelm/tp/shapes.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace cubelm::model {
+
+namespace {
+
+// The instance of each group a rank belongs to, as a key (-1: not in such a group).
+std::vector<std::pair<std::string, long>> group_keys(const comm::Layout& l, int rank) {
+  const comm::GridCoords c = comm::coords_of(l, rank);
+  const long base = static_cast<long>(c.dp) + static_cast<long>(l.dp) * c.pp;
+  const long q = l.side();
+  std::vector<std::pair<std::string, long>> keys = {{"world", 0},
+                                                    {"dp", c.tp + l.tp * static_cast<long>(c.pp)}};
+  if (l.pp > 1)
+    keys.emplace_back("pp.ends", c.tp + l.tp * static_cast<long>(c.dp));
+  switch (l.mode) {
+  case TensorMode::none:
+  case TensorMode::d1:
+    keys.emplace_back("tp", base);
+    break;
+  case TensorMode::d2:
+    keys.emplace_back("tp.row", base * q + c.row);
+    keys.emplace_back("tp.col", base * q + c.col);
+    break;
+  case TensorMode::d3:
+    keys.emplace_back("tp.a", (base * q + c.b) * q + c.c);
+    keys.emplace_back("tp.b", (base * q + c.a) * q + c.c);
+    keys.emplace_back("tp.c", (base * q + c.a) * q + c.b);
+    keys.emplace_back("tp.ab", base * q + c.c);
+    keys.emplace_back("tp.bc", base * q + c.a);
+    keys.emplace_back("tp.ca", base * q + c.b);
+    break;
+  }
+  return keys;
+}
+
+// Placement of a group's instances given each instance's members.
+GroupPlacement placement(const std::map<long, std::vector<int>>& instances, int per_node) {
+  GroupPlacement g;
+  std::map<int, int> leaving; // node -> instances that span nodes and have a rank on it
+  for (const auto& [key, ranks] : instances) {
+    g.ranks = static_cast<int>(ranks.size());
+    std::set<int> nodes;
+    for (const int r : ranks)
+      nodes.insert(r / per_node);
+    if (nodes.size() < 2)
+      continue;
+    g.inter = true;
+    for (const int n : nodes)
+      g.sharing = std::max(g.sharing, ++leaving[n]);
+  }
+  return g;
+}
+
+// Kernels other than gemms, as passes over a layer's saved activations (write and read
+// forward; read them, write and read their gradients backward): bytes per element.
+constexpr double kForwardBytes = 2 * 4, kBackwardBytes = 4 * 4;
+
+} // namespace
+
+std::map<std::string, GroupPlacement> place_groups(const comm::Layout& layout,
+                                                   int devices_per_node) {
+  std::map<std::string, std::map<long, std::vector<int>>> instances;
+  for (int r = 0; r < layout.world_size(); ++r)
+    for (const auto& [name, key] : group_keys(layout, r))
+      instances[name][key].push_back(r);
+  std::map<std::string, GroupPlacement> out;
+  for (const auto& [name, groups] : instances)
+    out[name] = placement(groups, devices_per_node);
+  // Pipeline messages: stage s to s + 1 (mod p), every (dp, tp) pair at once.
+  for (int s = 0; s < layout.pp && layout.pp > 1; ++s) {
+    std::map<long, std::vector<int>> pairs;
+    for (int d = 0; d < layout.dp; ++d)
+      for (int t = 0; t < layout.tp; ++t)
+        pairs[t + static_cast<long>(layout.tp) * d] = {
+            comm::world_rank_of(layout, d, s, t),
+            comm::world_rank_of(layout, d, (s + 1) % layout.pp, t)};
+    out["pp>" + std::to_string(s)] = placement(pairs, devices_per_node);
+  }
+  return out;
+}
+
+double collective_seconds(comm::Kind kind, const GroupPlacement& where, double calls, double bytes,
+                          const io::Machine& machine) {
+  const io::NetworkLevel& level = where.inter ? machine.inter : machine.intra;
+  const double bandwidth = where.inter
+                               ? std::min(machine.intra.bandwidth_gbs,
+                                          machine.inter.bandwidth_gbs / std::max(1, where.sharing))
+                               : machine.intra.bandwidth_gbs;
+  const double p = where.ranks;
+  double steps = 0;
+  switch (kind) {
+  case comm::Kind::all_reduce: // small ones go up and down a tree, large ones round a ring
+    steps = p > 1 ? 2 * std::ceil(std::log2(p)) : 0;
+    break;
+  case comm::Kind::all_gather:
+  case comm::Kind::reduce_scatter:
+  case comm::Kind::broadcast:
+  case comm::Kind::reduce:
+    steps = p - 1;
+    break;
+  case comm::Kind::send:
+    steps = 1;
+    break;
+  case comm::Kind::recv:
+    steps = 0;
+    break;
+  }
+  return bytes / (bandwidth * 1e9) + calls * steps * level.latency_us * 1e-6;
+}
+
+double Prediction::exposed_comm_s() const {
+  double sum = 0;
+  for (const auto& [group, s] : comm_s)
+    sum += s;
+  return sum;
+}
+
+namespace {
+
+// One micro-batch's pass costs of a unit, split into compute and communication by group.
+struct Cost {
+  double forward = 0, backward = 0; // compute (gemms and memory traffic)
+  std::map<std::string, double> comm_forward, comm_backward;
+  double total_forward() const {
+    double t = forward;
+    for (const auto& [g, s] : comm_forward)
+      t += s;
+    return t;
+  }
+  double total_backward() const {
+    double t = backward;
+    for (const auto& [g, s] : comm_backward)
+      t += s;
+    return t;
+  }
+};
+
+// The tensor-parallel communication of `work` split between forward and backward:
+// `forward_share` of it before the backward (1D: 2 of the 4 all-reduces of a layer; 2D and
+// 3D: one of the three products' collectives).
+void add_comm(Cost& cost, const Deck& deck, const UnitWork& work, double forward_share,
+              const std::map<std::string, GroupPlacement>& where, const io::Machine& machine) {
+  for (const TrafficVolume& v : tensor_parallel_traffic(deck, work)) {
+    const double s = collective_seconds(v.kind, where.at(v.group), static_cast<double>(v.calls),
+                                        v.bytes, machine);
+    cost.comm_forward[v.group] += forward_share * s;
+    cost.comm_backward[v.group] += (1 - forward_share) * s;
+  }
+}
+
+} // namespace
+
+Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOptions& options) {
+  const ParallelConfig& par = deck.parallel;
+  const ModelConfig& cfg = deck.model;
+  const comm::Layout layout = comm::layout_of(par);
+  const plan::PipelinePlan plan = plan::make_plan(par, cfg);
+  Prediction out;
+  for (int s = 0; s < plan.stages; ++s) {
+    out.stage_memory.push_back(stage_memory(deck, plan, s));
+    if (out.stage_memory.back().total() > out.memory.total())
+      out.memory = out.stage_memory.back();
+  }
+  out.fits = static_cast<double>(out.memory.total()) <= machine.memory_gib * 1073741824.0;
+  if (options.memory_first && !out.fits)
+    return out;
+  const std::map<std::string, GroupPlacement> placed =
+      options.placement ? std::map<std::string, GroupPlacement>{}
+                        : place_groups(layout, machine.devices_per_node);
+  const auto& where = options.placement ? *options.placement : placed;
+  const int p = plan.stages, tp = layout.tp;
+  const double q = layout.side(), m = par.microbatches, b = deck.micro_batch();
+  const double H = cfg.hidden, T = cfg.seq_len, N = b * T;
+  const double V = static_cast<double>(tp::padded_vocab(cfg, layout));
+  const double rate = machine.peak_flops(deck.train.precision) * machine.gemm_efficiency;
+  const double memory_rate = machine.memory_gbs * 1e9;
+
+  // This rank's rows and columns of a layer's activations (model/shape.hpp's n, r, ho,
+  // hi and local attention scores) and its share of the vocabulary's logits.
+  double n = N, r = N, ho = H, hi = H / tp, scores = b * cfg.heads / tp * T * T,
+         logits = N * V / tp;
+  if (layout.mode == TensorMode::d2) {
+    n = r = N / q, ho = hi = H / q, scores = b / q * (cfg.heads / q) * T * T, logits = n * V / q;
+  } else if (layout.mode == TensorMode::d3) {
+    n = r = N / (q * q), ho = hi = H / q, scores = b / (q * q) * (cfg.heads / q) * T * T;
+    logits = n * V / q;
+  } else if (layout.sequence_parallel && tp > 1) {
+    r = N / tp;
+  }
+  const double saved = 2 * n * ho + 16 * n * hi + scores + 4 * r;
+  const double share =
+      layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3 ? 1.0 / 3 : 0.5;
+  Cost layer, recompute, head, lookup;
+  layer.forward =
+      (24 * N * H * H + 4 * N * T * H) / tp / rate + kForwardBytes * saved / memory_rate;
+  layer.backward =
+      2 * (24 * N * H * H + 4 * N * T * H) / tp / rate + kBackwardBytes * saved / memory_rate;
+  add_comm(layer, deck, UnitWork{false, false, 1, 0}, share, where, machine);
+  recompute.backward = layer.forward;
+  add_comm(recompute, deck, UnitWork{false, false, 0, 1}, 0, where, machine);
+  head.forward = 2 * N * H * V / tp / rate + 3 * 4 * logits / memory_rate;
+  head.backward = 4 * N * H * V / tp / rate + 2 * 4 * logits / memory_rate;
+  add_comm(head, deck, UnitWork{false, true, 0, 0}, 0.5, where, machine);
+  lookup.forward = kForwardBytes * n * ho / memory_rate;
+  lookup.backward = kBackwardBytes * n * ho / memory_rate;
+  add_comm(lookup, deck, UnitWork{true, false, 0, 0}, 0.5, where, machine);
+  const bool recomputing = par.recompute == Recompute::full;
+
+  // Pass costs, and per stage the compute and communication they hold.
+  plan::PassCosts costs;
+  std::vector<double> compute(static_cast<std::size_t>(p), 0.0);
+  std::vector<std::map<std::string, double>> comm(static_cast<std::size_t>(p));
+  const auto add = [&](std::size_t s, const Cost& c, double times, double& f, double& bw) {
+    f += times * c.total_forward();
+    bw += times * c.total_backward();
+    compute[s] += m * times * (c.forward + c.backward);
+    for (const auto& [g, t] : c.comm_forward)
+      comm[s][g] += m * times * t;
+    for (const auto& [g, t] : c.comm_backward)
+      comm[s][g] += m * times * t;
+  };
+  for (int s = 0; s < p; ++s) {
+    const auto si = static_cast<std::size_t>(s);
+    costs.forward.emplace_back();
+    costs.backward.emplace_back();
+    for (std::size_t c = 0; c < plan.layers_of[si].size(); ++c) {
+      double f = 0, bw = 0;
+      const double layers = static_cast<double>(plan.layers_of[si][c].size());
+      add(si, layer, layers, f, bw);
+      if (recomputing)
+        add(si, recompute, layers, f, bw);
+      if (plan.first(s, static_cast<int>(c)))
+        add(si, lookup, 1, f, bw);
+      if (plan.last(s, static_cast<int>(c)))
+        add(si, head, 1, f, bw);
+      costs.forward.back().push_back(f);
+      costs.backward.back().push_back(bw);
+    }
+  }
+  // A message is the residual stream of one micro-batch in the sender's layout.
+  const double message = 4 * r * ho;
+  for (int s = 0; s < p; ++s) {
+    const double next =
+        p > 1 ? collective_seconds(comm::Kind::send, where.at("pp>" + std::to_string(s)), 1,
+                                   message, machine)
+              : 0;
+    const double prev = p > 1
+                            ? collective_seconds(comm::Kind::send,
+                                                 where.at("pp>" + std::to_string((s + p - 1) % p)),
+                                                 1, message, machine)
+                            : 0;
+    costs.to_next.push_back(next);
+    costs.to_prev.push_back(prev);
+  }
+  const plan::TimedTimeline timeline = plan::simulate_timed(plan, costs);
+
+  // The unit-cost timeline (plan::simulate's, checked equal in tests/test_planner.cpp).
+  const plan::TimedTimeline unit = plan::simulate_timed(plan, plan::unit_costs(plan));
+  for (int s = 0; s < p; ++s) {
+    const auto si = static_cast<std::size_t>(s);
+    out.unit_bubble.push_back(unit.busy[si] > 0 ? unit.idle[si] / unit.busy[si] : 0.0);
+  }
+  const int d = layout.dp;
+  const bool zero = par.zero == 1 && d > 1;
+  std::vector<double> end(static_cast<std::size_t>(p), 0.0), optimizer(end), gather(end);
+  std::vector<double> dp_tail(end), ends_tail(end);
+  for (int s = 0; s < p; ++s) {
+    const auto si = static_cast<std::size_t>(s);
+    out.stage_traffic.push_back(traffic_per_step(deck, plan, s));
+    // Data parallelism: each bucket is reduced once the last backward through its units
+    // has passed them, one after the other on the network, overlapping the backward.
+    const StageBuckets buckets = stage_buckets(deck, plan, s);
+    double network = 0, shard = 0, params = 0;
+    const auto& chunks = plan.layers_of[si];
+    for (std::size_t k = 0; k < buckets.plan.size.size(); ++k) {
+      const double size = static_cast<double>(buckets.plan.size[k]);
+      params += size;
+      shard += zero ? size / d : size;
+      if (d == 1)
+        continue;
+      const int unit = buckets.done[k];
+      double ready = timeline.done[si];
+      for (std::size_t c = 0; c < chunks.size(); ++c) {
+        const double start = timeline.last_backward_start[si][c];
+        const double stop = timeline.last_backward_end[si][c];
+        const bool last = plan.last(s, static_cast<int>(c));
+        const double per_layer =
+            layer.total_backward() + (recomputing ? recompute.total_backward() : 0);
+        const double after_head = start + (last ? head.total_backward() : 0);
+        if (unit == cfg.layers && last)
+          ready = after_head;
+        else if (unit == -1 && plan.first(s, static_cast<int>(c)))
+          ready = stop;
+        else
+          for (std::size_t j = 0; j < chunks[c].size(); ++j)
+            if (chunks[c][j] == unit)
+              ready = after_head + static_cast<double>(chunks[c].size() - j) * per_layer;
+      }
+      const double bytes = zero ? (d - 1.0) * 4 * size / d : 2 * (d - 1.0) / d * 4 * size;
+      network = std::max(network, ready) +
+                collective_seconds(zero ? comm::Kind::reduce_scatter : comm::Kind::all_reduce,
+                                   where.at("dp"), 1, bytes, machine);
+      if (zero)
+        gather[si] += collective_seconds(comm::Kind::all_gather, where.at("dp"), 1,
+                                         (d - 1.0) * 4 * size / d, machine);
+    }
+    dp_tail[si] = std::max(0.0, network - timeline.done[si]);
+    for (const TrafficVolume& v : out.stage_traffic.back())
+      if (v.group == "pp.ends")
+        ends_tail[si] += collective_seconds(v.kind, where.at(v.group), static_cast<double>(v.calls),
+                                            v.bytes, machine);
+    // AdamW reads the value, gradient and two moments and writes three of them; the
+    // gradient norm reads every gradient once more.
+    optimizer[si] = 4 * (7 * shard + params) / memory_rate;
+    end[si] = timeline.done[si] + dp_tail[si] + ends_tail[si] + optimizer[si] + gather[si];
+  }
+  const auto critical =
+      static_cast<std::size_t>(std::max_element(end.begin(), end.end()) - end.begin());
+  const double world =
+      layout.world_size() > 1
+          ? collective_seconds(comm::Kind::all_reduce, where.at("world"), 1,
+                               2.0 * (layout.world_size() - 1) / layout.world_size() * 40, machine)
+          : 0;
+  out.critical_stage = static_cast<int>(critical);
+  out.step_s = end[critical] + world;
+  out.compute_s = compute[critical];
+  out.optimizer_s = optimizer[critical];
+  out.comm_s = comm[critical];
+  if (d > 1)
+    out.comm_s["dp"] = dp_tail[critical] + gather[critical];
+  if (ends_tail[critical] > 0)
+    out.comm_s["pp.ends"] = ends_tail[critical];
+  if (world > 0)
+    out.comm_s["world"] = world;
+  out.idle_s = std::max(0.0, out.step_s - out.compute_s - out.exposed_comm_s() - out.optimizer_s);
+
+  for (const TrafficVolume& v : out.stage_traffic.front())
+    out.comm_bytes += v.bytes;
+  out.tokens = static_cast<double>(deck.train.global_batch) * T;
+  out.model_flops = flops_per_token(cfg) * out.tokens;
+  out.tflops_per_device = out.model_flops / out.step_s / layout.world_size() / 1e12;
+  out.mfu =
+      out.model_flops / out.step_s / layout.world_size() / machine.peak_flops(deck.train.precision);
+  return out;
+}
+
+} // namespace cubelm::model
