@@ -7,7 +7,7 @@
 # 1. Starts a throwaway single-node Slurm (tests/local_slurm.sh: munged, slurmctld
 #    and slurmd with all their state in a temporary directory, stopped by PID on
 #    exit).
-# 2. scripts/sweep submits the tiny decks of inputs/perf/tiny/small (every mode at
+# 2. scripts/sweep submits the tiny decks of inputs/perf/tiny/suite (every mode at
 #    1-8 ranks, 1D with sequence parallelism too) through sbatch with
 #    inputs/perf/cpu.sbatch (srun inside the job), one job at a time.
 # 3. scripts/report writes the report; campaign_check.py checks its numbers
@@ -64,7 +64,7 @@ say "local Slurm up: $(sinfo -h -o '%P %D node(s) %c CPUs %T')"
 node=(--sbatch-arg=--cpus-per-task=1 --sbatch-arg=--ntasks-per-node=8)
 "$root/scripts/sweep" --launch sbatch "${node[@]}" --sbatch-arg=--time=10 --one-at-a-time \
   --poll 0.5 --timeout 300 --cubelm "$cubelm" -o "$work/campaign" \
-  "$root"/inputs/perf/tiny/small/*.toml >"$work/sweep.log" 2>&1
+  "$root"/inputs/perf/tiny/suite/*.toml >"$work/sweep.log" 2>&1
 sweep_rc=$?
 cat "$work/sweep.log"
 expect=()
@@ -79,7 +79,7 @@ for d in "$work"/campaign/*/; do
   ranks=$(sed -n 's/.*"ranks": \([0-9]*\).*/\1/p' "$d/run.json")
   expect+=("$mode@$ranks")
 done
-want=$(ls "$root"/inputs/perf/tiny/small/*.toml | wc -l)
+want=$(ls "$root"/inputs/perf/tiny/suite/*.toml | wc -l)
 [ ${#expect[@]} = "$want" ] || fail "${#expect[@]} runs completed (${expect[*]}), expected $want"
 [ "$sweep_rc" = 0 ] || fail "scripts/sweep ended with status $sweep_rc"
 say "campaign: ${#expect[@]} runs through sbatch: ${expect[*]}"
@@ -98,7 +98,7 @@ print(min(json.loads(l)["ms"] for l in open(sys.argv[1]) if json.loads(l)["step"
   "$work/campaign/1d-2/metrics.jsonl") || fail "no step time from the campaign's 1d-2 run"
 steps=$("$py" -c "import math; print(max(1000, math.ceil(80000 / $ms)))")
 mkdir -p "$work/decks"
-cp "$root/inputs/perf/tiny/small/1d-2.toml" "$work/decks/walltime.toml"
+cp "$root/inputs/perf/tiny/suite/1d-2.toml" "$work/decks/walltime.toml"
 say "walltime: $steps steps (the campaign's fastest took $ms ms), --time=1 --signal=B:USR1@25"
 "$root/scripts/sweep" --launch sbatch --launcher mpiexec "${node[@]}" --sbatch-arg=--time=1 \
   --sbatch-arg=--signal=B:USR1@25 --resubmit 30 --steps "$steps" --poll 0.5 --timeout 480 \

@@ -62,7 +62,7 @@ decks)
     fail "gpu.sbatch: not one rank per GPU"
   ;;
 local)
-  decks=("$root/inputs/perf/tiny/small/none-1.toml" "$root/inputs/perf/tiny/small/1d-2.toml")
+  decks=("$root/inputs/perf/tiny/suite/none-1.toml" "$root/inputs/perf/tiny/suite/1d-2.toml")
   "$root/scripts/sweep" --steps 4 -o "$work/runs" "${decks[@]}" || fail "scripts/sweep --launch local failed"
   for r in none-1 1d-2; do
     for f in deck.toml run.json check.json metrics.jsonl train.log jobs.txt; do
@@ -86,7 +86,7 @@ local)
   ;;
 errors)
   # A good run to damage: one rank, 3 steps.
-  "$root/scripts/sweep" --steps 3 -o "$work/good" "$root/inputs/perf/tiny/small/none-1.toml" >/dev/null ||
+  "$root/scripts/sweep" --steps 3 -o "$work/good" "$root/inputs/perf/tiny/suite/none-1.toml" >/dev/null ||
     fail "scripts/sweep failed"
   good=$work/good/none-1
   mk() { rm -rf "$work/$1" && cp -r "$good" "$work/$1" && echo "$work/$1"; }
@@ -131,7 +131,7 @@ errors)
     sweep --sbatch-arg=--time=1 -o "$work/s4" "$good/deck.toml"
   expect_error "--steps -1: the number of steps is at least 0" sweep --steps -1 -o "$work/s4" "$good/deck.toml"
   expect_error "no-deck.toml: no such deck file" sweep -o "$work/s4" "$work/no-deck.toml"
-  expect_error "holds a run of another deck" sweep --steps 4 -o "$work/good" "$root/inputs/perf/tiny/small/none-1.toml"
+  expect_error "holds a run of another deck" sweep --steps 4 -o "$work/good" "$root/inputs/perf/tiny/suite/none-1.toml"
   expect_error "--cubelm $work/empty/x: not an executable program" sweep --cubelm "$work/empty/x" -o "$work/s5" "$good/deck.toml"
   ;;
 *) fail "unknown case '$case' (decks, local, errors)" ;;

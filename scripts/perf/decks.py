@@ -1,5 +1,5 @@
 """The campaign decks: every tensor-parallel mode at every rank count, for
-GPT-2-shaped models and a tiny one (docs/perf-runs.md).
+GPT-2-shaped models and two small ones (docs/perf-runs.md).
 
     scripts/perf-decks [-o DIR]
 
@@ -28,6 +28,8 @@ MODELS = {
     "gpt2-1.3b": ("GPT-2 1.3B-shaped (hidden 2048, 16 heads of 128, 24 layers)",
                   dict(vocab_size=50257, seq_len=1024, hidden=2048, heads=16, layers=24)),
     "tiny": ("tiny", dict(vocab_size=256, seq_len=32, hidden=64, heads=8, layers=2)),
+    "small": ("small (perf/bench_train's small model)",
+              dict(vocab_size=8192, seq_len=128, hidden=256, heads=8, layers=4)),
 }
 
 GPT2_RANKS = [4, 8, 16, 27, 64]
@@ -45,11 +47,18 @@ SETS = {
                  batch=lambda ranks: 4 * ranks, micro=16, train=GPT2_TRAIN, optimizer=GPT2_OPTIMIZER,
                  log=GPT2_LOG,
                  text="weak scaling: 4 sequences per rank and step"),
-    "small": dict(models=["tiny"], ranks=[1, 2, 4, 8], batch=lambda ranks: 16, micro=16,
+    "suite": dict(models=["tiny"], ranks=[1, 2, 4, 8], batch=lambda ranks: 16, micro=16,
                   train=dict(steps=12, seed=1234), optimizer=dict(lr=3e-3, min_lr=3e-4, warmup_steps=2),
                   log=dict(interval=4, metrics="metrics.jsonl"),
                   data=dict(synthetic_tokens=65536),
                   text="the small campaign of the test suite: 16 sequences per step at 1-8 ranks"),
+    "workstation": dict(models=["tiny", "small"], ranks=[1, 2, 4, 8], batch=lambda ranks: 16,
+                        micro=16, train=dict(steps=20, seed=1234),
+                        optimizer=dict(lr=3e-3, min_lr=3e-4, warmup_steps=2),
+                        log=dict(interval=5, metrics="metrics.jsonl"),
+                        data=dict(synthetic_tokens=262144),
+                        text="a campaign for one workstation or node: 16 sequences per step at "
+                             "1-8 ranks, 20 steps"),
 }
 
 MODE_NAMES = {"none": "no tensor parallelism", "1d": "1D (Megatron) tensor parallelism",

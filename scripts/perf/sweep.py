@@ -32,7 +32,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="scripts/sweep", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 2)[2],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("decks", nargs="+", metavar="DECK", help="decks to run (e.g. inputs/perf/tiny/small/*.toml)")
+    p.add_argument("decks", nargs="+", metavar="DECK", help="decks to run (e.g. inputs/perf/tiny/suite/*.toml)")
     p.add_argument("-o", dest="out", required=True, help="the campaign directory: one run directory per deck")
     p.add_argument("--campaign", help="the campaign's name in the report (default: OUT's name)")
     p.add_argument("--launch", choices=("local", "sbatch"), default="local",
