@@ -112,7 +112,7 @@ std::string prediction_text(const Deck& deck, const model::Prediction& p,
   const int nodes = (ranks + machine.devices_per_node - 1) / machine.devices_per_node;
   char buf[300];
   std::snprintf(buf, sizeof(buf),
-                "predicted  %s per step on %d device%s of %s (%d node%s): %.1f TFLOP/s per "
+                "predicted  %s per step on %d device%s of %s (%d node%s): %.3g TFLOP/s per "
                 "device, MFU %.0f%% (%s)\n",
                 ms(p.step_s).c_str(), ranks, ranks == 1 ? "" : "s", machine.name.c_str(), nodes,
                 nodes == 1 ? "" : "s", p.tflops_per_device, 100 * p.mfu,
@@ -178,7 +178,7 @@ int run_plan(const PlanOptions& o, const Environment& env) {
   for (std::size_t i = 0; i < shown; ++i) {
     const model::Prediction& p = all[i].prediction;
     const double bubble = *std::max_element(p.unit_bubble.begin(), p.unit_bubble.end());
-    std::printf("%4zu %11s %8.1f %4.0f%% %11s %11s %7.3f  %s%s\n", i + 1, ms(p.step_s).c_str(),
+    std::printf("%4zu %11s %8.3g %4.0f%% %11s %11s %7.3f  %s%s\n", i + 1, ms(p.step_s).c_str(),
                 p.tflops_per_device, 100 * p.mfu,
                 format_bytes(static_cast<double>(p.memory.total())).c_str(),
                 format_bytes(p.comm_bytes).c_str(), bubble, model::layout_line(all[i].deck).c_str(),
