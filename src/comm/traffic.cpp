@@ -18,6 +18,8 @@ const char* kind_name(Kind kind) {
     return "send";
   case Kind::recv:
     return "recv";
+  case Kind::all_to_all:
+    return "all_to_all";
   }
   return "unknown";
 }
@@ -34,6 +36,7 @@ double modeled_bytes_sent(Kind kind, int group_size, double message_bytes) {
   case Kind::reduce:
     return (p - 1.0) * message_bytes / p;
   case Kind::send:
+  case Kind::all_to_all: // the message is what goes to the other ranks
     return message_bytes;
   case Kind::recv:
     return 0.0;

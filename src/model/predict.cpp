@@ -113,6 +113,7 @@ double collective_seconds(comm::Kind kind, const GroupPlacement& where, double c
   case comm::Kind::reduce_scatter:
   case comm::Kind::broadcast:
   case comm::Kind::reduce:
+  case comm::Kind::all_to_all: // one message to each other rank
     steps = p - 1;
     break;
   case comm::Kind::send:

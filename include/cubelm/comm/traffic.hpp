@@ -11,6 +11,8 @@
 ///   broadcast      (p-1)/p · B     (pipelined/ring broadcast, mean per rank)
 ///   reduce         (p-1)/p · B     (mirror image of broadcast)
 ///   send           B;  recv 0
+///   all_to_all     B               (B = bytes this rank sends to the other ranks;
+///                                   its own block stays local)
 /// where p is the group size and B the message size in bytes.
 
 #include <cstdint>
@@ -22,7 +24,16 @@
 namespace cubelm::comm {
 
 /// \brief The kinds of communication that are counted.
-enum class Kind { all_reduce, all_gather, reduce_scatter, broadcast, reduce, send, recv };
+enum class Kind {
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  broadcast,
+  reduce,
+  send,
+  recv,
+  all_to_all
+};
 
 /// \brief "all_reduce", "all_gather", ...
 const char* kind_name(Kind kind);
