@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <string>
+#include <vector>
 
 namespace cubelm::comm {
 
@@ -79,6 +80,8 @@ public:
   MpiPending& operator=(const MpiPending&) = delete;
 
   MPI_Request* handle() { return &request_; }
+  /// Argument arrays (counts, displacements) that MPI may read until completion.
+  std::vector<int>& arrays() { return arrays_; }
 
   // MPI_Test and MPI_Wait set a completed request to MPI_REQUEST_NULL.
   bool test() override {
@@ -96,6 +99,7 @@ public:
 private:
   Communicator comm_;
   MPI_Request request_ = MPI_REQUEST_NULL;
+  std::vector<int> arrays_;
 };
 
 class MpiBackend final : public Backend {
@@ -145,6 +149,55 @@ public:
     else
       CUBELM_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, c, mpi_type(type), mpi_op(op),
                                                  comm_.raw(), pending->handle()));
+    return pending;
+  }
+  std::unique_ptr<PendingOp> all_to_all(const void* send, void* recv, std::size_t count_per_rank,
+                                        DataType type, void*, Mode mode) override {
+    mpi_count(count_per_rank * static_cast<std::size_t>(comm_.size()),
+              mode == Mode::blocking ? "all_to_all" : "iall_to_all");
+    const int c = static_cast<int>(count_per_rank);
+    const MPI_Datatype t = mpi_type(type);
+    auto pending = start(mode);
+    if (mode == Mode::blocking)
+      CUBELM_MPI_CHECK(MPI_Alltoall(send, c, t, recv, c, t, comm_.raw()));
+    else
+      CUBELM_MPI_CHECK(MPI_Ialltoall(send, c, t, recv, c, t, comm_.raw(), pending->handle()));
+    return pending;
+  }
+  std::unique_ptr<PendingOp> all_to_all_v(const void* send,
+                                          const std::vector<std::size_t>& send_counts, void* recv,
+                                          const std::vector<std::size_t>& recv_counts,
+                                          DataType type, void*, Mode mode) override {
+    const char* what = mode == Mode::blocking ? "all_to_all_v" : "iall_to_all_v";
+    const std::size_t p = static_cast<std::size_t>(comm_.size());
+    // Counts and displacements of send, then of recv; a non-blocking call keeps them
+    // in its request, since MPI may read them until the operation completes.
+    auto pending = start(mode);
+    std::vector<int> local;
+    std::vector<int>& a = pending ? pending->arrays() : local;
+    a.resize(4 * p);
+    int* const sc = a.data();
+    int* const sd = sc + p;
+    int* const rc = sd + p;
+    int* const rd = rc + p;
+    std::size_t s_end = 0, r_end = 0;
+    for (std::size_t i = 0; i < p; ++i) {
+      sd[i] = mpi_count(s_end, what);
+      sc[i] = static_cast<int>(send_counts[i]);
+      s_end += send_counts[i];
+      rd[i] = mpi_count(r_end, what);
+      rc[i] = static_cast<int>(recv_counts[i]);
+      r_end += recv_counts[i];
+    }
+    // Every displacement and count is below the totals, so these bound them all.
+    mpi_count(s_end, what);
+    mpi_count(r_end, what);
+    const MPI_Datatype t = mpi_type(type);
+    if (mode == Mode::blocking)
+      CUBELM_MPI_CHECK(MPI_Alltoallv(send, sc, sd, t, recv, rc, rd, t, comm_.raw()));
+    else
+      CUBELM_MPI_CHECK(
+          MPI_Ialltoallv(send, sc, sd, t, recv, rc, rd, t, comm_.raw(), pending->handle()));
     return pending;
   }
   std::unique_ptr<PendingOp> send(const void* data, std::size_t count, DataType type, int peer,

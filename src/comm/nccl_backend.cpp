@@ -363,6 +363,21 @@ public:
                                         comm_.get(), s));
     return enqueued(s, mode, "reduce_scatter", "ireduce_scatter");
   }
+  // One group of a send to and a receive from every rank (itself included, which
+  // NCCL serves within a group), as PyTorch's all-to-all on NCCL does; zero counts
+  // are left out on both sides, which agree on them.
+  std::unique_ptr<PendingOp> all_to_all(const void* send, void* recv, std::size_t count_per_rank,
+                                        DataType type, void* stream, Mode mode) override {
+    const std::vector<std::size_t> counts(static_cast<std::size_t>(mpi_.size()), count_per_rank);
+    return exchange(send, counts, recv, counts, type, stream, mode, "all_to_all", "iall_to_all");
+  }
+  std::unique_ptr<PendingOp> all_to_all_v(const void* send,
+                                          const std::vector<std::size_t>& send_counts, void* recv,
+                                          const std::vector<std::size_t>& recv_counts,
+                                          DataType type, void* stream, Mode mode) override {
+    return exchange(send, send_counts, recv, recv_counts, type, stream, mode, "all_to_all_v",
+                    "iall_to_all_v");
+  }
   // NCCL has no tags: messages between a pair of ranks arrive in issue order.
   // On one stream, NCCL point-to-point calls run in issue order: a rank that
   // posts a send and then a receive (as its peer does) blocks its stream in the
@@ -449,6 +464,30 @@ private:
       }
     }
     return caller;
+  }
+  // The blocks of an all-to-all, back to back in rank order, as one NCCL group.
+  std::unique_ptr<PendingOp> exchange(const void* send, const std::vector<std::size_t>& send_counts,
+                                      void* recv, const std::vector<std::size_t>& recv_counts,
+                                      DataType type, void* stream, Mode mode, const char* blocking,
+                                      const char* nonblocking) {
+    const cudaStream_t s = launch_stream(stream, mode);
+    const ncclDataType_t t = nccl_type(type);
+    const std::size_t bytes = size_of(type);
+    const auto* in = static_cast<const char*>(send);
+    auto* out = static_cast<char*>(recv);
+    std::size_t s_at = 0, r_at = 0;
+    CUBELM_NCCL_CHECK(ncclGroupStart());
+    for (std::size_t peer = 0; peer < send_counts.size(); ++peer) {
+      const int rank = static_cast<int>(peer);
+      if (send_counts[peer] > 0)
+        CUBELM_NCCL_CHECK(ncclSend(in + s_at * bytes, send_counts[peer], t, rank, comm_.get(), s));
+      if (recv_counts[peer] > 0)
+        CUBELM_NCCL_CHECK(ncclRecv(out + r_at * bytes, recv_counts[peer], t, rank, comm_.get(), s));
+      s_at += send_counts[peer];
+      r_at += recv_counts[peer];
+    }
+    CUBELM_NCCL_CHECK(ncclGroupEnd());
+    return enqueued(s, mode, blocking, nonblocking);
   }
   // An event recorded on `s` after the operation just enqueued there.
   std::shared_ptr<Event> completion(cudaStream_t s) {

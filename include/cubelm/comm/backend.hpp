@@ -112,6 +112,19 @@ public:
   virtual std::unique_ptr<PendingOp> reduce_scatter(const void* send, void* recv,
                                                     std::size_t count_per_rank, DataType type,
                                                     ReduceOp op, void* stream, Mode mode) = 0;
+  /// \brief Block j of `send` (count_per_rank elements at j · count_per_rank) to group
+  /// rank j, block i of `recv` from group rank i.
+  virtual std::unique_ptr<PendingOp> all_to_all(const void* send, void* recv,
+                                                std::size_t count_per_rank, DataType type,
+                                                void* stream, Mode mode) = 0;
+  /// \brief all_to_all with a count per peer (size() entries each, possibly 0): the
+  /// blocks lie back to back in group-rank order (displacements are the prefix sums
+  /// of the counts). recv_counts[i] must equal send_counts[rank()] of rank i.
+  virtual std::unique_ptr<PendingOp> all_to_all_v(const void* send,
+                                                  const std::vector<std::size_t>& send_counts,
+                                                  void* recv,
+                                                  const std::vector<std::size_t>& recv_counts,
+                                                  DataType type, void* stream, Mode mode) = 0;
   virtual std::unique_ptr<PendingOp> send(const void* data, std::size_t count, DataType type,
                                           int peer, int tag, void* stream, Mode mode) = 0;
   virtual std::unique_ptr<PendingOp> recv(void* data, std::size_t count, DataType type, int peer,
