@@ -79,6 +79,45 @@ void Group::check_blocks(std::size_t elements, std::size_t block, const char* op
                     std::to_string(block));
 }
 
+void Group::check_equal_blocks(std::size_t send, std::size_t recv, const char* op) const {
+  const auto p = static_cast<std::size_t>(size());
+  CUBELM_ASSERT(send % p == 0, "group '" + name_ + "' " + op + ": send has " +
+                                   std::to_string(send) +
+                                   " elements, not a multiple of the group size " +
+                                   std::to_string(p) + " (one equal block per rank)");
+  CUBELM_ASSERT(recv == send, "group '" + name_ + "' " + op + ": recv has " + std::to_string(recv) +
+                                  " elements, expected " + std::to_string(send) +
+                                  " (as many as send)");
+}
+
+std::size_t Group::check_counts(const std::vector<std::size_t>& send_counts, std::size_t send,
+                                const std::vector<std::size_t>& recv_counts, std::size_t recv,
+                                const char* op) const {
+  const auto p = static_cast<std::size_t>(size());
+  const std::string where = "group '" + name_ + "' " + op + ": ";
+  std::size_t sums[2] = {0, 0};
+  const std::vector<std::size_t>* counts[2] = {&send_counts, &recv_counts};
+  const std::size_t spans[2] = {send, recv};
+  const char* names[2] = {"send", "recv"};
+  for (int k = 0; k < 2; ++k) {
+    CUBELM_ASSERT(counts[k]->size() == p,
+                  where + names[k] + "_counts has " + std::to_string(counts[k]->size()) +
+                      " entries, expected one per rank of the group (" + std::to_string(p) + ")");
+    for (const std::size_t c : *counts[k])
+      sums[k] += c;
+    CUBELM_ASSERT(sums[k] <= spans[k], where + names[k] + "_counts add up to " +
+                                           std::to_string(sums[k]) + " elements, more than the " +
+                                           std::to_string(spans[k]) + " of " + names[k]);
+  }
+  const auto me = static_cast<std::size_t>(rank());
+  CUBELM_ASSERT(send_counts[me] == recv_counts[me],
+                where + "rank " + std::to_string(me) + " sends itself " +
+                    std::to_string(send_counts[me]) + " elements (send_counts[" +
+                    std::to_string(me) + "]) but receives " + std::to_string(recv_counts[me]) +
+                    " (recv_counts[" + std::to_string(me) + "])");
+  return sums[0] - send_counts[me];
+}
+
 void Group::barrier() const {
   const watchdog::Scope waiting(watch_name_, "barrier");
   host_backend_->barrier();

@@ -9,11 +9,12 @@
 /// GPU-aware MPI is switched on (CommOptions), else staged through a host copy.
 /// Each call adds its modelled bytes sent to the group's TrafficCounters.
 ///
-/// isend, irecv, iall_reduce, ireduce_scatter and iall_gather are the
-/// non-blocking twins of send, recv, all_reduce, reduce_scatter and
-/// all_gather: same arguments, same checks, same traffic accounting (counted
-/// when posted), and a Request (comm/request.hpp) that completes them. Each
-/// pair is one implementation run in two modes (comm::Mode): the blocking call
+/// isend, irecv, iall_reduce, ireduce_scatter, iall_gather, iall_to_all and
+/// iall_to_all_v are the non-blocking twins of send, recv, all_reduce,
+/// reduce_scatter, all_gather, all_to_all and all_to_all_v: same arguments,
+/// same checks, same traffic accounting (counted when posted), and a Request
+/// (comm/request.hpp) that completes them.
+/// Each pair is one implementation run in two modes (comm::Mode): the blocking call
 /// runs the library's blocking operation (MPI_Allreduce, not MPI_Iallreduce and
 /// a wait, whose reduction order may differ) and returns complete. Until
 /// it completes, a View being sent must not be written and a View being
@@ -46,6 +47,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace cubelm::comm {
 
@@ -149,6 +151,29 @@ public:
     post_reduce_scatter(exec, send, recv, op, Mode::blocking).wait();
   }
 
+  /// \brief Block j of `send` goes to group rank j, block i of `recv` comes from group
+  /// rank i: send and recv hold size() blocks of one length each (equal spans, a
+  /// multiple of size()). Counted as the bytes sent to the other ranks.
+  template <class Exec, class VS, class VR>
+  void all_to_all(const Exec& exec, const VS& send, const VR& recv) const {
+    post_all_to_all(exec, send, recv, Mode::blocking).wait();
+  }
+
+  /// \brief all_to_all with a block length per peer: the first send_counts[j] elements
+  /// after those for ranks 0..j-1 go to group rank j, and recv_counts[i] elements from
+  /// group rank i land after those from ranks 0..i-1 (displacements = prefix sums).
+  ///
+  /// Both count vectors have size() entries (elements, possibly 0) adding up to at most
+  /// the span of their View; elements of recv past the received ones are left as they
+  /// were. recv_counts[i] must equal send_counts[rank()] of rank i, which no rank can
+  /// check locally (MPI reports a longer message as truncated); send_counts[rank()]
+  /// must equal recv_counts[rank()]. Counted as the bytes sent to the other ranks.
+  template <class Exec, class VS, class VR>
+  void all_to_all_v(const Exec& exec, const VS& send, const std::vector<std::size_t>& send_counts,
+                    const VR& recv, const std::vector<std::size_t>& recv_counts) const {
+    post_all_to_all_v(exec, send, send_counts, recv, recv_counts, Mode::blocking).wait();
+  }
+
   /// \brief Copies `data` of group rank `root` to every rank.
   template <class Exec, class V>
   void broadcast(const Exec& exec, const V& data, int root) const {
@@ -223,6 +248,20 @@ public:
     return post_reduce_scatter(exec, send, recv, op, Mode::nonblocking);
   }
 
+  /// \brief Non-blocking all_to_all (same layout of send and recv).
+  template <class Exec, class VS, class VR>
+  [[nodiscard]] Request iall_to_all(const Exec& exec, const VS& send, const VR& recv) const {
+    return post_all_to_all(exec, send, recv, Mode::nonblocking);
+  }
+
+  /// \brief Non-blocking all_to_all_v; the count vectors are copied when it is posted.
+  template <class Exec, class VS, class VR>
+  [[nodiscard]] Request iall_to_all_v(const Exec& exec, const VS& send,
+                                      const std::vector<std::size_t>& send_counts, const VR& recv,
+                                      const std::vector<std::size_t>& recv_counts) const {
+    return post_all_to_all_v(exec, send, send_counts, recv, recv_counts, Mode::nonblocking);
+  }
+
   /// \brief Non-blocking send of `data` to group rank `peer`, always through MPI
   /// (see the file comment); pair it with irecv.
   template <class Exec, class V>
@@ -263,6 +302,13 @@ private:
   /// all_gather's recv and reduce_scatter's send (`which`): `elements` = one block per rank.
   void check_blocks(std::size_t elements, std::size_t block, const char* op,
                     const char* which) const;
+  /// all_to_all: equal spans of send and recv, `send` elements a multiple of size().
+  void check_equal_blocks(std::size_t send, std::size_t recv, const char* op) const;
+  /// all_to_all_v: one count per rank, adding up to at most the Views' spans, and the
+  /// block a rank keeps as long in send as in recv. Returns the elements sent to others.
+  std::size_t check_counts(const std::vector<std::size_t>& send_counts, std::size_t send,
+                           const std::vector<std::size_t>& recv_counts, std::size_t recv,
+                           const char* op) const;
 
   /// MPI needs the kernels that produce or still read its buffers finished; NCCL is
   /// stream-ordered.
@@ -296,15 +342,16 @@ private:
                   "group '" + name_ + "' " + op + ": send and recv overlap");
   }
 
+  /// The first `count` elements of send into recv.
   template <class Exec, class VS, class VR>
-  static void copy_flat(const Exec& exec, const VS& send, const VR& recv) {
+  static void copy_flat(const Exec& exec, const VS& send, const VR& recv, std::size_t count) {
     using Flat = Kokkos::View<typename VR::non_const_value_type*, typename VR::memory_space,
                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     using ConstFlat =
         Kokkos::View<const typename VR::non_const_value_type*, typename VS::memory_space,
                      Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    if (send.span() > 0)
-      Kokkos::deep_copy(exec, Flat(recv.data(), recv.span()), ConstFlat(send.data(), send.span()));
+    if (count > 0)
+      Kokkos::deep_copy(exec, Flat(recv.data(), count), ConstFlat(send.data(), count));
   }
 
   // An operation with a non-blocking twin is one post_* function run in two
@@ -357,20 +404,21 @@ private:
   }
 
   /// send to recv (recv written only where `receives`): staged like post_one,
-  /// `call(backend, send buffer, recv buffer, stream)`. A one-rank group copies
-  /// and completes at once.
+  /// `call(backend, send buffer, recv buffer, stream)`; a staged recv is copied in
+  /// first when `partial` (the operation writes only part of it). A one-rank group
+  /// copies `send` whole and completes at once.
   template <class Exec, class VS, class VR, class F>
   Request post_pair(const Exec& exec, const VS& send, const VR& recv, bool receives, Mode mode,
-                    const char* what, F&& call) const {
+                    const char* what, F&& call, bool partial = false) const {
     if (size() == 1) {
-      copy_flat(exec, send, recv);
+      copy_flat(exec, send, recv, send.span());
       if (mode == Mode::nonblocking)
         exec.fence(); // the Request is complete: so is the copy
       return Request();
     }
     const Route route = route_for<VS>();
     detail::Staged<VS> in(send, route == Route::staged, true);
-    detail::Staged<VR> out(recv, route == Route::staged && receives, false);
+    detail::Staged<VR> out(recv, route == Route::staged && receives, partial);
     prepare(exec, route);
     return make_request(watched_call(exec, route, what,
                                      [&] {
@@ -425,6 +473,44 @@ private:
                      [&](Backend& b, void* s, void* r, void* stream) {
                        return b.reduce_scatter(s, r, n, data_type_of<T>(), op, stream, mode);
                      });
+  }
+
+  template <class Exec, class VS, class VR>
+  Request post_all_to_all(const Exec& exec, const VS& send, const VR& recv, Mode mode) const {
+    const char* what = mode == Mode::blocking ? "all_to_all" : "iall_to_all";
+    check_pair<VS, VR>(send, recv, what);
+    check_equal_blocks(send.span(), recv.span(), what);
+    using T = typename VR::non_const_value_type;
+    const std::size_t n = send.span() / static_cast<std::size_t>(size());
+    account(Kind::all_to_all, static_cast<std::size_t>(size() - 1) * n * sizeof(T));
+    return post_pair(exec, send, recv, true, mode, what,
+                     [&](Backend& b, void* s, void* r, void* stream) {
+                       return b.all_to_all(s, r, n, data_type_of<T>(), stream, mode);
+                     });
+  }
+
+  template <class Exec, class VS, class VR>
+  Request post_all_to_all_v(const Exec& exec, const VS& send,
+                            const std::vector<std::size_t>& send_counts, const VR& recv,
+                            const std::vector<std::size_t>& recv_counts, Mode mode) const {
+    const char* what = mode == Mode::blocking ? "all_to_all_v" : "iall_to_all_v";
+    check_pair<VS, VR>(send, recv, what);
+    using T = typename VR::non_const_value_type;
+    const std::size_t to_others =
+        check_counts(send_counts, send.span(), recv_counts, recv.span(), what);
+    account(Kind::all_to_all, to_others * sizeof(T));
+    if (size() == 1) { // only the block a rank keeps; the rest of recv stays
+      copy_flat(exec, send, recv, send_counts[0]);
+      if (mode == Mode::nonblocking)
+        exec.fence(); // the Request is complete: so is the copy
+      return Request();
+    }
+    return post_pair(
+        exec, send, recv, true, mode, what,
+        [&](Backend& b, void* s, void* r, void* stream) {
+          return b.all_to_all_v(s, send_counts, r, recv_counts, data_type_of<T>(), stream, mode);
+        },
+        true);
   }
 
   /// send, recv, isend, irecv (`kind` is Kind::send or Kind::recv). The
