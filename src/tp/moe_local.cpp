@@ -56,8 +56,8 @@ public:
       w2_.push_back(add(names.w2[k], {f, h}, proj_std));
       b2_.push_back(add(names.b2[k], {h}, 0));
     }
-    capacity_ = kernels::moe_capacity(shape.capacity_factor, rows, shape.top_k, shape.experts);
-    expert_rows_ = kernels::moe_rows(shape.capacity_factor, rows, shape.top_k, shape.experts);
+    capacity_ = moe_capacity(shape.capacity_factor, rows, shape.top_k, shape.experts);
+    expert_rows_ = moe_rows(shape.capacity_factor, rows, shape.top_k, shape.experts);
     keys_ = ws.tokens("cubelm::moe_keys", rows * shape.top_k);
     means_ = ws.doubles("cubelm::moe_prob_means", e);
     ws.reserve(kExpertIn, expert_rows_ * h);

@@ -14,26 +14,9 @@
 #include "cubelm/kernels/embedding.hpp"
 #include "cubelm/kernels/views.hpp"
 
-#include <cmath>
 #include <cstdint>
 
 namespace cubelm::kernels {
-
-/// \brief Pairs each expert keeps of `tokens` tokens: ceil(capacity_factor tokens k / E),
-/// or -1 (all of them) when capacity_factor is 0 (dropless).
-inline std::int64_t moe_capacity(double capacity_factor, std::int64_t tokens, int k, int experts) {
-  if (capacity_factor <= 0)
-    return -1;
-  return static_cast<std::int64_t>(
-      std::ceil(capacity_factor * static_cast<double>(tokens) * k / experts));
-}
-
-/// \brief Rows of the expert buffers for `tokens` tokens: every pair (tokens k) when
-/// dropless, else at most E x capacity.
-inline std::int64_t moe_rows(double capacity_factor, std::int64_t tokens, int k, int experts) {
-  const std::int64_t all = tokens * k, cap = moe_capacity(capacity_factor, tokens, k, experts);
-  return cap < 0 || cap * experts >= all ? all : cap * experts;
-}
 
 using IntVec = Kokkos::View<int*, MemSpace>;
 using IntMat = Kokkos::View<int**, Kokkos::LayoutRight, MemSpace>;

@@ -4,7 +4,6 @@
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/config.hpp"
-#include "cubelm/kernels/moe.hpp"
 #include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
@@ -344,7 +343,7 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   // means (doubles: 2 elements each) and scratch shared by the layers.
   const std::int64_t mlp = 12 * n * hi, e = m.experts, k = m.top_k;
   const std::int64_t rows =
-      stage.moe_layers > 0 ? kernels::moe_rows(m.capacity_factor, n, m.top_k, m.experts) : 0;
+      stage.moe_layers > 0 ? tp::moe_rows(m.capacity_factor, n, m.top_k, m.experts) : 0;
   const std::int64_t saved = n * e + 3 * n * k + rows * (1 + 13 * h) + 2 * e + 1;
   const std::int64_t mlp_acts = stage.mlp_acts < 0 ? c : stage.mlp_acts;
   const std::int64_t acts = c * (layer - mlp) + mlp_acts * mlp + stage.moe_acts * saved;
