@@ -15,6 +15,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 namespace cubelm::io {
@@ -235,6 +236,28 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   model.require(m.hidden % m.heads == 0, "hidden",
                 "must be divisible by model.heads = " + std::to_string(m.heads) +
                     " (each head gets hidden/heads features)");
+  // Mixture-of-Experts feed-forward (docs/model.md).
+  model.get("experts", m.experts);
+  model.get("top_k", m.top_k);
+  model.get("moe_every", m.moe_every);
+  model.get("capacity_factor", m.capacity_factor);
+  model.get("aux_loss", m.aux_loss);
+  model.at_least("experts", m.experts, 0, "0 or 1: the dense MLP in every layer");
+  if (m.top_k < 1 || (m.experts > 1 && m.top_k > m.experts))
+    model.fail("top_k",
+               "must lie in [1, model.experts = " + std::to_string(std::max(m.experts, 1)) +
+                   "] (experts each token is routed to)",
+               std::to_string(m.top_k));
+  if (m.moe_every < 1 || (m.experts > 1 && m.moe_every > m.layers))
+    model.fail("moe_every",
+               "must lie in [1, model.layers = " + std::to_string(m.layers) +
+                   "] (layers moe_every - 1, 2 moe_every - 1, ... counted from 0 are MoE layers)",
+               std::to_string(m.moe_every));
+  model.require(std::isfinite(m.capacity_factor) && m.capacity_factor >= 0, "capacity_factor",
+                "must be a finite number, at least 0 (0: dropless; c > 0: each expert takes at "
+                "most ceil(c x tokens x top_k / experts) tokens)");
+  model.require(std::isfinite(m.aux_loss) && m.aux_loss >= 0, "aux_loss",
+                "must be a finite number, at least 0 (the load-balancing loss coefficient)");
   model.finish();
 
   Section par = section("parallel");
@@ -279,6 +302,21 @@ Deck parse_deck(const std::string& text, const std::string& source) {
     comm::layout_of(p).validate();
   } catch (const Error& e) {
     par.fail("tensor_size", e.what());
+  }
+  if (m.experts > 1) {
+    // Until expert parallelism exists an MoE model runs on one process only: refuse
+    // anything else here rather than compute something else.
+    const std::string rule = "model.experts = " + std::to_string(m.experts) +
+                             " (an MoE model) runs on one process only: expert parallelism is "
+                             "not available yet (tensor_size, pipeline_size and data_size must "
+                             "be 1, tensor_mode \"none\" or \"1d\")";
+    if (p.tensor_mode == TensorMode::d2 || p.tensor_mode == TensorMode::d3)
+      par.fail("tensor_mode", rule);
+    for (const auto& [key, size] : {std::pair<const char*, int>{"tensor_size", p.tensor_size},
+                                    {"pipeline_size", p.pipeline_size},
+                                    {"data_size", p.data_size}})
+      if (size != 1)
+        par.fail(key, rule, std::to_string(size));
   }
   par.finish();
 

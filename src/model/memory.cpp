@@ -40,6 +40,20 @@ Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int s) {
   shape.recompute = layout.recompute;
   shape.first = layout.first;
   shape.last = layout.last;
+  // Activation position i serves the i-th layer of every chunk: MoE buffers when one of
+  // them is an MoE layer, the MLP's when one of them is dense (ShardedGPT::make_acts).
+  shape.mlp_acts = 0;
+  for (int i = 0; i < shape.longest; ++i) {
+    bool moe = false, mlp = false;
+    for (const auto& chunk : layout.chunks)
+      if (i < static_cast<int>(chunk.size()))
+        (deck.model.moe_layer(chunk[static_cast<std::size_t>(i)]) ? moe : mlp) = true;
+    shape.moe_acts += moe ? 1 : 0;
+    shape.mlp_acts += mlp ? 1 : 0;
+  }
+  for (const auto& chunk : layout.chunks)
+    for (const int l : chunk)
+      shape.moe_layers += deck.model.moe_layer(l) ? 1 : 0;
   const std::int64_t params =
       parameters_per_rank(deck.model, par.tensor_mode, par.tensor_size, shape);
   Memory mem;

@@ -15,14 +15,18 @@ template <class T>
 struct ShardedGPT<T>::Layer {
   std::unique_ptr<tp::LayerNorm<T>> ln1, ln2;
   std::unique_ptr<tp::Linear<T>> qkv, proj, fc1, fc2;
+  std::unique_ptr<tp::MoE<T>> moe; // in place of fc1 and fc2 in an MoE layer
 };
 
-// A layer's saved activations for one micro-batch (th: GELU's tanh; ln*: row statistics).
+// A layer's saved activations for one micro-batch (th: GELU's tanh; ln*: row statistics;
+// h, g, th: the MLP's, empty where no layer using the buffers has one; moe: an MoE
+// layer's routing and expert activations).
 template <class T>
 struct ShardedGPT<T>::Acts {
   Mat<T> ln1_out, q, k, v, att, ln2_out, h, g, th;
   Vec<T> ln1, ln2;
   kernels::Tensor4<T> probs;
+  kernels::MoeSaved<T> moe;
 };
 
 // The buffers of one activation slot: one (micro-batch, chunk) in flight. Without recomputation the
@@ -48,7 +52,7 @@ Vec<T> vector(const char* label, std::int64_t n) {
 } // namespace
 
 template <class T>
-typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts() const {
+typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts(bool mlp, bool moe) const {
   Acts a;
   a.ln1_out = matrix<T>("cubelm::ln1", rows_, outer_);
   a.ln2_out = matrix<T>("cubelm::ln2", rows_, outer_);
@@ -56,9 +60,18 @@ typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts() const {
   a.k = matrix<T>("cubelm::k", rows_, inner_);
   a.v = matrix<T>("cubelm::v", rows_, inner_);
   a.att = matrix<T>("cubelm::att", rows_, inner_);
-  a.h = matrix<T>("cubelm::h", rows_, ffn_);
-  a.g = matrix<T>("cubelm::g", rows_, ffn_);
-  a.th = matrix<T>("cubelm::gelu_tanh", rows_, ffn_);
+  if (mlp) {
+    a.h = matrix<T>("cubelm::h", rows_, ffn_);
+    a.g = matrix<T>("cubelm::g", rows_, ffn_);
+    a.th = matrix<T>("cubelm::gelu_tanh", rows_, ffn_);
+  }
+  if (moe) {
+    for (const auto& y : layers_)
+      if (y->moe) {
+        a.moe = y->moe->make_saved();
+        break;
+      }
+  }
   a.ln1 = vector<T>("cubelm::ln1_stats", 2 * stream_rows_);
   a.ln2 = vector<T>("cubelm::ln2_stats", 2 * stream_rows_);
   a.probs =
@@ -102,29 +115,45 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
       CUBELM_ASSERT(l >= 0 && l < L && (layer_ids_.empty() || l > layer_ids_.back()),
                     "stage layers must be increasing ids below model.layers");
       layer_ids_.push_back(l);
-      const LayerParams n = layer_params(l);
+      const LayerParams n = layer_params(l, config.moe_layer(l) ? config.experts : 0);
       auto y = std::make_unique<Layer>();
       y->ln1 = mode.layernorm(params_, n.ln1, H, stream_rows_);
       y->qkv = mode.linear(params_, n.qkv, n.qkv_bias, H, H, rows_, tp::Role::first, std_dev, seed);
       y->proj = mode.linear(params_, {n.wo}, {n.bo}, H, H, rows_, tp::Role::second, proj_std, seed);
       y->ln2 = mode.layernorm(params_, n.ln2, H, stream_rows_);
-      y->fc1 =
-          mode.linear(params_, {n.w1}, {n.b1}, H, 4 * H, rows_, tp::Role::first, std_dev, seed);
-      y->fc2 =
-          mode.linear(params_, {n.w2}, {n.b2}, 4 * H, H, rows_, tp::Role::second, proj_std, seed);
+      if (config.moe_layer(l)) {
+        const tp::MoeShape shape{config.experts, config.top_k, config.capacity_factor,
+                                 config.aux_loss};
+        y->moe = mode.moe(params_, tp::MoeNames{n.router, n.ew1, n.eb1, n.ew2, n.eb2}, shape, H,
+                          rows_, std_dev, proj_std, seed);
+      } else {
+        y->fc1 =
+            mode.linear(params_, {n.w1}, {n.b1}, H, 4 * H, rows_, tp::Role::first, std_dev, seed);
+        y->fc2 =
+            mode.linear(params_, {n.w2}, {n.b2}, 4 * H, H, rows_, tp::Role::second, proj_std, seed);
+      }
       layers_.push_back(std::move(y));
     }
   if (stage_.last)
     lnf_ = mode.layernorm(params_, "ln_f", H, stream_rows_);
   const int c = stage_.longest();
+  // Position i of a slot's activations serves the i-th layer of every chunk.
+  std::vector<bool> mlp_at(static_cast<std::size_t>(c)), moe_at(static_cast<std::size_t>(c));
+  bool any_mlp = false, any_moe = false;
+  for (const auto& chunk : stage_.chunks)
+    for (std::size_t i = 0; i < chunk.size(); ++i) {
+      const bool moe = config.moe_layer(chunk[i]);
+      (moe ? moe_at : mlp_at)[i] = true;
+      (moe ? any_moe : any_mlp) = true;
+    }
   for (int k = 0; k < stage_.slots; ++k) {
     auto slot = std::make_unique<SlotBuffers>();
     const int states = stage_.recompute ? c + 1 : 2 * c + 1;
     for (int i = 0; i < states; ++i)
       slot->stream.push_back(matrix<T>("cubelm::stream", stream_rows_, outer_));
     if (!stage_.recompute)
-      for (int i = 0; i < c; ++i)
-        slot->acts.push_back(make_acts());
+      for (std::size_t i = 0; i < static_cast<std::size_t>(c); ++i)
+        slot->acts.push_back(make_acts(mlp_at[i], moe_at[i]));
     if (stage_.last) {
       slot->lnf_out = matrix<T>("cubelm::ln_f", rows_, outer_);
       slot->lnf = vector<T>("cubelm::ln_f_stats", 2 * stream_rows_);
@@ -132,10 +161,12 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
     slots_.push_back(std::move(slot));
   }
   if (stage_.recompute && c > 0) {
-    redo_ = std::make_unique<Acts>(make_acts());
+    redo_ = std::make_unique<Acts>(make_acts(any_mlp, any_moe));
     redo_x1_ = matrix<T>("cubelm::redo_x1", stream_rows_, outer_);
     redo_x2_ = matrix<T>("cubelm::redo_x2", stream_rows_, outer_);
   }
+  if (any_moe)
+    aux_ = Kokkos::View<double*, MemSpace>("cubelm::aux_loss", 1);
   d_outer_ = matrix<T>("cubelm::d_outer", rows_, outer_);
   dx_ = matrix<T>("cubelm::dx", stream_rows_, outer_);
   dq_ = matrix<T>("cubelm::dq", rows_, inner_);
@@ -168,7 +199,7 @@ Memory ShardedGPT<T>::memory() const {
     mem.parameters += p.size() * static_cast<std::int64_t>(sizeof(T));
     mem.gradients += p.size() * static_cast<std::int64_t>(sizeof(T));
   }
-  std::int64_t elements = 0;
+  std::int64_t elements = 0, moe_bytes = 0;
   auto add = [&](const auto& view) { elements += static_cast<std::int64_t>(view.span()); };
   auto add_acts = [&](const Acts& a) {
     for (const Mat<T>* m : {&a.ln1_out, &a.q, &a.k, &a.v, &a.att, &a.ln2_out, &a.h, &a.g, &a.th})
@@ -176,6 +207,7 @@ Memory ShardedGPT<T>::memory() const {
     add(a.ln1);
     add(a.ln2);
     add(a.probs);
+    moe_bytes += a.moe.bytes();
   };
   for (const auto& s : slots_) {
     for (const auto& m : s->stream)
@@ -197,7 +229,8 @@ Memory ShardedGPT<T>::memory() const {
   add(work_.k);
   add(work_.v);
   add(work_.o);
-  mem.activations = elements * static_cast<std::int64_t>(sizeof(T)) + mode_.workspace_bytes();
+  mem.activations =
+      elements * static_cast<std::int64_t>(sizeof(T)) + moe_bytes + mode_.workspace_bytes();
   return mem;
 }
 
@@ -251,8 +284,18 @@ const Mat<T>& ShardedGPT<T>::output(int chunk, int slot) const {
 }
 
 template <class T>
+double ShardedGPT<T>::take_aux_sum() {
+  if (aux_.extent(0) == 0)
+    return 0.0;
+  // On a host backend the mirror is aux_ itself: read it before it is reset.
+  const double sum = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), aux_)(0);
+  Kokkos::deep_copy(aux_, 0.0);
+  return sum;
+}
+
+template <class T>
 void ShardedGPT<T>::forward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x,
-                                  const Mat<T>& x1, const Mat<T>& x2) {
+                                  const Mat<T>& x1, const Mat<T>& x2, bool count_aux) {
   using namespace kernels;
   y.ln1->forward(exec, x, a.ln1_out, a.ln1);
   y.qkv->forward(exec, a.ln1_out, {a.q, a.k, a.v});
@@ -260,20 +303,29 @@ void ShardedGPT<T>::forward_layer(const ExecSpace& exec, Layer& y, Acts& a, cons
   y.proj->forward(exec, a.att, {x1});
   add_inplace<T>(exec, x1, x);
   y.ln2->forward(exec, x1, a.ln2_out, a.ln2);
-  y.fc1->forward(exec, a.ln2_out, {a.h});
-  gelu_forward<T>(exec, a.h, a.g, a.th);
-  y.fc2->forward(exec, a.g, {x2});
+  if (y.moe) {
+    y.moe->forward(exec, a.ln2_out, x2, a.moe,
+                   count_aux ? aux_ : Kokkos::View<double*, MemSpace>());
+  } else {
+    y.fc1->forward(exec, a.ln2_out, {a.h});
+    gelu_forward<T>(exec, a.h, a.g, a.th);
+    y.fc2->forward(exec, a.g, {x2});
+  }
   add_inplace<T>(exec, x2, x1);
 }
 
 // dx_ holds the gradient of the layer's output on entry and of its input on exit.
 template <class T>
 void ShardedGPT<T>::backward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x,
-                                   const Mat<T>& x1) {
+                                   const Mat<T>& x1, double grad_scale) {
   using namespace kernels;
-  y.fc2->backward(exec, a.g, {dx_}, dg_);
-  gelu_backward<T>(exec, a.h, a.th, dg_, dh_);
-  y.fc1->backward(exec, a.ln2_out, {dh_}, d_outer_);
+  if (y.moe) {
+    y.moe->backward(exec, a.ln2_out, dx_, d_outer_, a.moe, T(grad_scale));
+  } else {
+    y.fc2->backward(exec, a.g, {dx_}, dg_);
+    gelu_backward<T>(exec, a.h, a.th, dg_, dh_);
+    y.fc1->backward(exec, a.ln2_out, {dh_}, d_outer_);
+  }
   y.ln2->backward(exec, x1, d_outer_, dx_, a.ln2);
   y.proj->backward(exec, a.att, {dx_}, da_);
   attention_backward<T>(exec, a.q, a.k, a.v, heads_, a.probs, da_, dscratch_, work_, dq_, dk_, dv_);
@@ -298,9 +350,10 @@ void ShardedGPT<T>::forward(int chunk, int slot, const std::vector<std::int32_t>
   for (int i = 0; i < c; ++i) {
     Layer& y = layer(ids[static_cast<std::size_t>(i)]);
     if (stage_.recompute)
-      forward_layer(exec, y, *redo_, s.stream[i], redo_x1_, s.stream[i + 1]);
+      forward_layer(exec, y, *redo_, s.stream[i], redo_x1_, s.stream[i + 1], true);
     else
-      forward_layer(exec, y, s.acts[i], s.stream[2 * i], s.stream[2 * i + 1], s.stream[2 * i + 2]);
+      forward_layer(exec, y, s.acts[i], s.stream[2 * i], s.stream[2 * i + 1], s.stream[2 * i + 2],
+                    true);
   }
   if (head)
     lnf_->forward(exec, output(chunk, slot), s.lnf_out, s.lnf);
@@ -337,10 +390,10 @@ double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32
     const int id = ids[static_cast<std::size_t>(i)];
     Layer& y = layer(id);
     if (stage_.recompute) {
-      forward_layer(exec, y, *redo_, s.stream[i], redo_x1_, redo_x2_);
-      backward_layer(exec, y, *redo_, s.stream[i], redo_x1_);
+      forward_layer(exec, y, *redo_, s.stream[i], redo_x1_, redo_x2_, false);
+      backward_layer(exec, y, *redo_, s.stream[i], redo_x1_, grad_scale);
     } else {
-      backward_layer(exec, y, s.acts[i], s.stream[2 * i], s.stream[2 * i + 1]);
+      backward_layer(exec, y, s.acts[i], s.stream[2 * i], s.stream[2 * i + 1], grad_scale);
     }
     if (done)
       done(id);

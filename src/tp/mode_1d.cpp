@@ -275,6 +275,13 @@ public:
     return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, padded, seq, hidden, batch,
                                             seed, ends, split(batch, seq));
   }
+  std::unique_ptr<MoE<T>> moe(Params<T>& params, const MoeNames& names, const MoeShape& shape,
+                              std::int64_t hidden, std::int64_t rows, double std_dev,
+                              double proj_std, std::uint64_t seed) override {
+    if (group_.size() > 1) // no expert parallelism yet: refused
+      return Mode<T>::moe(params, names, shape, hidden, rows, std_dev, proj_std, seed);
+    return make_local_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed);
+  }
 
 private:
   SeqSplit split(int batch, int seq) const {

@@ -37,6 +37,10 @@ public:
     bytes_ += n * static_cast<std::int64_t>(sizeof(T));
     return Vec<T>(label, n);
   }
+  Kokkos::View<double*, MemSpace> doubles(const std::string& label, std::int64_t n) {
+    bytes_ += n * static_cast<std::int64_t>(sizeof(double));
+    return Kokkos::View<double*, MemSpace>(label, n);
+  }
   Tokens tokens(const std::string& label, std::int64_t n) {
     bytes_ += n * static_cast<std::int64_t>(sizeof(std::int32_t));
     return Tokens(label, n);

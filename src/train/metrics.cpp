@@ -31,6 +31,10 @@ std::string format_step(const StepMetrics& m, int steps, double eta_s) {
                 m.step, steps, m.loss, m.grad_norm, m.lr, m.ms, si(m.tokens_per_s, 1).c_str(),
                 m.gflops_per_rank, 100.0 * m.mfu, m.mem_bytes / 1048576.0);
   std::string line = buf;
+  if (m.moe) {
+    std::snprintf(buf, sizeof(buf), " | aux %.4f", m.aux_loss);
+    line.insert(line.find(" | gnorm"), buf);
+  }
   if (eta_s >= 0)
     line += " | ETA " + format_duration(eta_s);
   if (m.skipped)
@@ -99,7 +103,10 @@ std::string format_json(const StepMetrics& m) {
   std::ostringstream out;
   out.precision(9);
   out << "{\"step\": " << m.step << ", \"loss\": " << Number{m.loss}
-      << ", \"grad_norm\": " << Number{m.grad_norm} << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms
+      << (m.moe ? ", \"aux_loss\": " : "");
+  if (m.moe)
+    out << Number{m.aux_loss};
+  out << ", \"grad_norm\": " << Number{m.grad_norm} << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms
       << ", \"tokens_per_s\": " << m.tokens_per_s << ", \"gflops_per_rank\": " << m.gflops_per_rank
       << ", \"mfu\": " << m.mfu << ", \"mem_bytes\": " << m.mem_bytes
       << ", \"comm_bytes\": " << m.comm_bytes << ", \"wait_ms\": " << m.wait_ms

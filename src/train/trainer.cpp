@@ -186,6 +186,10 @@ StepMetrics Trainer::step() {
   sums_(2) = vote_.sigterm ? 1.0 : 0.0;
   sums_(3) = vote_.sigusr1 ? 1.0 : 0.0;
   sums_(4) = vote_.deadline ? 1.0 : 0.0;
+  // The MoE layers' load-balancing loss (trained on, reported apart from the loss), once
+  // per tensor-parallel group.
+  const double aux = model.take_aux_sum();
+  sums_(5) = grid.tp().rank() == 0 ? aux : 0.0;
   vote_ = StopVotes{};
   if (grid.world().size() > 1)
     grid.world().all_reduce(HostExecSpace(), sums_);
@@ -193,6 +197,8 @@ StepMetrics Trainer::step() {
   m.step = step_;
   m.loss = sums_(0) / tokens;
   m.grad_norm = std::sqrt(sums_(1));
+  m.moe = deck_.model.experts > 1;
+  m.aux_loss = sums_(5) / tokens;
   m.stop.sigterm = static_cast<int>(sums_(2));
   m.stop.sigusr1 = static_cast<int>(sums_(3));
   m.stop.deadline = static_cast<int>(sums_(4));

@@ -52,6 +52,15 @@ struct ModelConfig {
   int hidden = 64;
   int heads = 4;
   int layers = 2;
+  /// Mixture-of-Experts feed-forward (docs/model.md): experts per MoE layer; 0 or 1 keep
+  /// the dense MLP everywhere
+  int experts = 0;
+  int top_k = 2;              ///< experts each token is routed to (1 <= top_k <= experts)
+  int moe_every = 1;          ///< layers moe_every - 1, 2 moe_every - 1, ... are MoE layers
+  double capacity_factor = 0; ///< 0: dropless; > 0: ceil(c N top_k / experts) rows per expert
+  double aux_loss = 0.01;     ///< coefficient of the load-balancing loss (Switch's 0.01)
+  /// \brief True when layer `layer` (from 0) has an MoE feed-forward instead of the MLP.
+  bool moe_layer(int layer) const { return experts > 1 && (layer + 1) % moe_every == 0; }
 };
 
 struct ParallelConfig {

@@ -14,39 +14,90 @@
 
 namespace cubelm::model {
 
-/// \brief Parameters per transformer block: ln1, ln2 (2H each), wq/wk/wv/wo (H^2 + H each),
-/// w1 (4H^2) + b1 (4H), w2 (4H^2) + b2 (H): 12 H^2 + 13 H.
+/// \brief Parameters of a dense transformer block: ln1, ln2 (2H each), wq/wk/wv/wo (H^2 + H
+/// each), w1 (4H^2) + b1 (4H), w2 (4H^2) + b2 (H): 12 H^2 + 13 H.
 inline std::int64_t parameters_per_layer(const ModelConfig& m) {
   const std::int64_t h = m.hidden;
   return 12 * h * h + 13 * h;
 }
 
+/// \brief Parameters of one expert (an MLP of the GPT-2 shape): 8 H^2 + 5 H.
+inline std::int64_t parameters_per_expert(const ModelConfig& m) {
+  const std::int64_t h = m.hidden;
+  return 8 * h * h + 5 * h;
+}
+
+/// \brief Parameters of block `layer`: a dense block, or with an MoE feed-forward the
+/// attention part, the router [H, E] and E experts.
+inline std::int64_t parameters_of_layer(const ModelConfig& m, int layer) {
+  if (!m.moe_layer(layer))
+    return parameters_per_layer(m);
+  const std::int64_t h = m.hidden, e = m.experts;
+  return parameters_per_layer(m) - parameters_per_expert(m) + h * e + e * parameters_per_expert(m);
+}
+
+/// \brief Layers with an MoE feed-forward.
+inline int moe_layer_count(const ModelConfig& m) {
+  int n = 0;
+  for (int l = 0; l < m.layers; ++l)
+    n += m.moe_layer(l) ? 1 : 0;
+  return n;
+}
+
 /// \brief All parameters: wte [V,H] (tied with the head), wpe [T,H], the blocks, ln_f.
 inline std::int64_t parameter_count(const ModelConfig& m) {
   const std::int64_t h = m.hidden;
+  std::int64_t blocks = 0;
+  for (int l = 0; l < m.layers; ++l)
+    blocks += parameters_of_layer(m, l);
   return static_cast<std::int64_t>(m.vocab_size) * h + static_cast<std::int64_t>(m.seq_len) * h +
-         m.layers * parameters_per_layer(m) + 2 * h;
+         blocks + 2 * h;
+}
+
+/// \brief The parameters one token's forward uses: all but the E - top_k experts of every
+/// MoE layer that it is not routed to.
+inline std::int64_t active_parameter_count(const ModelConfig& m) {
+  return parameter_count(m) - static_cast<std::int64_t>(moe_layer_count(m)) *
+                                  (m.experts - m.top_k) * parameters_per_expert(m);
 }
 
 /// \brief The parameter names of transformer block `layer`, below /model (the checkpoint
 /// schema of docs/training.md): the one place these names are spelled.
+/// An MoE block has moe/router [H, E] and, for each global expert index e,
+/// moe/experts/<e>/{w1, b1, w2, b2} in place of the MLP.
 struct LayerParams {
-  std::string ln1, ln2;                   ///< LayerNorm prefixes: <prefix>/gamma, /beta
-  std::vector<std::string> qkv, qkv_bias; ///< attn/wq, wk, wv and attn/bq, bk, bv
-  std::string wo, bo, w1, b1, w2, b2;     ///< attention output; the MLP's two linears
+  std::string ln1, ln2;                        ///< LayerNorm prefixes: <prefix>/gamma, /beta
+  std::vector<std::string> qkv, qkv_bias;      ///< attn/wq, wk, wv and attn/bq, bk, bv
+  std::string wo, bo, w1, b1, w2, b2;          ///< attention output; the MLP's two linears
+  std::string router;                          ///< moe/router
+  std::vector<std::string> ew1, eb1, ew2, eb2; ///< moe/experts/<e>/w1, b1, w2, b2
 };
-inline LayerParams layer_params(int layer) {
+/// \brief The names of block `layer`; the expert names for `experts` experts.
+inline LayerParams layer_params(int layer, int experts = 0) {
   const std::string p = "layers/" + std::to_string(layer) + "/";
-  return LayerParams{p + "ln1",
-                     p + "ln2",
-                     {p + "attn/wq", p + "attn/wk", p + "attn/wv"},
-                     {p + "attn/bq", p + "attn/bk", p + "attn/bv"},
-                     p + "attn/wo",
-                     p + "attn/bo",
-                     p + "mlp/w1",
-                     p + "mlp/b1",
-                     p + "mlp/w2",
-                     p + "mlp/b2"};
+  LayerParams n{p + "ln1",
+                p + "ln2",
+                {p + "attn/wq", p + "attn/wk", p + "attn/wv"},
+                {p + "attn/bq", p + "attn/bk", p + "attn/bv"},
+                p + "attn/wo",
+                p + "attn/bo",
+                p + "mlp/w1",
+                p + "mlp/b1",
+                p + "mlp/w2",
+                p + "mlp/b2",
+                p + "moe/router",
+                {},
+                {},
+                {},
+                {}};
+  for (int e = 0; e < experts; ++e) {
+    const std::string x = p + "moe/experts/" + std::to_string(e) + "/";
+    n.ew1.push_back(x + "w1");
+    n.eb1.push_back(x + "b1");
+    n.ew2.push_back(x + "w2");
+    n.eb2.push_back(x + "b2");
+  }
+  return n;
 }
 
 /// \brief One parameter of the model.
@@ -74,10 +125,21 @@ inline std::vector<ParamEntry> parameter_table(const ModelConfig& m) {
       all.push_back({w, {h, h}, l});
     for (const std::string& b : {n.qkv_bias[0], n.qkv_bias[1], n.qkv_bias[2], n.bo})
       all.push_back({b, {h}, l});
-    all.push_back({n.w1, {h, 4 * h}, l});
-    all.push_back({n.b1, {4 * h}, l});
-    all.push_back({n.w2, {4 * h, h}, l});
-    all.push_back({n.b2, {h}, l});
+    if (!m.moe_layer(l)) {
+      all.push_back({n.w1, {h, 4 * h}, l});
+      all.push_back({n.b1, {4 * h}, l});
+      all.push_back({n.w2, {4 * h, h}, l});
+      all.push_back({n.b2, {h}, l});
+      continue;
+    }
+    const LayerParams x = layer_params(l, m.experts);
+    all.push_back({x.router, {h, m.experts}, l});
+    for (std::size_t e = 0; e < x.ew1.size(); ++e) {
+      all.push_back({x.ew1[e], {h, 4 * h}, l});
+      all.push_back({x.eb1[e], {4 * h}, l});
+      all.push_back({x.ew2[e], {4 * h, h}, l});
+      all.push_back({x.eb2[e], {h}, l});
+    }
   }
   all.push_back({"ln_f/gamma", {h}, m.layers});
   all.push_back({"ln_f/beta", {h}, m.layers});
@@ -94,9 +156,10 @@ parameter_shapes(const ModelConfig& m) {
 }
 
 /// \brief Model FLOPs per token for forward + backward: 6 N + 12 L H T
-/// (6 per parameter, plus the q k^T and attention-times-v products of every layer).
+/// (6 per parameter, plus the q k^T and attention-times-v products of every layer); N
+/// counts the parameters a token uses (active_parameter_count: top_k experts per MoE layer).
 inline double flops_per_token(const ModelConfig& m) {
-  return 6.0 * static_cast<double>(parameter_count(m)) +
+  return 6.0 * static_cast<double>(active_parameter_count(m)) +
          12.0 * m.layers * static_cast<double>(m.hidden) * m.seq_len;
 }
 
@@ -142,11 +205,17 @@ struct StageShape {
   int longest = 0; ///< layers of its longest chunk
   int slots = 1;   ///< activation sets held at once
   bool recompute = false;
-  bool first = true; ///< the embedding lookup (wte, wpe)
-  bool last = true;  ///< ln_f and the tied head (wte)
+  bool first = true;  ///< the embedding lookup (wte, wpe)
+  bool last = true;   ///< ln_f and the tied head (wte)
+  int moe_layers = 0; ///< layers with an MoE feed-forward (all chunks)
+  /// activation positions of a slot (0 .. longest - 1, shared by the chunks) whose layer
+  /// in some chunk has an MoE feed-forward (moe_acts), or a dense MLP (mlp_acts; -1: all)
+  int moe_acts = 0;
+  int mlp_acts = -1;
   /// \brief The whole model on one stage, one slot.
   static StageShape whole(const ModelConfig& m) {
-    return StageShape{m.layers, m.layers, 1, false, true, true};
+    const int moe = moe_layer_count(m);
+    return StageShape{m.layers, m.layers, 1, false, true, true, moe, moe, m.layers - moe};
   }
 };
 
@@ -185,8 +254,11 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
     layer = 12 * h * h / tp + 7 * h / tp + 6 * h, wte = v * h / tp, wpe = t * h, lnf = 2 * h;
     break;
   }
-  return stage.layers * layer + (stage.first || stage.last ? wte : 0) + (stage.first ? wpe : 0) +
-         (stage.last ? lnf : 0);
+  // An MoE layer (one rank so far) holds the router and E experts instead of the MLP.
+  const std::int64_t moe =
+      stage.moe_layers > 0 ? h * m.experts + (m.experts - 1) * parameters_per_expert(m) : 0;
+  return stage.layers * layer + stage.moe_layers * moe + (stage.first || stage.last ? wte : 0) +
+         (stage.first ? wpe : 0) + (stage.last ? lnf : 0);
 }
 
 /// \brief The same for the whole model on one stage.
@@ -264,11 +336,25 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   const std::int64_t scores = seqs * heads * t * t;
   const std::int64_t layer = 2 * n * ho + 16 * n * hi + scores + 4 * r;
   const std::int64_t c = stage.longest;
-  const std::int64_t per_slot =
-      (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + c * layer) +
-      when(out, n * ho + 2 * r);
+  // MoE feed-forwards (one rank so far, so n tokens of h features): a layer's saved routing
+  // and expert activations (kernels::MoeSaved: probabilities, choices, gates, slots, R expert
+  // rows of hidden, GELU, tanh and output, offsets and load fractions) replace the MLP's
+  // hidden, GELU and tanh (12 n hi); the mode adds each layer's sort keys and probability
+  // means (doubles: 2 elements each) and scratch shared by the layers.
+  const std::int64_t mlp = 12 * n * hi, e = m.experts, k = m.top_k;
+  const std::int64_t rows =
+      stage.moe_layers > 0 ? tp::moe_rows(m.capacity_factor, n, m.top_k, m.experts) : 0;
+  const std::int64_t saved = n * e + 3 * n * k + rows * (1 + 13 * h) + 2 * e + 1;
+  const std::int64_t mlp_acts = stage.mlp_acts < 0 ? c : stage.mlp_acts;
+  const std::int64_t acts = c * (layer - mlp) + mlp_acts * mlp + stage.moe_acts * saved;
+  const std::int64_t redo =
+      layer - when(stage.layers == stage.moe_layers, mlp) + when(stage.moe_layers > 0, saved);
+  if (stage.moe_layers > 0)
+    extra += stage.moe_layers * (n * k + 2 * e) + 2 * rows * h + 4 * rows * h + n * e + n * k;
+  const std::int64_t per_slot = (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + acts) +
+                                when(out, n * ho + 2 * r);
   const std::int64_t once =
-      n * ho + r * ho + 16 * n * hi + scores + when(stage.recompute && c > 0, layer + 2 * r * ho);
+      n * ho + r * ho + 16 * n * hi + scores + when(stage.recompute && c > 0, redo + 2 * r * ho);
   return stage.slots * per_slot + once + extra;
 }
 

@@ -92,14 +92,24 @@ public:
                           const std::vector<std::int32_t>& targets, double grad_scale);
   void zero_grad();
 
+  /// \brief The load-balancing loss of the MoE layers (docs/model.md) that the forwards
+  /// since the last call added up: the sum over micro-batches and MoE layers of N x aux
+  /// (N the micro-batch's tokens on this rank), so that divided by the tokens of the
+  /// step it is the mean over micro-batches; resets it. 0 without MoE layers. Waits for
+  /// the device.
+  double take_aux_sum();
+
 private:
   struct Layer;
   struct Acts;
   struct SlotBuffers; // the tensors of one activation slot
+  // count_aux: add the MoE layers' auxiliary loss (not when backward re-runs a forward)
   void forward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x, const Mat<T>& x1,
-                     const Mat<T>& x2);
-  void backward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x, const Mat<T>& x1);
-  Acts make_acts() const;
+                     const Mat<T>& x2, bool count_aux);
+  void backward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x, const Mat<T>& x1,
+                      double grad_scale);
+  // mlp: the dense MLP's buffers; moe: an MoE layer's (after the layers are made)
+  Acts make_acts(bool mlp, bool moe) const;
   Layer& layer(int id);
   int chunk_length(int chunk) const;
 
@@ -116,9 +126,10 @@ private:
   std::vector<int> layer_ids_;
   std::unique_ptr<tp::LayerNorm<T>> lnf_;
   std::vector<std::unique_ptr<SlotBuffers>> slots_;
-  std::vector<Mat<T>> spare_inputs_; // detach_input's pool
-  std::unique_ptr<Acts> redo_;       // recompute: one layer's activations, re-made in backward
-  Mat<T> redo_x1_, redo_x2_;         // recompute: the layer's inner residual state and output
+  std::vector<Mat<T>> spare_inputs_;    // detach_input's pool
+  std::unique_ptr<Acts> redo_;          // recompute: one layer's activations, re-made in backward
+  Mat<T> redo_x1_, redo_x2_;            // recompute: the layer's inner residual state and output
+  Kokkos::View<double*, MemSpace> aux_; // MoE load-balancing loss sum (take_aux_sum)
   Mat<T> d_outer_, dx_;
   Mat<T> dq_, dk_, dv_, da_, dh_, dg_;
   kernels::Tensor4<T> dscratch_;

@@ -18,6 +18,8 @@
 /// each mode takes the sequences it needs.
 
 #include "cubelm/comm/grid.hpp"
+#include "cubelm/core/error.hpp"
+#include "cubelm/kernels/moe.hpp"
 #include "cubelm/tp/param.hpp"
 #include "cubelm/tp/shapes.hpp"
 
@@ -92,6 +94,39 @@ public:
                       const std::vector<std::int32_t>& targets, T grad_scale, const Mat<T>& dh) = 0;
 };
 
+/// \brief The parameter names of an MoE feed-forward (model/shape.hpp spells them):
+/// the router and, per global expert index, the expert MLP's four tensors.
+struct MoeNames {
+  std::string router;
+  std::vector<std::string> w1, b1, w2, b2;
+};
+
+/// \brief The routing settings of an MoE feed-forward (docs/model.md).
+struct MoeShape {
+  int experts = 2;
+  int top_k = 2;
+  double capacity_factor = 0; ///< 0: dropless
+  double aux_loss = 0;        ///< the load-balancing loss coefficient
+};
+
+/// \brief A Mixture-of-Experts feed-forward: a router [H, E] with softmax and top-k, and
+/// E expert MLPs of the GPT-2 shape; y = sum over the chosen experts of gate x expert(x).
+template <class T>
+class MoE {
+public:
+  virtual ~MoE() = default;
+  /// \brief The buffers one micro-batch keeps from forward to backward.
+  virtual kernels::MoeSaved<T> make_saved() const = 0;
+  /// \brief Assigns y = MoE(x), keeping what backward needs in `saved`; adds N x the
+  /// load-balancing loss of this micro-batch (N its tokens) to aux(0) unless aux is empty.
+  virtual void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y,
+                       kernels::MoeSaved<T>& saved, const Kokkos::View<double*, MemSpace>& aux) = 0;
+  /// \brief Adds the parameter gradients of grad_scale x (loss sum + N x aux loss), the
+  /// loss sum's part arriving as dy; assigns dx. The routing is that of the forward.
+  virtual void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
+                        kernels::MoeSaved<T>& saved, T grad_scale) = 0;
+};
+
 /// \brief A tensor-parallel mode on one rank.
 template <class T>
 class Mode {
@@ -133,6 +168,20 @@ public:
   virtual std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
                                                   std::int64_t hidden, int batch,
                                                   std::uint64_t seed, Ends ends) = 0;
+  /// \brief Registers the router and the experts (names in `names`) and returns the MoE
+  /// feed-forward for `rows` local rows of `hidden` features; w1 is initialised with
+  /// std_dev, w2 with proj_std. Only a group of one rank has one so far: expert
+  /// parallelism does not exist yet (the deck refuses such layouts first).
+  virtual std::unique_ptr<MoE<T>> moe(Params<T>& params, const MoeNames& names,
+                                      const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
+                                      double std_dev, double proj_std, std::uint64_t seed) {
+    (void)params, (void)names, (void)shape, (void)hidden, (void)rows, (void)std_dev, (void)proj_std,
+        (void)seed;
+    throw Error(std::string("model.experts > 1 under tensor_mode \"") + name() +
+                    "\": expert parallelism is not available yet (MoE layers run on one "
+                    "process)",
+                true);
+  }
   /// \brief Bytes of the buffers the mode's layers allocated (saved statistics, gathered
   /// blocks, logits, scratch shared by all layers).
   virtual std::int64_t workspace_bytes() const = 0;

@@ -9,6 +9,7 @@
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/config.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -33,5 +34,21 @@ std::int64_t padded_vocab(const ModelConfig& model, const comm::Layout& layout);
 ///  - 2d (q x q): the micro-batch and heads by q; hidden and 4 x hidden by q^2;
 ///  - 3d (q x q x q): the micro-batch by q^2, heads by q; hidden and 4 x hidden by q^2.
 std::string check_shapes(const comm::Layout& layout, const ModelConfig& model, int micro);
+
+/// \brief Pairs each expert keeps of `tokens` tokens: ceil(capacity_factor tokens k / E),
+/// or -1 (all of them) when capacity_factor is 0 (dropless).
+inline std::int64_t moe_capacity(double capacity_factor, std::int64_t tokens, int k, int experts) {
+  if (capacity_factor <= 0)
+    return -1;
+  return static_cast<std::int64_t>(
+      std::ceil(capacity_factor * static_cast<double>(tokens) * k / experts));
+}
+
+/// \brief Rows of the expert buffers for `tokens` tokens: every pair (tokens k) when
+/// dropless, else at most E x capacity.
+inline std::int64_t moe_rows(double capacity_factor, std::int64_t tokens, int k, int experts) {
+  const std::int64_t all = tokens * k, cap = moe_capacity(capacity_factor, tokens, k, experts);
+  return cap < 0 || cap * experts >= all ? all : cap * experts;
+}
 
 } // namespace cubelm::tp

@@ -41,7 +41,12 @@ struct TimeSplit {
 /// \brief What one optimizer step did (the keys of the JSON-lines metrics).
 struct StepMetrics {
   int step = 0;
-  double loss = 0;      ///< mean cross-entropy over the global batch
+  double loss = 0; ///< mean cross-entropy over the global batch
+  /// the model has MoE layers: aux_loss is printed and written to the metrics
+  bool moe = false;
+  /// the MoE layers' load-balancing loss (docs/model.md), mean over the micro-batches;
+  /// the step trains on loss + aux_loss
+  double aux_loss = 0;
   double grad_norm = 0; ///< global L2 norm before clipping
   double lr = 0;
   double ms = 0;

@@ -85,7 +85,7 @@ private:
   std::unique_ptr<DataParallel> dp_;
   std::vector<io::Batch> batches_;
   // loss, grad^2, then the ranks that voted to stop: SIGTERM, SIGUSR1, deadline
-  Kokkos::View<double*, Kokkos::HostSpace> sums_{"cubelm::step_sums", 5};
+  Kokkos::View<double*, Kokkos::HostSpace> sums_{"cubelm::step_sums", 6};
   StopVotes vote_;
   // The step's time split (ms, compute, idle, then each communication group's wait) of
   // this rank and of all ranks, exchanged over the grid's uncounted metrics group.
