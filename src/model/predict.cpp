@@ -334,11 +334,12 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   }
   const auto critical =
       static_cast<std::size_t>(std::max_element(end.begin(), end.end()) - end.begin());
-  const double world =
-      layout.world_size() > 1
-          ? collective_seconds(comm::Kind::all_reduce, where.at("world"), 1,
-                               2.0 * (layout.world_size() - 1) / layout.world_size() * 40, machine)
-          : 0;
+  const double world = layout.world_size() > 1
+                           ? collective_seconds(comm::Kind::all_reduce, where.at("world"), 1,
+                                                2.0 * (layout.world_size() - 1) /
+                                                    layout.world_size() * 8 * cfg.step_sums(),
+                                                machine)
+                           : 0;
   out.critical_stage = static_cast<int>(critical);
   out.step_s = end[critical] + world;
   out.compute_s = compute[critical];

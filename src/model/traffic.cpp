@@ -295,11 +295,11 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
           static_cast<double>(buckets.size.front() / (zero ? d : 1)));
   }
 
-  // The step's sums over the world: loss, squared norm and three stop votes, in double.
+  // The step's sums over the world (ModelConfig::step_sums), in double.
   const int world = layout.world_size();
   if (world > 1) {
     t.size("world", world);
-    t.add("world", Kind::all_reduce, 1, 5, 8);
+    t.add("world", Kind::all_reduce, 1, deck.model.step_sums(), 8);
   }
   return t.volumes();
 }

@@ -192,7 +192,8 @@ StepMetrics Trainer::step() {
   sums_(5) = grid.tp().rank() == 0 ? aux : 0.0;
   vote_ = StopVotes{};
   if (grid.world().size() > 1)
-    grid.world().all_reduce(HostExecSpace(), sums_);
+    grid.world().all_reduce(HostExecSpace(),
+                            Kokkos::subview(sums_, std::make_pair(0, deck_.model.step_sums())));
   StepMetrics m;
   m.step = step_;
   m.loss = sums_(0) / tokens;

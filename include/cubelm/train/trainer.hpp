@@ -84,7 +84,8 @@ private:
   model::GridModel<real> net_;
   std::unique_ptr<DataParallel> dp_;
   std::vector<io::Batch> batches_;
-  // loss, grad^2, then the ranks that voted to stop: SIGTERM, SIGUSR1, deadline
+  // loss, grad^2, then the ranks that voted to stop: SIGTERM, SIGUSR1, deadline, and an
+  // MoE model's load-balancing loss (ModelConfig::step_sums)
   Kokkos::View<double*, Kokkos::HostSpace> sums_{"cubelm::step_sums", 6};
   StopVotes vote_;
   // The step's time split (ms, compute, idle, then each communication group's wait) of
