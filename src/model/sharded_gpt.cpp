@@ -165,8 +165,10 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
     redo_x1_ = matrix<T>("cubelm::redo_x1", stream_rows_, outer_);
     redo_x2_ = matrix<T>("cubelm::redo_x2", stream_rows_, outer_);
   }
-  if (any_moe)
+  if (any_moe) {
     aux_ = Kokkos::View<double*, MemSpace>("cubelm::aux_loss", 1);
+    aux_host_ = Kokkos::create_mirror_view(aux_);
+  }
   d_outer_ = matrix<T>("cubelm::d_outer", rows_, outer_);
   dx_ = matrix<T>("cubelm::dx", stream_rows_, outer_);
   dq_ = matrix<T>("cubelm::dq", rows_, inner_);
@@ -288,7 +290,8 @@ double ShardedGPT<T>::take_aux_sum() {
   if (aux_.extent(0) == 0)
     return 0.0;
   // On a host backend the mirror is aux_ itself: read it before it is reset.
-  const double sum = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), aux_)(0);
+  Kokkos::deep_copy(aux_host_, aux_);
+  const double sum = aux_host_(0);
   Kokkos::deep_copy(aux_, 0.0);
   return sum;
 }
