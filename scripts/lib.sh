@@ -86,7 +86,7 @@ cubelm_place() {
     return
   fi
   local openmpi=0
-  mpiexec --version 2>/dev/null | grep -q -E 'Open MPI|OpenRTE' && openmpi=1
+  mpiexec --version 2>/dev/null | grep -E 'Open MPI|OpenRTE' >/dev/null && openmpi=1
   CUBELM_LAUNCH=(mpiexec -n "$ranks")
   if [ "$ranks" -le "$cores" ]; then
     threads=${OMP_NUM_THREADS:-$((cores / ranks))}

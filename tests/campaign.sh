@@ -115,7 +115,7 @@ state=$(scontrol show job -o "$first")
 runtime=$(grep -o 'RunTime=[0-9:]*' <<<"$state" | cut -d= -f2)
 secs=$((10#${runtime:0:2} * 3600 + 10#${runtime:3:2} * 60 + 10#${runtime:6:2}))
 [ "$secs" -lt 60 ] || fail "job $first ran $runtime, not less than its 1-minute limit"
-stop=$(grep -o "stopped early after step [0-9]* of $steps (SIGUSR1 on 2 ranks)" "$run/train.log" | head -n 1)
+stop=$(grep -o "stopped early after step [0-9]* of $steps (SIGUSR1 on 2 ranks)" "$run/train.log" | sed -n 1p)
 [ -n "$stop" ] || fail "no stop line naming SIGUSR1 in train.log"
 k=$(sed 's/stopped early after step \([0-9]*\).*/\1/' <<<"$stop")
 ckpt=$(printf "checkpoints/step_%08d.h5" $((k + 1)))

@@ -58,7 +58,7 @@ signal-rank:* | signal-mpirun:*)
   if [ "${case%%:*}" = signal-rank ]; then
     target=$(ranks | tail -n 1)
   else
-    target=$(pgrep -P "$pid" -f -- "$cubelm" | head -n 1) # the launcher below timeout
+    target=$(pgrep -P "$pid" -f -- "$cubelm" | sed -n 1p) # the launcher below timeout
   fi
   [ -n "$target" ] || fail "no process to signal"
   kill -s "$sig" "$target"
@@ -107,7 +107,7 @@ hang-in-checkpoint)
     fail "the watchdog did not name the checkpoint"
   [ ! -e "$work/run/ckpt/step_00001000.h5" ] || fail "step_00001000.h5 became visible"
   "$cubelm" verify "$work/run/ckpt/step_00000500.h5" >/dev/null || fail "step_00000500.h5 does not verify"
-  echo "ended by the watchdog after ${took} s: $(grep -o "no progress[^;]*" "$work/run/run1.log" | head -n 1)"
+  echo "ended by the watchdog after ${took} s: $(grep -o "no progress[^;]*" "$work/run/run1.log" | sed -n 1p)"
   echo "PASS: $case"
   exit 0
   ;;

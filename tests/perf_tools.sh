@@ -38,7 +38,7 @@ decks)
   "$root/scripts/perf-decks" -o "$work/decks" >/dev/null || fail "scripts/perf-decks failed"
   list() { (cd "$1" && find . -name "*.toml" -o -name README.md | sed "s,^\./,," | sort); }
   [ "$(list "$root/inputs/perf")" = "$(list "$work/decks")" ] ||
-    fail "inputs/perf holds other decks than scripts/perf-decks writes: $(diff <(list "$root/inputs/perf") <(list "$work/decks") | head -5)"
+    fail "inputs/perf holds other decks than scripts/perf-decks writes: $(diff <(list "$root/inputs/perf") <(list "$work/decks") | sed -n 1,5p)"
   n=0
   while read -r f; do
     cmp -s "$root/inputs/perf/$f" "$work/decks/$f" || fail "inputs/perf/$f differs from what scripts/perf-decks writes (run it)"

@@ -79,7 +79,7 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
     ;;
   mpiexec)
     launch=(mpiexec -n "$ranks")
-    if mpiexec --version 2>/dev/null | grep -q -E 'Open MPI|OpenRTE'; then
+    if mpiexec --version 2>/dev/null | grep -E 'Open MPI|OpenRTE' >/dev/null; then
       if [ "$bind" = cores ]; then launch+=(--map-by "slot:PE=$cpt" --bind-to core); else launch+=(--bind-to none); fi
     fi
     # shellcheck disable=SC2206
@@ -140,7 +140,7 @@ done
 trap - USR1
 # cubelm restores the default action of SIGUSR1 once its steps are done: a signal that
 # comes after them ends a complete run (its checkpoint written, "done:" printed).
-if [ "$rc" = $((128 + 10)) ] && cubelm_job_log | grep -q '^done: '; then
+if [ "$rc" = $((128 + 10)) ] && cubelm_job_log | grep '^done: ' >/dev/null; then
   cubelm_job_say "SIGUSR1 came after the last step: the run is complete"
   rc=0
 fi
