@@ -130,7 +130,7 @@ private:
   std::unique_ptr<Acts> redo_;          // recompute: one layer's activations, re-made in backward
   Mat<T> redo_x1_, redo_x2_;            // recompute: the layer's inner residual state and output
   Kokkos::View<double*, MemSpace> aux_; // MoE load-balancing loss sum (take_aux_sum)
-  typename Kokkos::View<double*, MemSpace>::HostMirror aux_host_; // its host copy
+  Kokkos::View<double*, MemSpace>::host_mirror_type aux_host_; // its host copy
   Mat<T> d_outer_, dx_;
   Mat<T> dq_, dk_, dv_, da_, dh_, dg_;
   kernels::Tensor4<T> dscratch_;
