@@ -66,7 +66,24 @@ std::vector<std::string> layouts() {
   }
 }
 
-Deck deck_for(const std::string& parallel) {
+// MoE layouts (no tensor parallelism): expert parallelism, ZeRO-1, pipelines.
+std::vector<std::string> moe_layouts() {
+  switch (world_size()) {
+  case 1:
+    return {"microbatches = 2"};
+  case 2:
+    return {"data_size = 2\nexpert_size = 2", "data_size = 2\nexpert_size = 2\nzero = 1"};
+  case 4:
+    return {"data_size = 4\nexpert_size = 4\nrecompute = \"full\"",
+            "pipeline_size = 2\ndata_size = 2\nexpert_size = 2\nmicrobatches = 2\nzero = 1"};
+  case 8:
+    return {"pipeline_size = 2\ndata_size = 4\nexpert_size = 2\nmicrobatches = 2\nzero = 1"};
+  default:
+    return {};
+  }
+}
+
+Deck deck_for(const std::string& parallel, const std::string& model = "") {
   return io::parse_deck(R"(
 [model]
 vocab_size = 32
@@ -74,6 +91,7 @@ seq_len = 8
 hidden = 16
 heads = 2
 layers = 4
+)" + model + R"(
 [parallel]
 )" + parallel + R"(
 [train]
@@ -87,15 +105,12 @@ peak_gflops = 1.0
                         "allocations.toml");
 }
 
-} // namespace
-
-TEST(Allocations, SteadyStateStepsAllocateNothing) {
+void expect_no_allocations(const std::vector<std::string>& all, const std::string& model) {
   Kokkos::Tools::Experimental::set_allocate_data_callback(on_allocate);
-  const std::vector<std::string> all = layouts();
   ASSERT_FALSE(all.empty()) << "no layouts for " << world_size() << " ranks";
   for (const std::string& layout : all) {
     SCOPED_TRACE(layout);
-    const Deck deck = deck_for(layout);
+    const Deck deck = deck_for(layout, model);
     train::Trainer trainer(deck);
     trainer.step(); // the first step may allocate what it keeps
     const int pooled = trainer.model().pooled_inputs();
@@ -115,4 +130,15 @@ TEST(Allocations, SteadyStateStepsAllocateNothing) {
     EXPECT_LE(trainer.model().pooled_inputs(), sends);
   }
   Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
+}
+
+} // namespace
+
+TEST(Allocations, SteadyStateStepsAllocateNothing) {
+  expect_no_allocations(layouts(), "");
+}
+
+// MoE layers too: the expert rows' buffers are sized for the worst case at construction.
+TEST(Allocations, MoEStepsAllocateNothing) {
+  expect_no_allocations(moe_layouts(), "experts = 4\ntop_k = 2\nmoe_every = 2\n");
 }

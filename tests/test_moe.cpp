@@ -501,14 +501,24 @@ TEST(MoE, DeckRules) {
   e = error("experts = 4\naux_loss = -1");
   EXPECT_TRUE(has(e, "model.aux_loss = -1: must be a finite number, at least 0")) << e;
   e = error("experts = 4\ntop_k = 2", "tensor_mode = \"1d\"\ntensor_size = 2");
-  EXPECT_TRUE(has(e, "parallel.tensor_size = 2: model.experts = 4 (an MoE model) runs on one "
-                     "process only: expert parallelism is not available yet"))
+  EXPECT_TRUE(has(e, "parallel.tensor_size = 2: model.experts = 4 (an MoE model) runs without "
+                     "tensor parallelism"))
       << e;
-  e = error("experts = 4", "data_size = 2");
-  EXPECT_TRUE(has(e, "parallel.data_size = 2: ") && has(e, "expert parallelism is not available"))
+  // Expert parallelism: expert_size divides data_size and the experts, needs experts.
+  e = error("experts = 4", "data_size = 2\nexpert_size = 4");
+  EXPECT_TRUE(has(e, "parallel.expert_size = 4: must divide both data_size = 2") &&
+              has(e, "valid: 1, 2"))
       << e;
-  e = error("experts = 4", "pipeline_size = 2\nmicrobatches = 2");
-  EXPECT_TRUE(has(e, "parallel.pipeline_size = 2: ")) << e;
+  e = error("experts = 6", "data_size = 4\nexpert_size = 4");
+  EXPECT_TRUE(has(e, "model.experts = 6 (each rank holds as many experts); valid: 1, 2")) << e;
+  e = error("", "data_size = 2\nexpert_size = 2");
+  EXPECT_TRUE(has(e, "parallel.expert_size = 2: expert parallelism spreads the experts")) << e;
+  e = error("experts = 4", "expert_size = 0");
+  EXPECT_TRUE(has(e, "parallel.expert_size = 0: must be at least 1")) << e;
+  EXPECT_EQ(error("experts = 4", "data_size = 4\nexpert_size = 2\nzero = 1"), "no error");
+  EXPECT_EQ(error("experts = 4", "pipeline_size = 2\nmicrobatches = 2\ndata_size = 2\n"
+                                 "expert_size = 2"),
+            "no error");
   e = error("experts = 4", "tensor_mode = \"2d\"\ntensor_size = 1");
   EXPECT_TRUE(has(e, "parallel.tensor_mode = \"2d\": ")) << e;
   EXPECT_EQ(error("experts = 4\ntop_k = 4\nmoe_every = 2\ncapacity_factor = 1.5\naux_loss = 0"),

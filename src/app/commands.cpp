@@ -94,6 +94,29 @@ std::string version_text() {
   return out.str();
 }
 
+namespace {
+
+// MoE models: the two maps of the same ranks (docs/grid.md), attention's and the MoE
+// layers'; nothing for dense models.
+std::string maps_line(const Deck& deck) {
+  const ModelConfig& m = deck.model;
+  const ParallelConfig& p = deck.parallel;
+  if (m.experts <= 1)
+    return "";
+  std::ostringstream out;
+  const int ranks = p.tensor_size * p.data_size;
+  out << "maps       per pipeline stage, " << ranks << " rank" << (ranks == 1 ? "" : "s")
+      << ": attention and dense layers tp " << p.tensor_size << " x dp " << p.data_size
+      << "; MoE layers (" << m.experts << " experts, top " << m.top_k << ", every " << m.moe_every
+      << (m.moe_every == 1 ? "st" : m.moe_every == 2 ? "nd" : m.moe_every == 3 ? "rd" : "th")
+      << " layer) expert tp 1 x ep " << p.expert_size << " x expert dp "
+      << p.data_size / p.expert_size << ": " << m.experts / p.expert_size << " expert"
+      << (m.experts / p.expert_size == 1 ? "" : "s") << " per rank\n";
+  return out.str();
+}
+
+} // namespace
+
 std::string describe(const Deck& deck) {
   const ModelConfig& m = deck.model;
   const ParallelConfig& p = deck.parallel;
@@ -107,7 +130,7 @@ std::string describe(const Deck& deck) {
       << (layout.world_size() == 1 ? "" : "es") << ", schedule " << schedule_name(p.schedule)
       << ", microbatches " << p.microbatches << ", zero " << p.zero << ", recompute "
       << recompute_name(p.recompute) << "\n"
-      << "batch      " << deck.train.global_batch << " sequences/step = " << p.data_size
+      << maps_line(deck) << "batch      " << deck.train.global_batch << " sequences/step = " << p.data_size
       << " (data) x " << p.microbatches << " (microbatches) x " << deck.micro_batch()
       << " (micro-batch); " << si(tokens, 2) << " tokens/step, " << deck.train.steps << " steps\n"
       << "work       " << si(model::flops_per_token(m) * tokens, 2)
@@ -142,6 +165,7 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
       << ", \"virtual_stages\": " << p.virtual_stages << ", \"microbatches\": " << p.microbatches
       << ", \"zero\": " << p.zero
       << ", \"sequence_parallel\": " << (p.sequence_parallel ? "true" : "false")
+      << ", \"expert_size\": " << p.expert_size
       << ", \"recompute\": " << text(recompute_name(p.recompute))
       << "}, \"world\": " << layout.world_size()
       << ", \"parameters\": " << model::parameter_count(deck.model)

@@ -28,6 +28,12 @@ ProcessGrid::ProcessGrid(const Layout& layout, const Communicator& world, CommOp
   const bool at_an_end = last > 0 && (g.pp == 0 || g.pp == last);
   embedding_.emplace(make(
       "pp.ends", at_an_end ? g.tp + layout_.tp * g.dp : layout_.tp * layout_.dp + g.world, g.pp));
+  if (layout_.ep > 1) {
+    // Same t and s; ep: same r = d / ep, edp: same e = d % ep.
+    const int base = g.tp + layout_.tp * g.pp * layout_.dp;
+    ep_.emplace(make("ep", base + layout_.tp * g.edp, g.ep));
+    edp_.emplace(make("edp", base + layout_.tp * g.ep, g.edp));
+  }
   const int q = layout_.side();
   if (layout_.mode == TensorMode::d2) {
     row_.emplace(make("tp.row", tp_block * q + g.row, g.col));
@@ -47,7 +53,7 @@ std::vector<std::string> ProcessGrid::group_names() const {
   std::vector<std::string> names;
   for (const std::optional<Group>* g :
        {&world_, &tp_, &row_, &col_, &axis_[0], &axis_[1], &axis_[2], &plane_[0], &plane_[1],
-        &plane_[2], &dp_, &pp_, &embedding_})
+        &plane_[2], &dp_, &pp_, &embedding_, &ep_, &edp_})
     if (g->has_value())
       names.push_back((*g)->name());
   return names;
@@ -57,6 +63,11 @@ const Group& ProcessGrid::need(const std::optional<Group>& group, const char* wh
   CUBELM_ASSERT(group.has_value(),
                 std::string(what) + " does not exist in tensor mode " + mode_name(layout_.mode));
   return *group;
+}
+
+const Group& ProcessGrid::ep() const {
+  CUBELM_ASSERT(ep_.has_value(), "the ep group exists only with parallel.expert_size > 1");
+  return *ep_;
 }
 
 const Group& ProcessGrid::tp_row() const {

@@ -14,6 +14,7 @@ Layout layout_of(const ParallelConfig& parallel) {
   l.tp = parallel.tensor_size;
   l.mode = parallel.tensor_mode;
   l.sequence_parallel = parallel.sequence_parallel;
+  l.ep = parallel.expert_size;
   return l;
 }
 
@@ -64,6 +65,18 @@ std::string nearest_powers(int tp, int exp) {
   return out.str();
 }
 
+// "1, 2, 4 or 8": the divisors of n.
+std::string divisors_of(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0)
+      d.push_back(i);
+  std::string s;
+  for (std::size_t i = 0; i < d.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == d.size() ? " or " : ", ") + std::to_string(d[i]);
+  return s;
+}
+
 [[noreturn]] void refuse(const std::string& message) {
   throw Error(message, true);
 }
@@ -82,6 +95,8 @@ std::string Layout::describe() const {
   std::ostringstream out;
   out << "tp=" << mode_name(mode) << ":" << tp << (sequence_parallel ? "+sp" : "") << " pp=" << pp
       << " dp=" << dp;
+  if (ep > 1)
+    out << " ep=" << ep;
   return out.str();
 }
 
@@ -92,6 +107,11 @@ void Layout::validate() const {
     if (value < 1)
       refuse(std::string("parallel.") + key + " = " + std::to_string(value) +
              ": a grid dimension must be at least 1");
+  if (ep < 1 || dp % ep != 0)
+    refuse("parallel.expert_size = " + std::to_string(ep) +
+           ": the expert-parallel groups are carved out of the data-parallel ones, so "
+           "expert_size must divide data_size = " +
+           std::to_string(dp) + " (valid: " + divisors_of(dp) + ")");
   switch (mode) {
   case TensorMode::none:
     if (tp != 1)
@@ -156,6 +176,8 @@ GridCoords coords_of(const Layout& layout, int world_rank) {
     g.b = (g.tp / q) % q;
     g.c = g.tp / (q * q);
   }
+  g.ep = g.dp % layout.ep;
+  g.edp = g.dp / layout.ep;
   return g;
 }
 

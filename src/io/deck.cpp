@@ -275,6 +275,7 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   par.get("microbatches", p.microbatches);
   par.get("zero", p.zero);
   par.get("sequence_parallel", p.sequence_parallel);
+  par.get("expert_size", p.expert_size);
   std::string recompute = recompute_name(p.recompute);
   par.choice("recompute", recompute, {"none", "full"});
   p.recompute = *parse_recompute(recompute);
@@ -299,24 +300,46 @@ Deck parse_deck(const std::string& text, const std::string& source) {
       par.fail("pipeline_size", bad.message(), std::to_string(p.pipeline_size));
   }
   try {
-    comm::layout_of(p).validate();
+    comm::Layout sizes = comm::layout_of(p);
+    sizes.ep = 1; // expert_size's rules are checked below, under its own key
+    sizes.validate();
   } catch (const Error& e) {
     par.fail("tensor_size", e.what());
   }
+  par.at_least("expert_size", p.expert_size, 1);
+  if (p.expert_size > 1) {
+    // The valid sizes: divisors of both data_size and model.experts.
+    std::string valid;
+    for (int e = 1; e <= std::max(1, std::min(p.data_size, m.experts)); ++e)
+      if (p.data_size % e == 0 && m.experts % e == 0)
+        valid += (valid.empty() ? "" : ", ") + std::to_string(e);
+    if (m.experts <= 1)
+      par.fail("expert_size",
+               "expert parallelism spreads the experts of MoE layers: it needs model.experts > 1 "
+               "(model.experts = " +
+                   std::to_string(m.experts) + "); use expert_size = 1",
+               std::to_string(p.expert_size));
+    else if (p.data_size % p.expert_size != 0 || m.experts % p.expert_size != 0)
+      par.fail("expert_size",
+               "must divide both data_size = " + std::to_string(p.data_size) +
+                   " (the expert-parallel groups are carved out of the data-parallel ones) and "
+                   "model.experts = " +
+                   std::to_string(m.experts) +
+                   " (each rank holds as many experts); valid: " + valid,
+               std::to_string(p.expert_size));
+  }
   if (m.experts > 1) {
-    // Until expert parallelism exists an MoE model runs on one process only: refuse
-    // anything else here rather than compute something else.
+    // MoE layers under tensor parallelism (expert tensor parallelism, folding the tp ranks
+    // into the expert grid) do not exist yet: refuse them here rather than compute
+    // something else.
     const std::string rule = "model.experts = " + std::to_string(m.experts) +
-                             " (an MoE model) runs on one process only: expert parallelism is "
-                             "not available yet (tensor_size, pipeline_size and data_size must "
-                             "be 1, tensor_mode \"none\" or \"1d\")";
+                             " (an MoE model) runs without tensor parallelism: tensor_size must "
+                             "be 1 and tensor_mode \"none\" or \"1d\" (data_size, "
+                             "pipeline_size and expert_size may be larger)";
     if (p.tensor_mode == TensorMode::d2 || p.tensor_mode == TensorMode::d3)
       par.fail("tensor_mode", rule);
-    for (const auto& [key, size] : {std::pair<const char*, int>{"tensor_size", p.tensor_size},
-                                    {"pipeline_size", p.pipeline_size},
-                                    {"data_size", p.data_size}})
-      if (size != 1)
-        par.fail(key, rule, std::to_string(size));
+    if (p.tensor_size != 1)
+      par.fail("tensor_size", rule, std::to_string(p.tensor_size));
   }
   par.finish();
 

@@ -22,8 +22,10 @@ Mat<T> matrix(const char* label, std::int64_t rows, std::int64_t cols) {
 
 template <class T>
 MoeSaved<T> MoeSaved<T>::make(std::int64_t n, int experts, int k, std::int64_t rows,
-                              std::int64_t hidden, std::int64_t ffn) {
+                              std::int64_t hidden, std::int64_t ffn, int peers,
+                              std::int64_t received) {
   MoeSaved s;
+  const std::int64_t run = peers > 1 ? received : rows;
   s.probs = matrix<T>("cubelm::moe_probs", n, experts);
   s.choice = IntMat("cubelm::moe_choice", n, k);
   s.gate = matrix<T>("cubelm::moe_gate", n, k);
@@ -31,11 +33,15 @@ MoeSaved<T> MoeSaved<T>::make(std::int64_t n, int experts, int k, std::int64_t r
   s.pairs = IntVec("cubelm::moe_pairs", rows);
   s.offsets = IntVec("cubelm::moe_offsets", experts + 1);
   s.fraction = Vec<T>("cubelm::moe_fraction", experts);
-  s.h = matrix<T>("cubelm::moe_h", rows, ffn);
-  s.g = matrix<T>("cubelm::moe_g", rows, ffn);
-  s.th = matrix<T>("cubelm::moe_gelu_tanh", rows, ffn);
+  s.h = matrix<T>("cubelm::moe_h", run, ffn);
+  s.g = matrix<T>("cubelm::moe_g", run, ffn);
+  s.th = matrix<T>("cubelm::moe_gelu_tanh", run, ffn);
   s.out = matrix<T>("cubelm::moe_out", rows, hidden);
   s.host_offsets = Kokkos::View<int*, Kokkos::HostSpace>("cubelm::moe_host_offsets", experts + 1);
+  if (peers > 1) {
+    s.xr = matrix<T>("cubelm::moe_received", received, hidden);
+    s.host_received = Kokkos::View<int*, Kokkos::HostSpace>("cubelm::moe_host_received", experts);
+  }
   return s;
 }
 
@@ -44,7 +50,7 @@ std::int64_t MoeSaved<T>::bytes() const {
   const auto sz = static_cast<std::int64_t>(sizeof(T)), si = static_cast<std::int64_t>(sizeof(int));
   auto span = [](const auto& v) { return static_cast<std::int64_t>(v.span()); };
   return sz * (span(probs) + span(gate) + span(fraction) + span(h) + span(g) + span(th) +
-               span(out)) +
+               span(out) + span(xr)) +
          si * (span(choice) + span(slot) + span(pairs) + span(offsets));
 }
 

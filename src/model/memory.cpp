@@ -54,20 +54,26 @@ Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int s) {
   for (const auto& chunk : layout.chunks)
     for (const int l : chunk)
       shape.moe_layers += deck.model.moe_layer(l) ? 1 : 0;
+  shape.ep = par.expert_size;
   const std::int64_t params =
       parameters_per_rank(deck.model, par.tensor_mode, par.tensor_size, shape);
   Memory mem;
   mem.parameters = 4 * params;
   mem.gradients = mem.parameters;
-  // Under ZeRO-1 each bucket is padded to a multiple of dp and this rank keeps the
-  // moments of a 1/dp piece of it, and the reduce-scattered gradient piece.
-  std::int64_t shard = params;
-  if (par.zero && par.data_size > 1) {
-    shard = 0;
-    for (const std::int64_t size : stage_buckets(deck, plan, s).plan.size)
-      shard += size / par.data_size;
+  // Under ZeRO-1 each bucket is padded to a multiple of its group's size (dp, or dp / ep
+  // for the experts') and this rank keeps the moments of its piece of it, and the
+  // reduce-scattered gradient piece (groups of more than one rank).
+  std::int64_t moments = params, pieces = 0;
+  if (par.zero) {
+    moments = 0;
+    const BucketPlan buckets = stage_buckets(deck, plan, s).plan;
+    for (std::size_t b = 0; b < buckets.size.size(); ++b) {
+      const int group = buckets.expert[b] ? par.data_size / par.expert_size : par.data_size;
+      moments += buckets.size[b] / group;
+      pieces += group > 1 ? buckets.size[b] / group : 0;
+    }
   }
-  mem.optimizer = 4 * (2 * shard + (par.zero && par.data_size > 1 ? shard : 0));
+  mem.optimizer = 4 * (2 * moments + pieces);
   mem.activations = 4 * activations_per_rank(deck.model, par.tensor_mode, par.tensor_size,
                                              deck.micro_batch(), shape, par.sequence_parallel);
   return mem;

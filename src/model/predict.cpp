@@ -29,6 +29,10 @@ std::vector<std::pair<std::string, long>> group_keys(const comm::Layout& l, int 
                                                     {"dp", c.tp + l.tp * static_cast<long>(c.pp)}};
   if (l.pp > 1)
     keys.emplace_back("pp.ends", c.tp + l.tp * static_cast<long>(c.dp));
+  if (l.ep > 1) { // the MoE layers' fold of dp: same (t, s) and r = d / ep, or e = d % ep
+    keys.emplace_back("ep", c.tp + l.tp * (c.pp + static_cast<long>(l.pp) * c.edp));
+    keys.emplace_back("edp", c.tp + l.tp * (c.pp + static_cast<long>(l.pp) * c.ep));
+  }
   switch (l.mode) {
   case TensorMode::none:
   case TensorMode::d1:
@@ -223,6 +227,36 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   lookup.backward = kBackwardBytes * n * ho / memory_rate;
   add_comm(lookup, deck, UnitWork{true, false, 0, 0}, 0.5, where, machine);
   const bool recomputing = par.recompute == Recompute::full;
+  // An MoE layer (no tensor parallelism): attention (8 N H^2 + 4 N T H), the router
+  // (2 N H E) and k expert MLPs per token (16 k N H^2); with expert parallelism the rows
+  // go to their experts and back in forward (with the row counts) and in backward,
+  // balanced routing assumed (model/traffic.hpp).
+  Cost moe_layer, moe_recompute;
+  if (cfg.experts > 1) {
+    const double k = cfg.top_k, flops = 8 * N * H * H + 4 * N * T * H + 2 * N * H * cfg.experts +
+                                        16 * k * N * H * H;
+    const double kept = static_cast<double>(tp::moe_rows(
+        cfg.capacity_factor, static_cast<std::int64_t>(N), cfg.top_k, cfg.experts));
+    const double moe_saved = 2 * n * ho + 4 * n * hi + scores + 4 * r + 13 * kept * H;
+    moe_layer.forward = flops / rate + kForwardBytes * moe_saved / memory_rate;
+    moe_layer.backward = 2 * flops / rate + kBackwardBytes * moe_saved / memory_rate;
+    add_comm(moe_layer, deck, UnitWork{false, false, 1, 0, 1, 0}, share, where, machine);
+    moe_recompute.backward = moe_layer.forward;
+    add_comm(moe_recompute, deck, UnitWork{false, false, 0, 1, 0, 1}, 0, where, machine);
+    if (layout.ep > 1) {
+      const double e = layout.ep, rows = (e - 1) / e * kept * H * 4;
+      const double counts = (e - 1) * (cfg.experts / layout.ep) * 4;
+      const auto exchange = [&](double calls) {
+        return collective_seconds(comm::Kind::all_to_all, where.at("ep"), calls, calls * rows,
+                                  machine);
+      };
+      const double count_s =
+          collective_seconds(comm::Kind::all_to_all, where.at("ep"), 1, counts, machine);
+      moe_layer.comm_forward["ep"] += exchange(2) + count_s;
+      moe_layer.comm_backward["ep"] += exchange(2);
+      moe_recompute.comm_backward["ep"] += exchange(2) + count_s;
+    }
+  }
 
   // Pass costs, and per stage the compute and communication they hold.
   plan::PassCosts costs;
@@ -242,11 +276,16 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     costs.forward.emplace_back();
     costs.backward.emplace_back();
     for (std::size_t c = 0; c < plan.layers_of[si].size(); ++c) {
-      double f = 0, bw = 0;
-      const double layers = static_cast<double>(plan.layers_of[si][c].size());
+      double f = 0, bw = 0, moe = 0;
+      for (const int l : plan.layers_of[si][c])
+        moe += cfg.moe_layer(l) ? 1 : 0;
+      const double layers = static_cast<double>(plan.layers_of[si][c].size()) - moe;
       add(si, layer, layers, f, bw);
-      if (recomputing)
+      add(si, moe_layer, moe, f, bw);
+      if (recomputing) {
         add(si, recompute, layers, f, bw);
+        add(si, moe_recompute, moe, f, bw);
+      }
       if (plan.first(s, static_cast<int>(c)))
         add(si, lookup, 1, f, bw);
       if (plan.last(s, static_cast<int>(c)))
@@ -292,9 +331,13 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     const auto& chunks = plan.layers_of[si];
     for (std::size_t k = 0; k < buckets.plan.size.size(); ++k) {
       const double size = static_cast<double>(buckets.plan.size[k]);
+      // The experts' buckets go over edp (dp / ep ranks) with expert parallelism.
+      const bool expert = buckets.plan.expert[k] && layout.ep > 1;
+      const int ranks = expert ? layout.dp / layout.ep : layout.dp;
+      const std::string group = expert ? "edp" : "dp";
       params += size;
-      shard += zero ? size / d : size;
-      if (d == 1)
+      shard += zero ? size / ranks : size;
+      if (ranks == 1)
         continue;
       const int unit = buckets.done[k];
       double ready = timeline.done[si];
@@ -314,13 +357,13 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
             if (chunks[c][j] == unit)
               ready = after_head + static_cast<double>(chunks[c].size() - j) * per_layer;
       }
-      const double bytes = zero ? (d - 1.0) * 4 * size / d : 2 * (d - 1.0) / d * 4 * size;
+      const double bytes = zero ? (ranks - 1.0) * 4 * size / ranks : 2 * (ranks - 1.0) / d * 4 * size;
       network = std::max(network, ready) +
                 collective_seconds(zero ? comm::Kind::reduce_scatter : comm::Kind::all_reduce,
-                                   where.at("dp"), 1, bytes, machine);
+                                   where.at(group), 1, bytes, machine);
       if (zero)
-        gather[si] += collective_seconds(comm::Kind::all_gather, where.at("dp"), 1,
-                                         (d - 1.0) * 4 * size / d, machine);
+        gather[si] += collective_seconds(comm::Kind::all_gather, where.at(group), 1,
+                                         (ranks - 1.0) * 4 * size / ranks, machine);
     }
     dp_tail[si] = std::max(0.0, network - timeline.done[si]);
     for (const TrafficVolume& v : out.stage_traffic.back())

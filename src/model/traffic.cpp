@@ -68,7 +68,7 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
   const double q = layout.side();
   switch (layout.mode) {
   case TensorMode::none:
-  case TensorMode::d1:
+  case TensorMode::d1: {
     t.size("tp", layout.tp);
     if (layout.sequence_parallel && layout.tp > 1) {
       // Each all-reduce of N H rows becomes a reduce-scatter and an all-gather of this
@@ -84,11 +84,15 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
       break;
     }
     // lookup: the rows summed over the vocabulary slices; per layer two forward
-    // (row-parallel outputs) and two backward (column-parallel input gradients);
-    // head: the input gradient, and the loss's row maxima then (sum of exp, target).
-    t.add("tp", Kind::all_reduce, m * (in + 4 * L + 2 * F + 3 * out),
-          m * ((in + 4 * L + 2 * F + out) * N * H + out * 3 * N));
+    // (row-parallel outputs) and two backward (column-parallel input gradients), one of
+    // each for a layer whose MoE feed-forward replaces the MLP (MoE models have no tensor
+    // parallelism: a group of one rank, no bytes); head: the input gradient, and the loss's
+    // row maxima then (sum of exp, target).
+    const double pairs = 4 * L - 2 * u.moe + 2 * F - u.moe_recomputed;
+    t.add("tp", Kind::all_reduce, m * (in + pairs + 3 * out),
+          m * ((in + pairs + out) * N * H + out * 3 * N));
     break;
+  }
   case TensorMode::d2: {
     t.size("tp.row", static_cast<int>(q));
     t.size("tp.col", static_cast<int>(q));
@@ -205,29 +209,40 @@ StageBuckets stage_buckets(const Deck& deck, const plan::PipelinePlan& plan, int
     for (const int l : chunk)
       layer_here[static_cast<std::size_t>(l)] = 1;
   // The parameters this stage holds, in bucket order (train::DataParallel's rule).
-  std::vector<std::pair<BucketUnit, std::int64_t>> held;
+  struct Held {
+    int done;
+    BucketItem item;
+  };
+  std::vector<Held> held;
   for (const ParamEntry& e : table_of(deck.model)) {
     const bool here = e.name == "wte"   ? s.first || s.last
                       : e.name == "wpe" ? s.first
                       : e.unit == deck.model.layers
                           ? s.last
                           : layer_here[static_cast<std::size_t>(e.unit)] != 0;
-    if (here)
-      held.emplace_back(bucket_unit(e, deck.model, s.first), local_size(e, layout, deck.model));
+    // A rank holds experts / expert_size experts, all of the same sizes: those of the
+    // first expert-parallel rank stand for every rank's.
+    if (e.expert >= deck.model.experts / layout.ep)
+      continue;
+    if (here) {
+      const BucketUnit unit = bucket_unit(e, deck.model, s.first);
+      held.push_back(
+          {unit.done, {unit.key, unit.alone, local_size(e, layout, deck.model), e.expert >= 0}});
+    }
   }
   std::stable_sort(held.begin(), held.end(),
-                   [](const auto& a, const auto& b) { return a.first.key > b.first.key; });
+                   [](const auto& a, const auto& b) { return bucket_before(a.item, b.item); });
   std::vector<BucketItem> items;
-  for (const auto& [unit, size] : held)
-    items.push_back({unit.key, unit.alone, size});
+  for (const auto& h : held)
+    items.push_back(h.item);
   StageBuckets out;
   out.plan = plan_buckets(
       items, std::max<std::int64_t>(1, static_cast<std::int64_t>(par.bucket_mb * 1e6 / 4)),
-      par.zero == 1 ? layout.dp : 1);
+      par.zero == 1 ? layout.dp : 1, par.zero == 1 ? layout.dp / layout.ep : 1);
   out.done.assign(out.plan.size.size(), deck.model.layers + 1);
   for (std::size_t k = 0; k < held.size(); ++k) {
     int& done = out.done[static_cast<std::size_t>(out.plan.of[k])];
-    done = std::min(done, held[k].first.done);
+    done = std::min(done, held[k].done);
   }
   return out;
 }
@@ -250,6 +265,10 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
   for (const auto& chunk : s.chunks)
     u.layers += static_cast<double>(chunk.size());
   u.recomputed = s.recompute ? u.layers : 0;
+  for (const auto& chunk : s.chunks)
+    for (const int l : chunk)
+      u.moe += deck.model.moe_layer(l) ? 1 : 0;
+  u.moe_recomputed = s.recompute ? u.moe : 0;
   // Counted also on a one-rank group: calls with no bytes.
   tensor_parallel(t, layout, deck.model, n_tokens, u, m);
 
@@ -274,19 +293,43 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
     }
   }
 
-  // Data parallelism: the stage's gradient buckets, and the tied wte over pp.ends.
+  // Expert parallelism: per MoE layer and micro-batch, forward sends each rank's row counts
+  // (E ints, E / ep for each peer) and its pairs' rows out and the outputs back; backward
+  // the outputs' gradient out and the inputs' gradient back (a recomputed forward
+  // repeats the forward's three). How many rows go to other ranks depends on the routing:
+  // the closed form assumes balanced routing, (ep - 1) / ep of the R rows (R =
+  // tp::moe_rows), which the counters meet only on average; at most all R go.
+  if (layout.ep > 1) {
+    const double moe = u.moe, moe_redo = u.moe_recomputed;
+    const double p = layout.ep;
+    const double rows = static_cast<double>(tp::moe_rows(deck.model.capacity_factor,
+                                                         static_cast<std::int64_t>(n_tokens),
+                                                         deck.model.top_k, deck.model.experts));
+    const double tokens = (p - 1) / p * rows * deck.model.hidden;
+    t.size("ep", layout.ep);
+    const double counts = m * (moe + moe_redo), exchanges = m * (4 * moe + 2 * moe_redo);
+    t.add("ep", Kind::all_to_all, counts, counts * (p - 1) * (deck.model.experts / layout.ep));
+    t.add("ep", Kind::all_to_all, exchanges, exchanges * tokens);
+  }
+
+  // Data parallelism: the stage's gradient buckets, and the tied wte over pp.ends; the
+  // experts' buckets go over edp (dp / ep ranks) when expert_size > 1.
   const bool zero = par.zero == 1;
   const int d = layout.dp;
   const BucketPlan buckets = stage_buckets(deck, plan, stage).plan;
-  if (d > 1) {
-    t.size("dp", d);
-    for (const std::int64_t size : buckets.size) {
-      if (zero) {
-        t.add("dp", Kind::reduce_scatter, 1, static_cast<double>(size / d));
-        t.add("dp", Kind::all_gather, 1, static_cast<double>(size / d));
-      } else {
-        t.add("dp", Kind::all_reduce, 1, static_cast<double>(size));
-      }
+  for (std::size_t b = 0; b < buckets.size.size(); ++b) {
+    const bool expert = buckets.expert[b] && layout.ep > 1;
+    const int ranks = expert ? d / layout.ep : d;
+    const std::string group = expert ? "edp" : "dp";
+    if (ranks == 1)
+      continue;
+    t.size(group, ranks);
+    const std::int64_t size = buckets.size[b];
+    if (zero) {
+      t.add(group, Kind::reduce_scatter, 1, static_cast<double>(size / ranks));
+      t.add(group, Kind::all_gather, 1, static_cast<double>(size / ranks));
+    } else {
+      t.add(group, Kind::all_reduce, 1, static_cast<double>(size));
     }
   }
   if (layout.pp > 1 && (s.first || s.last) && !buckets.size.empty()) {

@@ -233,7 +233,8 @@ class Mode1D final : public ModeBase<T> {
 public:
   explicit Mode1D(const comm::ProcessGrid& grid)
       : ModeBase<T>(grid.layout()), group_(grid.tp()),
-        sequence_parallel_(grid.layout().sequence_parallel && grid.tp().size() > 1) {}
+        sequence_parallel_(grid.layout().sequence_parallel && grid.tp().size() > 1),
+        ep_(grid.layout().ep > 1 ? &grid.ep() : nullptr) {}
   const char* name() const override { return group_.size() == 1 ? "none" : "1d"; }
   int sequences(int batch) const override { return batch; }
   std::int64_t outer_rows(int batch, int seq) const override {
@@ -278,9 +279,9 @@ public:
   std::unique_ptr<MoE<T>> moe(Params<T>& params, const MoeNames& names, const MoeShape& shape,
                               std::int64_t hidden, std::int64_t rows, double std_dev,
                               double proj_std, std::uint64_t seed) override {
-    if (group_.size() > 1) // no expert parallelism yet: refused
+    if (group_.size() > 1) // no MoE under tensor parallelism yet: refused
       return Mode<T>::moe(params, names, shape, hidden, rows, std_dev, proj_std, seed);
-    return make_local_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed);
+    return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_);
   }
 
 private:
@@ -291,6 +292,7 @@ private:
   using ModeBase<T>::ws_;
   const comm::Group& group_;
   bool sequence_parallel_;
+  const comm::Group* ep_; // MoE layers' expert-parallel group (expert_size > 1)
 };
 
 } // namespace

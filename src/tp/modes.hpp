@@ -11,12 +11,13 @@ template <class T>
 std::unique_ptr<Mode<T>> make_1d(const comm::ProcessGrid& grid);
 template <class T>
 class Workspace;
-/// The MoE feed-forward of a group of one rank (moe_local.cpp): every expert here.
+/// The MoE feed-forward of a tensor-parallel group of one rank (moe.cpp): every expert
+/// here, or with an expert-parallel group `ep` of more than one rank, its share of them.
 template <class T>
-std::unique_ptr<MoE<T>> make_local_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
-                                       const MoeShape& shape, std::int64_t hidden,
-                                       std::int64_t rows, double std_dev, double proj_std,
-                                       std::uint64_t seed);
+std::unique_ptr<MoE<T>> make_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
+                                 const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
+                                 double std_dev, double proj_std, std::uint64_t seed,
+                                 const comm::Group* ep);
 template <class T>
 std::unique_ptr<Mode<T>> make_2d(const comm::ProcessGrid& grid);
 template <class T>

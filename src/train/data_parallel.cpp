@@ -13,10 +13,12 @@ namespace cubelm::train {
 using kernels::Vec;
 
 struct DataParallel::Bucket {
-  std::int64_t first = 0, size = 0; // elements of values_/grads_, padded to a multiple of shards
-  std::int64_t moment_first = 0;    // this rank's piece in m_/v_
-  std::vector<int> units;           // distinct units whose gradients it holds
-  int remaining = 0;                // units not yet complete this step
+  const comm::Group* group = nullptr; // dp, or expert_dp for the experts' tensors
+  int shards = 1, rank = 0;           // ZeRO-1: the group's size and this rank's index
+  std::int64_t first = 0, size = 0;   // elements of values_/grads_, padded to a multiple of shards
+  std::int64_t moment_first = 0;      // this rank's piece in m_/v_
+  std::vector<int> units;             // distinct units whose gradients it holds
+  int remaining = 0;                  // units not yet complete this step
   bool started = false;
   Vec<real> piece; // ZeRO: the reduce-scattered gradient piece, then values
   comm::Request request;
@@ -29,7 +31,7 @@ struct DataParallel::Segment {
 
 DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGrid& grid,
                            double bucket_bytes, bool zero)
-    : model_(model), grid_(grid), zero_(zero), shards_(zero ? grid.dp().size() : 1) {
+    : model_(model), grid_(grid), zero_(zero) {
   auto& params = model.params();
   const bool lookup = model.stage().first;
   // Order: wte alone first, then units in the order backward completes them.
@@ -44,20 +46,28 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
   std::vector<std::size_t> order(params.size());
   for (std::size_t i = 0; i < order.size(); ++i)
     order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return unit(a).key > unit(b).key; });
+  const auto item = [&](std::size_t i) {
+    return model::BucketItem{unit(i).key, unit(i).alone, params[i].size(), params[i].expert};
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return model::bucket_before(item(a), item(b));
+  });
   std::vector<model::BucketItem> items;
   for (const std::size_t i : order)
-    items.push_back({unit(i).key, unit(i).alone, params[i].size()});
+    items.push_back(item(i));
   const model::BucketPlan plan = model::plan_buckets(
       items, std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_bytes / sizeof(real))),
-      shards_);
+      zero ? grid.dp().size() : 1, zero ? grid.expert_dp().size() : 1);
   offset_.assign(params.size(), 0);
   buckets_.resize(plan.size.size());
   std::vector<std::vector<std::size_t>> members(plan.size.size());
   for (std::size_t b = 0; b < plan.size.size(); ++b) {
-    buckets_[b].first = plan.first[b];
-    buckets_[b].size = plan.size[b];
+    Bucket& bucket = buckets_[b];
+    bucket.first = plan.first[b];
+    bucket.size = plan.size[b];
+    bucket.group = plan.expert[b] ? &grid.expert_dp() : &grid.dp();
+    bucket.shards = zero ? bucket.group->size() : 1;
+    bucket.rank = zero ? bucket.group->rank() : 0;
   }
   for (std::size_t k = 0; k < order.size(); ++k) {
     const std::size_t i = order[k];
@@ -80,21 +90,23 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
     p.value = Kokkos::subview(values_, r);
     p.grad = Kokkos::subview(grads_, r);
   }
-  // This rank's piece of every bucket, and the parameters' parts in it.
-  const int rank = zero ? grid.dp().rank() : 0;
+  // This rank's piece of every bucket, and the parameters' parts in it. Without ZeRO
+  // every replica holds the whole bucket: the first of the group counts it in the norm.
   std::int64_t moments = 0;
   for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = buckets_[bi];
-    const std::int64_t piece = b.size / shards_;
-    const std::int64_t lo = b.first + rank * piece, hi = lo + piece;
+    const std::int64_t piece = b.size / b.shards;
+    const std::int64_t lo = b.first + b.rank * piece, hi = lo + piece;
+    const bool counts = zero || b.group->rank() == 0;
     b.moment_first = moments;
-    if (zero && shards_ > 1)
+    if (zero && b.shards > 1)
       b.piece = Vec<real>("cubelm::grad_piece", piece);
     for (const std::size_t i : members[bi]) {
       const std::int64_t a = std::max(lo, offset_[i]);
       const std::int64_t e = std::min(hi, offset_[i] + params[i].size());
       if (a < e)
-        segments_.push_back({a, e - a, moments + (a - lo), params[i].decay, params[i].counted});
+        segments_.push_back(
+            {a, e - a, moments + (a - lo), params[i].decay, params[i].counted && counts});
     }
     moments += piece;
   }
@@ -148,7 +160,7 @@ void DataParallel::start_step() {
 
 void DataParallel::launch(Bucket& b) {
   b.started = true;
-  const comm::Group& dp = grid_.dp();
+  const comm::Group& dp = *b.group;
   if (dp.size() == 1)
     return;
   const ExecSpace exec;
@@ -171,21 +183,20 @@ void DataParallel::finish() {
   for (auto& b : buckets_)
     if (!b.started)
       launch(b);
-  const int rank = zero_ ? grid_.dp().rank() : 0;
   // The reductions are consumed on `exec`: with NCCL its stream waits for each
   // bucket's event (the host goes on); through MPI this waits on the host.
   for (auto& b : buckets_) {
     b.request.wait_on(exec);
-    if (zero_ && grid_.dp().size() > 1)
-      Kokkos::deep_copy(exec, range(grads_, b.first + rank * (b.size / shards_), b.size / shards_),
-                        b.piece);
+    if (zero_ && b.shards > 1)
+      Kokkos::deep_copy(
+          exec, range(grads_, b.first + b.rank * (b.size / b.shards), b.size / b.shards), b.piece);
   }
   // The tied wte: the lookup's and the head's gradients, summed between the ends.
   const comm::Group& ends = grid_.embedding();
   if (ends.size() > 1 && !buckets_.empty()) {
     const Bucket& b = buckets_.front();
-    const std::int64_t piece = b.size / shards_;
-    ends.all_reduce(exec, range(grads_, b.first + rank * piece, piece));
+    const std::int64_t piece = b.size / b.shards;
+    ends.all_reduce(exec, range(grads_, b.first + b.rank * piece, piece));
   }
 }
 
@@ -194,22 +205,20 @@ void DataParallel::zero_grad() {
 }
 
 double DataParallel::sum_squares() const {
-  if (!zero_ && grid_.dp().rank() != 0)
-    return 0.0; // identical on every dp rank: counted once
+  // Replicas' elements are left out by the chunk table (each element once over the world).
   return kernels::sum_squares<real>(ExecSpace(), chunks_, grads_);
 }
 
 void DataParallel::update(const kernels::AdamW& hp, real clip) {
   const ExecSpace exec;
   kernels::adamw_update<real>(exec, hp, clip, chunks_, values_, grads_, m_, v_);
-  const comm::Group& dp = grid_.dp();
-  if (zero_ && dp.size() > 1) {
-    const std::int64_t rank = dp.rank();
-    for (auto& b : buckets_) {
-      const std::int64_t piece = b.size / shards_;
-      Kokkos::deep_copy(exec, b.piece, range(values_, b.first + rank * piece, piece));
-      b.request = dp.iall_gather(exec, b.piece, range(values_, b.first, b.size));
-    }
+  if (zero_) {
+    for (auto& b : buckets_)
+      if (b.shards > 1) {
+        const std::int64_t piece = b.size / b.shards;
+        Kokkos::deep_copy(exec, b.piece, range(values_, b.first + b.rank * piece, piece));
+        b.request = b.group->iall_gather(exec, b.piece, range(values_, b.first, b.size));
+      }
     for (auto& b : buckets_)
       b.request.wait_on(exec);
   }
@@ -221,12 +230,14 @@ std::vector<Vec<real>> DataParallel::moments(int which) const {
   const Vec<real>& mine = which == 0 ? m_ : v_;
   // The moments of every element of the stage, laid out as values_.
   Vec<real> full = mine;
-  const comm::Group& dp = grid_.dp();
-  if (zero_ && dp.size() > 1) {
+  if (zero_) {
     full = Vec<real>("cubelm::moments_gathered", values_.extent(0));
     for (const auto& b : buckets_)
-      dp.all_gather(exec, range(mine, b.moment_first, b.size / shards_),
-                    range(full, b.first, b.size));
+      if (b.shards > 1)
+        b.group->all_gather(exec, range(mine, b.moment_first, b.size / b.shards),
+                            range(full, b.first, b.size));
+      else
+        Kokkos::deep_copy(exec, range(full, b.first, b.size), range(mine, b.moment_first, b.size));
   }
   std::vector<Vec<real>> out;
   const auto& params = model_.params();
@@ -244,7 +255,6 @@ void DataParallel::set_moments(const std::vector<Vec<real>>& m, const std::vecto
   const auto& params = model_.params();
   CUBELM_ASSERT(m.size() == params.size() && v.size() == params.size(),
                 "set_moments needs one block per parameter");
-  const int rank = zero_ ? grid_.dp().rank() : 0;
   for (int which = 0; which < 2; ++which) {
     const auto& from = which == 0 ? m : v;
     Vec<real> full("cubelm::moments_whole", values_.extent(0));
@@ -252,9 +262,9 @@ void DataParallel::set_moments(const std::vector<Vec<real>>& m, const std::vecto
       Kokkos::deep_copy(exec, range(full, offset_[i], params[i].size()), from[i]);
     const Vec<real>& mine = which == 0 ? m_ : v_;
     for (const auto& b : buckets_) {
-      const std::int64_t piece = b.size / shards_;
+      const std::int64_t piece = b.size / b.shards;
       Kokkos::deep_copy(exec, range(mine, b.moment_first, piece),
-                        range(full, b.first + rank * piece, piece));
+                        range(full, b.first + b.rank * piece, piece));
     }
   }
   exec.fence();

@@ -49,9 +49,10 @@ Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
   sampler_ = io::make_sampler(d.sampler, static_cast<std::int64_t>(tokens_.size()),
                               deck.train.global_batch, m.seq_len,
                               static_cast<std::uint64_t>(deck.train.seed));
-  // Data-parallel replicas hold the same blocks: the first writes them.
-  if (net_.grid->dp().rank() != 0)
-    for (auto& p : net_.model->params())
+  // Data-parallel replicas hold the same blocks: the first writes them (for the experts,
+  // the first of the ranks that hold the same experts).
+  for (auto& p : net_.model->params())
+    if ((p.expert ? net_.grid->expert_dp() : net_.grid->dp()).rank() != 0)
       p.writer = false;
   dp_ = std::make_unique<DataParallel>(*net_.model, *net_.grid, deck.parallel.bucket_mb * 1e6,
                                        deck.parallel.zero == 1);

@@ -11,6 +11,9 @@
 ///  - 3d: tp = q*q*q, t = a + q*(b + q*c); groups "tp.a", "tp.b", "tp.c" vary one
 ///        axis (ordered by it) and "tp.ab" (fixed c, order a + q*b), "tp.bc"
 ///        (fixed a, order b + q*c), "tp.ca" (fixed b, order c + q*a) are the planes.
+/// MoE layers with expert parallelism (ep > 1) fold the data-parallel axis: dp index
+/// d = e + ep * r, "ep" holds the ranks of one r (ordered by e: the experts are spread
+/// over them) and "edp" those of one e (ordered by r: replicas of the same experts).
 /// Across pipeline stages, "pp.ends" (embedding()) pairs stage 0 with stage pp-1.
 
 #include "cubelm/comm/group.hpp"
@@ -41,6 +44,12 @@ public:
   /// the word embedding tied between the two). Size 2 on those stages when
   /// pp > 1; on the other stages, and for pp == 1, this rank alone.
   const Group& embedding() const { return *embedding_; }
+  /// \brief "ep": the ranks of this rank's data-parallel group that share the MoE
+  /// layers' experts among them (ep > 1 only).
+  const Group& ep() const;
+  /// \brief The group over which the experts' gradients are reduced: "edp" (the ranks
+  /// holding the same experts) with ep > 1, else dp.
+  const Group& expert_dp() const { return edp_ ? *edp_ : *dp_; }
   /// \brief 2d only: the ranks of this rank's row / column.
   const Group& tp_row() const;
   const Group& tp_col() const;
@@ -52,7 +61,7 @@ public:
   /// metrics' exchange of timings between ranks).
   const Group& metrics() const { return *metrics_; }
   /// \brief The names of this grid's groups (world, tp and its sub-groups, dp, pp,
-  /// pp.ends), in the same order on every rank.
+  /// pp.ends, ep, edp), in the same order on every rank.
   std::vector<std::string> group_names() const;
 
   TrafficCounters& traffic() { return *traffic_; }
@@ -64,7 +73,7 @@ private:
   Layout layout_;
   GridCoords coords_;
   std::shared_ptr<TrafficCounters> traffic_;
-  std::optional<Group> world_, tp_, dp_, pp_, embedding_, metrics_;
+  std::optional<Group> world_, tp_, dp_, pp_, embedding_, metrics_, ep_, edp_;
   std::optional<Group> row_, col_;
   std::optional<Group> axis_[3], plane_[3];
 };

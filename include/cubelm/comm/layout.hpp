@@ -25,6 +25,9 @@ struct Layout {
   TensorMode mode = TensorMode::none;
   /// 1d only: the residual stream split over the tp ranks along its rows (tokens)
   bool sequence_parallel = false;
+  /// MoE layers: each data-parallel group of dp ranks is ep groups of expert parallelism
+  /// (consecutive dp indices) times dp / ep expert-data-parallel replicas
+  int ep = 1;
 
   int world_size() const { return dp * pp * tp; }
   /// \brief Side of the tp grid: p (1d), q with q*q = tp (2d), q with q^3 = tp (3d), 1 (none).
@@ -54,6 +57,8 @@ struct GridCoords {
   int a = 0;   ///< 3d
   int b = 0;   ///< 3d
   int c = 0;   ///< 3d
+  int ep = 0;  ///< index in the expert-parallel group: dp % ep
+  int edp = 0; ///< index in the expert-data-parallel group: dp / ep
 };
 
 /// \brief Coordinates of `world_rank` in `layout`.

@@ -76,6 +76,9 @@ struct ParallelConfig {
   int microbatches = 1;
   int zero = 0;
   bool sequence_parallel = false;
+  /// MoE layers: the experts spread over this many ranks of each data-parallel group
+  /// (expert parallelism; docs/grid.md); must divide data_size and model.experts
+  int expert_size = 1;
   Recompute recompute = Recompute::none;
   double bucket_mb = 25.0; ///< data-parallel gradient bucket size (MB, 10^6 bytes)
   /// seconds a blocking collective or point-to-point may go without progress before

@@ -31,14 +31,21 @@ struct MoeSaved {
   IntVec pairs;    ///< [R] pair (j N + t) of each expert row
   IntVec offsets;  ///< [E + 1] rows of expert e: [offsets(e), offsets(e + 1))
   Vec<T> fraction; ///< [E] f_e: share of the N k pairs routed to e (before dropping)
-  Mat<T> h, g, th; ///< [R, F] the experts' hidden layer, GELU and its tanh
-  Mat<T> out;      ///< [R, H] the experts' outputs before gating
+  Mat<T> h, g, th; ///< [Rr, F] the hidden layer, GELU and its tanh of the rows run here
+  Mat<T> out;      ///< [R, H] the experts' outputs of this rank's pairs, before gating
+  /// expert parallelism: [Rr, H] the rows received for this rank's experts (else empty)
+  Mat<T> xr;
   /// offsets on the host: the expert matmuls' sizes
   Kokkos::View<int*, Kokkos::HostSpace> host_offsets;
+  /// expert parallelism: [P E / P] rows received from each of the P ranks for each expert
+  /// here (else empty)
+  Kokkos::View<int*, Kokkos::HostSpace> host_received;
 
-  /// \brief Buffers for N tokens, E experts, k choices, R expert rows, width H, hidden F.
+  /// \brief Buffers for N tokens, E experts, k choices, R expert rows, width H, hidden F;
+  /// with `peers` > 1 (expert parallelism over that many ranks) the experts here run on
+  /// up to `received` rows, else on the R rows.
   static MoeSaved make(std::int64_t n, int experts, int k, std::int64_t rows, std::int64_t hidden,
-                       std::int64_t ffn);
+                       std::int64_t ffn, int peers = 1, std::int64_t received = 0);
   /// \brief Device bytes of the buffers.
   std::int64_t bytes() const;
 };

@@ -34,31 +34,45 @@ struct BucketItem {
   int key = 0;
   bool alone = false;
   std::int64_t size = 0; ///< elements on this rank
+  bool expert = false;   ///< an MoE expert's tensor: reduced over the expert-data-parallel group
 };
 
-/// \brief The buckets of `items`: a new bucket starts at the first item, at an item
-/// alone or after one, and where the key changes once the bucket holds `per_bucket`
-/// elements; each bucket is padded to a multiple of `shards` (ZeRO-1: data_size).
+/// \brief Bucket order: decreasing key; inside a unit the experts' tensors after the others
+/// (they are reduced over another group, so they start buckets of their own).
+inline bool bucket_before(const BucketItem& a, const BucketItem& b) {
+  return a.key != b.key ? a.key > b.key : !a.expert && b.expert;
+}
+
+/// \brief The buckets of `items` (in bucket_before order): a new bucket starts at the
+/// first item, at an item alone or after one, where the items change between experts and
+/// the rest, and where the key changes once the bucket holds `per_bucket` elements; each
+/// bucket is padded to a multiple of `shards` (ZeRO-1: data_size), or of `expert_shards`
+/// for the experts' buckets (ZeRO-1: data_size / expert_size).
 struct BucketPlan {
   std::vector<std::int64_t> first, size; ///< [bucket]: offset and padded length
+  std::vector<char> expert;              ///< [bucket]: holds experts' tensors
   std::vector<int> of;                   ///< [item]: its bucket
   std::vector<std::int64_t> offset;      ///< [item]: its offset in the flat buffer
 };
 
 inline BucketPlan plan_buckets(const std::vector<BucketItem>& items, std::int64_t per_bucket,
-                               int shards) {
+                               int shards, int expert_shards) {
   BucketPlan b;
   const auto pad = [&] {
-    if (!b.size.empty())
-      b.size.back() = (b.size.back() + shards - 1) / shards * shards;
+    if (!b.size.empty()) {
+      const std::int64_t n = b.expert.back() ? expert_shards : shards;
+      b.size.back() = (b.size.back() + n - 1) / n * n;
+    }
   };
   for (std::size_t k = 0; k < items.size(); ++k) {
     const bool new_unit = k == 0 || items[k - 1].key != items[k].key;
     const bool alone = items[k].alone || (k > 0 && items[k - 1].alone);
-    if (b.size.empty() || alone || (new_unit && b.size.back() >= per_bucket)) {
+    const bool other_group = k > 0 && items[k - 1].expert != items[k].expert;
+    if (b.size.empty() || alone || other_group || (new_unit && b.size.back() >= per_bucket)) {
       pad();
       b.first.push_back(b.size.empty() ? 0 : b.first.back() + b.size.back());
       b.size.push_back(0);
+      b.expert.push_back(items[k].expert ? 1 : 0);
     }
     b.of.push_back(static_cast<int>(b.size.size()) - 1);
     b.offset.push_back(b.first.back() + b.size.back());
@@ -70,7 +84,8 @@ inline BucketPlan plan_buckets(const std::vector<BucketItem>& items, std::int64_
 
 /// \brief The buckets of a rank of pipeline stage `stage` of `deck` (the stage's parameters
 /// in this rank's tensor-parallel blocks, cut by parallel.bucket_mb, padded to a multiple of
-/// data_size under ZeRO-1), as train::DataParallel makes them, and per bucket the unit whose
+/// data_size under ZeRO-1, the experts' of data_size / expert_size), as train::DataParallel
+/// makes them, and per bucket the unit whose
 /// backward completes it last (the lowest `done` of its parameters): its reduction can start
 /// when that backward has run for the last micro-batch.
 struct StageBuckets {

@@ -108,6 +108,7 @@ struct ParamEntry {
   /// layer l, `layers` for ln_f and the head.
   int unit = -1;
   bool tied = false; ///< wte: the lookup's table is also the head's weight
+  int expert = -1;   ///< an MoE expert's tensor: its global expert index
 };
 
 /// \brief Every parameter of the model with its global shape, in a fixed order: wte, wpe,
@@ -135,10 +136,11 @@ inline std::vector<ParamEntry> parameter_table(const ModelConfig& m) {
     const LayerParams x = layer_params(l, m.experts);
     all.push_back({x.router, {h, m.experts}, l});
     for (std::size_t e = 0; e < x.ew1.size(); ++e) {
-      all.push_back({x.ew1[e], {h, 4 * h}, l});
-      all.push_back({x.eb1[e], {4 * h}, l});
-      all.push_back({x.ew2[e], {4 * h, h}, l});
-      all.push_back({x.eb2[e], {h}, l});
+      const int id = static_cast<int>(e);
+      all.push_back({x.ew1[e], {h, 4 * h}, l, false, id});
+      all.push_back({x.eb1[e], {4 * h}, l, false, id});
+      all.push_back({x.ew2[e], {4 * h, h}, l, false, id});
+      all.push_back({x.eb2[e], {h}, l, false, id});
     }
   }
   all.push_back({"ln_f/gamma", {h}, m.layers});
@@ -212,6 +214,7 @@ struct StageShape {
   /// in some chunk has an MoE feed-forward (moe_acts), or a dense MLP (mlp_acts; -1: all)
   int moe_acts = 0;
   int mlp_acts = -1;
+  int ep = 1; ///< expert parallelism: each rank holds experts / ep experts of an MoE layer
   /// \brief The whole model on one stage, one slot.
   static StageShape whole(const ModelConfig& m) {
     const int moe = moe_layer_count(m);
@@ -254,9 +257,10 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
     layer = 12 * h * h / tp + 7 * h / tp + 6 * h, wte = v * h / tp, wpe = t * h, lnf = 2 * h;
     break;
   }
-  // An MoE layer (one rank so far) holds the router and E experts instead of the MLP.
+  // An MoE layer holds the router and its E / ep experts instead of the MLP.
   const std::int64_t moe =
-      stage.moe_layers > 0 ? h * m.experts + (m.experts - 1) * parameters_per_expert(m) : 0;
+      stage.moe_layers > 0 ? h * m.experts + (m.experts / stage.ep - 1) * parameters_per_expert(m)
+                           : 0;
   return stage.layers * layer + stage.moe_layers * moe + (stage.first || stage.last ? wte : 0) +
          (stage.first ? wpe : 0) + (stage.last ? lnf : 0);
 }
@@ -336,21 +340,28 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   const std::int64_t scores = seqs * heads * t * t;
   const std::int64_t layer = 2 * n * ho + 16 * n * hi + scores + 4 * r;
   const std::int64_t c = stage.longest;
-  // MoE feed-forwards (one rank so far, so n tokens of h features): a layer's saved routing
-  // and expert activations (kernels::MoeSaved: probabilities, choices, gates, slots, R expert
-  // rows of hidden, GELU, tanh and output, offsets and load fractions) replace the MLP's
-  // hidden, GELU and tanh (12 n hi); the mode adds each layer's sort keys and probability
-  // means (doubles: 2 elements each) and scratch shared by the layers.
+  // MoE feed-forwards (no tensor parallelism, so n tokens of h features): a layer's saved
+  // routing and expert activations (kernels::MoeSaved: probabilities, choices, gates,
+  // slots, the R rows of this rank's pairs and their outputs, the Rr rows its experts run
+  // on with their hidden layer, GELU and tanh (and, with expert parallelism, their inputs),
+  // offsets and load fractions) replace the MLP's hidden, GELU and tanh (12 n hi); the mode
+  // adds each layer's sort keys and probability means (doubles: 2 elements each) and scratch
+  // shared by the layers. Rr = R without expert parallelism (tp::moe_received_rows).
   const std::int64_t mlp = 12 * n * hi, e = m.experts, k = m.top_k;
-  const std::int64_t rows =
-      stage.moe_layers > 0 ? tp::moe_rows(m.capacity_factor, n, m.top_k, m.experts) : 0;
-  const std::int64_t saved = n * e + 3 * n * k + rows * (1 + 13 * h) + 2 * e + 1;
+  const bool moe_here = stage.moe_layers > 0;
+  const std::int64_t rows = moe_here ? tp::moe_rows(m.capacity_factor, n, m.top_k, m.experts) : 0;
+  const std::int64_t got =
+      moe_here ? tp::moe_received_rows(m.capacity_factor, n, m.top_k, m.experts, stage.ep) : 0;
+  const std::int64_t moved = stage.ep > 1 ? 1 : 0; // expert parallelism: inputs received
+  const std::int64_t saved =
+      n * e + 3 * n * k + rows * (1 + h) + got * (12 + moved) * h + 2 * e + 1;
   const std::int64_t mlp_acts = stage.mlp_acts < 0 ? c : stage.mlp_acts;
   const std::int64_t acts = c * (layer - mlp) + mlp_acts * mlp + stage.moe_acts * saved;
   const std::int64_t redo =
       layer - when(stage.layers == stage.moe_layers, mlp) + when(stage.moe_layers > 0, saved);
   if (stage.moe_layers > 0)
-    extra += stage.moe_layers * (n * k + 2 * e) + 2 * rows * h + 4 * rows * h + n * e + n * k;
+    extra +=
+        stage.moe_layers * (n * k + 2 * e) + 2 * rows * h + (4 + moved) * got * h + n * e + n * k;
   const std::int64_t per_slot = (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + acts) +
                                 when(out, n * ho + 2 * r);
   const std::int64_t once =

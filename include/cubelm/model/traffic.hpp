@@ -40,6 +40,8 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
 struct UnitWork {
   bool lookup = false, head = false;
   double layers = 0, recomputed = 0;
+  /// of `layers` and `recomputed`: those with an MoE feed-forward (no MLP collectives)
+  double moe = 0, moe_recomputed = 0;
 };
 
 /// \brief The tensor-parallel collectives of one micro-batch through `work` in `deck`'s

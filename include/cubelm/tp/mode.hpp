@@ -170,16 +170,16 @@ public:
                                                   std::uint64_t seed, Ends ends) = 0;
   /// \brief Registers the router and the experts (names in `names`) and returns the MoE
   /// feed-forward for `rows` local rows of `hidden` features; w1 is initialised with
-  /// std_dev, w2 with proj_std. Only a group of one rank has one so far: expert
-  /// parallelism does not exist yet (the deck refuses such layouts first).
+  /// std_dev, w2 with proj_std. Only a tensor-parallel group of one rank has one so far,
+  /// with its experts spread over the grid's "ep" group when expert_size > 1 (the deck
+  /// refuses MoE models under tensor parallelism first).
   virtual std::unique_ptr<MoE<T>> moe(Params<T>& params, const MoeNames& names,
                                       const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
                                       double std_dev, double proj_std, std::uint64_t seed) {
     (void)params, (void)names, (void)shape, (void)hidden, (void)rows, (void)std_dev, (void)proj_std,
         (void)seed;
     throw Error(std::string("model.experts > 1 under tensor_mode \"") + name() +
-                    "\": expert parallelism is not available yet (MoE layers run on one "
-                    "process)",
+                    "\": MoE layers under tensor parallelism are not available yet",
                 true);
   }
   /// \brief Bytes of the buffers the mode's layers allocated (saved statistics, gathered

@@ -25,6 +25,9 @@ struct Param {
   bool decay = false;               ///< weight decay applies (tensors of rank >= 2)
   bool writer = true;               ///< this rank writes the block to checkpoints (replicas do not)
   bool counted = true;              ///< this rank's block counts in the global gradient norm
+  /// an MoE expert's tensor: replicated over the expert-data-parallel group (its gradient
+  /// is reduced there, ProcessGrid::expert_dp) instead of over dp
+  bool expert = false;
   /// trailing rows of `shape` that pad it (wte's padded vocabulary): zero, never stored
   std::int64_t padding_rows = 0;
 

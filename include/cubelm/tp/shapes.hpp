@@ -51,4 +51,18 @@ inline std::int64_t moe_rows(double capacity_factor, std::int64_t tokens, int k,
   return cap < 0 || cap * experts >= all ? all : cap * experts;
 }
 
+/// \brief Rows the experts of one rank of an expert-parallel group of `ep` ranks may
+/// receive for `tokens` tokens per rank: from each of the ep ranks, every pair (dropless)
+/// or at most capacity rows for each of its experts / ep experts; moe_rows when ep = 1.
+/// The buffers are sized for this worst case (every token of the group choosing this
+/// rank's experts), so that no step allocates.
+inline std::int64_t moe_received_rows(double capacity_factor, std::int64_t tokens, int k,
+                                      int experts, int ep) {
+  if (ep <= 1)
+    return moe_rows(capacity_factor, tokens, k, experts);
+  const std::int64_t all = tokens * k, cap = moe_capacity(capacity_factor, tokens, k, experts);
+  const std::int64_t here = experts / ep;
+  return ep * (cap < 0 || cap * here >= all ? all : cap * here);
+}
+
 } // namespace cubelm::tp

@@ -14,7 +14,8 @@
 /// Without ZeRO the buckets are all-reduced over dp and every rank updates every
 /// element; with ZeRO-1 each bucket (padded to a multiple of dp) is
 /// reduce-scattered, rank d updates piece d with its own moments, and the
-/// updated values are all-gathered.
+/// updated values are all-gathered. MoE experts' tensors go into buckets of their own,
+/// reduced (and sharded) over the expert-data-parallel group instead of dp.
 
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/kernels/optim.hpp"
@@ -78,7 +79,6 @@ private:
   model::ShardedGPT<real>& model_;
   const comm::ProcessGrid& grid_;
   bool zero_;
-  int shards_; // dp under ZeRO, else 1
   kernels::Vec<real> values_, grads_, m_, v_;
   std::vector<Bucket> buckets_;
   std::vector<Segment> segments_;

@@ -1,0 +1,298 @@
+// The MoE feed-forwards (docs/model.md for the semantics, docs/grid.md for expert
+// parallelism):
+//  - LocalMoE: the router and every expert on this rank; tokens never leave it.
+//  - ExpertParallelMoE: the router here, experts / ep experts on each rank of the "ep"
+//    group; the rows of the (token, expert) pairs travel to the rank of their expert and
+//    back with all_to_all_v.
+//
+// Forward: logits = x Wr, softmax and top-k (kernels::moe_route), the pairs sorted by
+// expert into contiguous rows (moe_dispatch), the rows of x gathered, each expert's MLP
+// run on its rows with ordinary gemms (ExpertBank), and the outputs combined with the
+// gates. The expert matmuls' sizes are needed on the host: one small copy (E + 1 ints)
+// from the device per layer and micro-batch (and, with expert parallelism, an all_to_all
+// of E ints: the rows each rank receives for each expert).
+
+#include "cubelm/kernels/moe.hpp"
+#include "modes.hpp"
+#include "moe_experts.hpp"
+
+#include <string>
+
+namespace cubelm::tp::detail {
+
+namespace {
+
+// Scratch buffers shared by all MoE layers of the mode (1D uses 0 and 1 under sequence
+// parallelism).
+enum MoeScratch : std::size_t {
+  kExpertIn = 2,   // [R, H]: the gathered expert inputs
+  kExpertGrad = 3, // [R, H]: the expert outputs' gradient, then the inputs'
+  kHiddenGrad = 4, // [Rr, F]: the hidden layer's gradient, before and after GELU
+  kLogitGrad = 5,  // [N, E]: the router logits' gradient
+  kGateGrad = 6,   // [N, k]: the gates' gradient
+  kReceived = 7    // [Rr, H] (expert parallelism): the outputs of the rows run here, then
+                   // their gradient and the inputs' gradient
+};
+
+// The router and the routing: what both MoE feed-forwards share.
+template <class T>
+class Router {
+public:
+  Router(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
+         std::int64_t hidden, std::int64_t rows, double std_dev, std::uint64_t seed)
+      : ws_(ws), shape_(shape), rows_(rows) {
+    const std::int64_t e = shape.experts, h = hidden;
+    CUBELM_ASSERT(static_cast<std::int64_t>(names.w1.size()) == e &&
+                      names.b1.size() == names.w1.size() && names.w2.size() == names.w1.size() &&
+                      names.b2.size() == names.w1.size(),
+                  "an MoE layer needs four tensor names per expert");
+    CUBELM_ASSERT(shape.top_k >= 1 && shape.top_k <= shape.experts,
+                  "model.top_k must lie in [1, model.experts]");
+    router_ = &Shared<T>::owned(
+                   params, make_param<T>(names.router, {h, e}, {0, 0}, {h, e}, std_dev, 0, seed))
+                   .param();
+    capacity_ = moe_capacity(shape.capacity_factor, rows, shape.top_k, shape.experts);
+    keys_ = ws.tokens("cubelm::moe_keys", rows * shape.top_k);
+    means_ = ws.doubles("cubelm::moe_prob_means", e);
+    ws.reserve(kLogitGrad, rows * e);
+    ws.reserve(kGateGrad, rows * shape.top_k);
+  }
+
+  // Routes x: probabilities, choices, gates, slots, the pairs sorted by expert and their
+  // offsets, also on the host. Returns the rows used (pairs kept).
+  std::int64_t route(const ExecSpace& exec, const Mat<T>& x, kernels::MoeSaved<T>& s) {
+    using namespace kernels;
+    gemm<T>(exec, false, false, T(1), x, router_->mat(), T(0), s.probs);
+    moe_route<T>(exec, s.probs, s.choice, s.gate);
+    moe_dispatch<T>(exec, s.choice, capacity_, keys_, sorter_, s.slot, s.pairs, s.offsets,
+                    s.fraction);
+    Kokkos::deep_copy(exec, s.host_offsets, s.offsets);
+    exec.fence(); // the expert matmuls' sizes
+    return s.host_offsets(shape_.experts);
+  }
+
+  void aux_loss(const ExecSpace& exec, const kernels::MoeSaved<T>& s,
+                const Kokkos::View<double*, MemSpace>& aux) {
+    if (aux.extent(0) > 0 && shape_.aux_loss > 0)
+      kernels::moe_aux_loss<T>(exec, s.probs, s.fraction,
+                               shape_.aux_loss * shape_.experts * static_cast<double>(rows_),
+                               means_, aux);
+  }
+
+  // The router's part of backward: from the gates' gradient (and the load-balancing
+  // loss), the router's gradient and dx = dlogits Wr^T (assigned).
+  void backward(const ExecSpace& exec, const Mat<T>& x, const kernels::MoeSaved<T>& s,
+                const Mat<T>& dgate, const Mat<T>& dx, T grad_scale) {
+    using namespace kernels;
+    const Mat<T> dlogits = ws_.scratch(kLogitGrad, rows_, shape_.experts);
+    // d(N aux)/d p[t,e] = aux_loss E f_e (docs/model.md), scaled like the loss sum.
+    const T aux_scale = static_cast<T>(shape_.aux_loss * shape_.experts) * grad_scale;
+    moe_route_backward<T>(exec, s.probs, s.choice, s.gate, dgate, s.fraction, aux_scale, dlogits);
+    gemm<T>(exec, true, false, T(1), x, dlogits, T(1), router_->grad_mat());
+    gemm<T>(exec, false, true, T(1), dlogits, router_->mat(), T(0), dx);
+  }
+
+  Mat<T> dgate() const { return ws_.scratch(kGateGrad, rows_, shape_.top_k); }
+
+private:
+  Workspace<T>& ws_;
+  MoeShape shape_;
+  std::int64_t rows_, capacity_ = -1;
+  Param<T>* router_ = nullptr;
+  kernels::Tokens keys_;
+  Kokkos::View<double*, MemSpace> means_;
+  kernels::TokenIndexer sorter_;
+};
+
+template <class T>
+class LocalMoE final : public MoE<T> {
+public:
+  LocalMoE(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
+           std::int64_t hidden, std::int64_t rows, double std_dev, double proj_std,
+           std::uint64_t seed)
+      : ws_(ws), router_(params, ws, names, shape, hidden, rows, std_dev, seed),
+        experts_(params, names, 0, shape.experts, hidden, 4 * hidden, std_dev, proj_std, seed),
+        shape_(shape), hidden_(hidden), rows_(rows) {
+    expert_rows_ = moe_rows(shape.capacity_factor, rows, shape.top_k, shape.experts);
+    ws.reserve(kExpertIn, expert_rows_ * hidden);
+    ws.reserve(kExpertGrad, expert_rows_ * hidden);
+    ws.reserve(kHiddenGrad, expert_rows_ * 4 * hidden);
+  }
+
+  kernels::MoeSaved<T> make_saved() const override {
+    return kernels::MoeSaved<T>::make(rows_, shape_.experts, shape_.top_k, expert_rows_, hidden_,
+                                      4 * hidden_);
+  }
+
+  void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
+               const Kokkos::View<double*, MemSpace>& aux) override {
+    const std::int64_t used = router_.route(exec, x, s);
+    const Mat<T> xin = ws_.scratch(kExpertIn, expert_rows_, hidden_);
+    kernels::moe_gather<T>(exec, x, s.pairs, used, xin);
+    experts_.forward(exec, segments(s), xin, s.h, s.g, s.th, s.out, used);
+    kernels::moe_combine<T>(exec, s.out, s.slot, s.gate, y);
+    router_.aux_loss(exec, s, aux);
+  }
+
+  void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
+                kernels::MoeSaved<T>& s, T grad_scale) override {
+    const std::int64_t used = s.host_offsets(shape_.experts);
+    const Mat<T> xin = ws_.scratch(kExpertIn, expert_rows_, hidden_);
+    const Mat<T> dout = ws_.scratch(kExpertGrad, expert_rows_, hidden_);
+    const Mat<T> dhid = ws_.scratch(kHiddenGrad, expert_rows_, 4 * hidden_);
+    const Mat<T> dgate = router_.dgate();
+    kernels::moe_combine_backward<T>(exec, dy, s.out, s.slot, s.gate, s.pairs, used, dout, dgate);
+    kernels::moe_gather<T>(exec, x, s.pairs, used, xin); // re-gathered, not kept
+    experts_.backward(exec, segments(s), xin, s.h, s.g, s.th, dout, dhid, used);
+    router_.backward(exec, x, s, dgate, dx, grad_scale);
+    kernels::moe_scatter_add<T>(exec, dout, s.slot, dx);
+  }
+
+private:
+  // Expert e's rows: [offsets(e), offsets(e + 1)).
+  const std::vector<ExpertRows>& segments(const kernels::MoeSaved<T>& s) {
+    segments_.clear();
+    for (int e = 0; e < shape_.experts; ++e)
+      if (s.host_offsets(e + 1) > s.host_offsets(e))
+        segments_.push_back({e, s.host_offsets(e), s.host_offsets(e + 1) - s.host_offsets(e)});
+    return segments_;
+  }
+
+  Workspace<T>& ws_;
+  Router<T> router_;
+  ExpertBank<T> experts_;
+  MoeShape shape_;
+  std::int64_t hidden_, rows_, expert_rows_ = 0;
+  std::vector<ExpertRows> segments_;
+};
+
+// Rank e of the ep group (P ranks) holds experts [e E/P, (e + 1) E/P). A rank's pairs,
+// sorted by expert, are therefore sorted by destination: the block for rank j is the
+// rows of experts j E/P .. (j + 1) E/P - 1. The rows received are ordered by source rank,
+// then by expert; the experts run on each (source, expert) block.
+template <class T>
+class ExpertParallelMoE final : public MoE<T> {
+public:
+  ExpertParallelMoE(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
+                    const MoeShape& shape, std::int64_t hidden, std::int64_t rows, double std_dev,
+                    double proj_std, std::uint64_t seed, const comm::Group& ep)
+      : ws_(ws), ep_(ep), router_(params, ws, names, shape, hidden, rows, std_dev, seed),
+        experts_(params, names, ep.rank() * (shape.experts / ep.size()), shape.experts / ep.size(),
+                 hidden, 4 * hidden, std_dev, proj_std, seed),
+        shape_(shape), hidden_(hidden), rows_(rows), here_(shape.experts / ep.size()) {
+    CUBELM_ASSERT(shape.experts % ep.size() == 0,
+                  "model.experts must be a multiple of parallel.expert_size");
+    expert_rows_ = moe_rows(shape.capacity_factor, rows, shape.top_k, shape.experts);
+    received_ =
+        moe_received_rows(shape.capacity_factor, rows, shape.top_k, shape.experts, ep.size());
+    ws.reserve(kExpertIn, expert_rows_ * hidden);
+    ws.reserve(kExpertGrad, expert_rows_ * hidden);
+    ws.reserve(kHiddenGrad, received_ * 4 * hidden);
+    ws.reserve(kReceived, received_ * hidden);
+    send_counts_ = Kokkos::View<int*, Kokkos::HostSpace>("cubelm::moe_send_counts", shape.experts);
+    const auto p = static_cast<std::size_t>(ep.size());
+    to_.resize(p);
+    from_.resize(p);
+  }
+
+  kernels::MoeSaved<T> make_saved() const override {
+    return kernels::MoeSaved<T>::make(rows_, shape_.experts, shape_.top_k, expert_rows_, hidden_,
+                                      4 * hidden_, ep_.size(), received_);
+  }
+
+  void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
+               const Kokkos::View<double*, MemSpace>& aux) override {
+    const std::int64_t used = router_.route(exec, x, s);
+    // Every rank learns how many rows it receives from each rank for each of its experts.
+    for (int e = 0; e < shape_.experts; ++e)
+      send_counts_(e) = s.host_offsets(e + 1) - s.host_offsets(e);
+    ep_.all_to_all(HostExecSpace(), send_counts_, s.host_received);
+    const std::int64_t got = counts(s);
+    CUBELM_ASSERT(got <= received_, "expert rows received beyond the buffers' worst case");
+    const Mat<T> xin = ws_.scratch(kExpertIn, expert_rows_, hidden_);
+    kernels::moe_gather<T>(exec, x, s.pairs, used, xin);
+    ep_.all_to_all_v(exec, xin, to_, s.xr, from_);
+    const Mat<T> out = ws_.scratch(kReceived, received_, hidden_);
+    experts_.forward(exec, segments_, s.xr, s.h, s.g, s.th, out, got);
+    ep_.all_to_all_v(exec, out, from_, s.out, to_);
+    kernels::moe_combine<T>(exec, s.out, s.slot, s.gate, y);
+    router_.aux_loss(exec, s, aux);
+  }
+
+  void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
+                kernels::MoeSaved<T>& s, T grad_scale) override {
+    const std::int64_t used = s.host_offsets(shape_.experts);
+    const std::int64_t got = counts(s);
+    const Mat<T> dout = ws_.scratch(kExpertGrad, expert_rows_, hidden_);
+    const Mat<T> dreceived = ws_.scratch(kReceived, received_, hidden_);
+    const Mat<T> dhid = ws_.scratch(kHiddenGrad, received_, 4 * hidden_);
+    const Mat<T> dgate = router_.dgate();
+    kernels::moe_combine_backward<T>(exec, dy, s.out, s.slot, s.gate, s.pairs, used, dout, dgate);
+    ep_.all_to_all_v(exec, dout, to_, dreceived, from_);
+    experts_.backward(exec, segments_, s.xr, s.h, s.g, s.th, dreceived, dhid, got);
+    ep_.all_to_all_v(exec, dreceived, from_, dout, to_);
+    router_.backward(exec, x, s, dgate, dx, grad_scale);
+    kernels::moe_scatter_add<T>(exec, dout, s.slot, dx);
+  }
+
+private:
+  // From the saved routing: the elements for and from each rank (to_, from_) and the
+  // (source, expert) blocks of the rows received (segments_). Returns the rows received.
+  std::int64_t counts(const kernels::MoeSaved<T>& s) {
+    const int p = ep_.size();
+    segments_.clear();
+    std::int64_t first = 0;
+    for (int j = 0; j < p; ++j) {
+      const auto k = static_cast<std::size_t>(j);
+      to_[k] =
+          static_cast<std::size_t>(s.host_offsets((j + 1) * here_) - s.host_offsets(j * here_)) *
+          static_cast<std::size_t>(hidden_);
+      std::int64_t rows = 0;
+      for (int e = 0; e < here_; ++e) {
+        const std::int64_t n = s.host_received(j * here_ + e);
+        if (n > 0)
+          segments_.push_back({e, first + rows, n});
+        rows += n;
+      }
+      from_[k] = static_cast<std::size_t>(rows * hidden_);
+      first += rows;
+    }
+    return first;
+  }
+
+  Workspace<T>& ws_;
+  const comm::Group& ep_;
+  Router<T> router_;
+  ExpertBank<T> experts_;
+  MoeShape shape_;
+  std::int64_t hidden_, rows_, expert_rows_ = 0, received_ = 0;
+  int here_; // experts on this rank
+  Kokkos::View<int*, Kokkos::HostSpace> send_counts_;
+  std::vector<std::size_t> to_, from_;
+  std::vector<ExpertRows> segments_;
+};
+
+} // namespace
+
+template <class T>
+std::unique_ptr<MoE<T>> make_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
+                                 const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
+                                 double std_dev, double proj_std, std::uint64_t seed,
+                                 const comm::Group* ep) {
+  if (ep != nullptr && ep->size() > 1)
+    return std::make_unique<ExpertParallelMoE<T>>(params, ws, names, shape, hidden, rows, std_dev,
+                                                  proj_std, seed, *ep);
+  return std::make_unique<LocalMoE<T>>(params, ws, names, shape, hidden, rows, std_dev, proj_std,
+                                       seed);
+}
+
+template std::unique_ptr<MoE<float>> make_moe<float>(Params<float>&, Workspace<float>&,
+                                                     const MoeNames&, const MoeShape&, std::int64_t,
+                                                     std::int64_t, double, double, std::uint64_t,
+                                                     const comm::Group*);
+template std::unique_ptr<MoE<double>> make_moe<double>(Params<double>&, Workspace<double>&,
+                                                       const MoeNames&, const MoeShape&,
+                                                       std::int64_t, std::int64_t, double, double,
+                                                       std::uint64_t, const comm::Group*);
+
+} // namespace cubelm::tp::detail
