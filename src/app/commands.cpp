@@ -108,7 +108,10 @@ std::string maps_line(const Deck& deck) {
   out << "maps       per pipeline stage, " << ranks << " rank" << (ranks == 1 ? "" : "s")
       << ": attention and dense layers tp " << p.tensor_size << " x dp " << p.data_size
       << "; MoE layers (" << m.experts << " experts, top " << m.top_k << ", every " << m.moe_every
-      << (m.moe_every == 1 ? "st" : m.moe_every == 2 ? "nd" : m.moe_every == 3 ? "rd" : "th")
+      << (m.moe_every == 1   ? "st"
+          : m.moe_every == 2 ? "nd"
+          : m.moe_every == 3 ? "rd"
+                             : "th")
       << " layer) expert tp 1 x ep " << p.expert_size << " x expert dp "
       << p.data_size / p.expert_size << ": " << m.experts / p.expert_size << " expert"
       << (m.experts / p.expert_size == 1 ? "" : "s") << " per rank\n";
@@ -130,9 +133,10 @@ std::string describe(const Deck& deck) {
       << (layout.world_size() == 1 ? "" : "es") << ", schedule " << schedule_name(p.schedule)
       << ", microbatches " << p.microbatches << ", zero " << p.zero << ", recompute "
       << recompute_name(p.recompute) << "\n"
-      << maps_line(deck) << "batch      " << deck.train.global_batch << " sequences/step = " << p.data_size
-      << " (data) x " << p.microbatches << " (microbatches) x " << deck.micro_batch()
-      << " (micro-batch); " << si(tokens, 2) << " tokens/step, " << deck.train.steps << " steps\n"
+      << maps_line(deck) << "batch      " << deck.train.global_batch
+      << " sequences/step = " << p.data_size << " (data) x " << p.microbatches
+      << " (microbatches) x " << deck.micro_batch() << " (micro-batch); " << si(tokens, 2)
+      << " tokens/step, " << deck.train.steps << " steps\n"
       << "work       " << si(model::flops_per_token(m) * tokens, 2)
       << " FLOP per step (6 N + 12 L H T per token)\n"
       << memory_line(deck) << "traffic    " << format_bytes(model::comm_bytes_per_step(deck, 0))

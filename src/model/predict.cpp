@@ -235,8 +235,8 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   if (cfg.experts > 1) {
     const double k = cfg.top_k, flops = 8 * N * H * H + 4 * N * T * H + 2 * N * H * cfg.experts +
                                         16 * k * N * H * H;
-    const double kept = static_cast<double>(tp::moe_rows(
-        cfg.capacity_factor, static_cast<std::int64_t>(N), cfg.top_k, cfg.experts));
+    const double kept = static_cast<double>(
+        tp::moe_rows(cfg.capacity_factor, static_cast<std::int64_t>(N), cfg.top_k, cfg.experts));
     const double moe_saved = 2 * n * ho + 4 * n * hi + scores + 4 * r + 13 * kept * H;
     moe_layer.forward = flops / rate + kForwardBytes * moe_saved / memory_rate;
     moe_layer.backward = 2 * flops / rate + kBackwardBytes * moe_saved / memory_rate;
@@ -357,7 +357,8 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
             if (chunks[c][j] == unit)
               ready = after_head + static_cast<double>(chunks[c].size() - j) * per_layer;
       }
-      const double bytes = zero ? (ranks - 1.0) * 4 * size / ranks : 2 * (ranks - 1.0) / d * 4 * size;
+      const double bytes =
+          zero ? (ranks - 1.0) * 4 * size / ranks : 2 * (ranks - 1.0) / d * 4 * size;
       network = std::max(network, ready) +
                 collective_seconds(zero ? comm::Kind::reduce_scatter : comm::Kind::all_reduce,
                                    where.at(group), 1, bytes, machine);
