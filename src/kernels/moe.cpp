@@ -146,19 +146,31 @@ void moe_gather(const ExecSpace& exec, const Mat<T>& x, const IntVec& pairs, std
       });
 }
 
-template <class T>
-void moe_combine(const ExecSpace& exec, const Mat<T>& out, const IntMat& slot, const Mat<T>& gate,
-                 const Mat<T>& y) {
+namespace {
+
+// y[t,:] (= or +=) sum over the kept choices j of weight(t, j) rows[slot(t,j),:]: the gated
+// combine and the scatter of the expert inputs' gradient back to their tokens.
+template <class T, class Weight>
+void sum_kept_choices(const char* name, const ExecSpace& exec, const Mat<T>& rows,
+                      const IntMat& slot, Weight weight, bool add, const Mat<T>& y) {
   const std::int64_t k = slot.extent(1);
   for_each_element(
-      "cubelm::moe_combine", exec, y.extent(0), y.extent(1),
+      name, exec, y.extent(0), y.extent(1),
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t c) {
         T sum = 0;
         for (std::int64_t j = 0; j < k; ++j)
           if (slot(t, j) >= 0)
-            sum += gate(t, j) * out(slot(t, j), c);
-        y(t, c) = sum;
+            sum += weight(t, j) * rows(slot(t, j), c);
+        y(t, c) = add ? y(t, c) + sum : sum;
       });
+}
+
+} // namespace
+
+template <class T>
+void moe_combine(const ExecSpace& exec, const Mat<T>& out, const IntMat& slot, const Mat<T>& gate,
+                 const Mat<T>& y) {
+  sum_kept_choices<T>("cubelm::moe_combine", exec, out, slot, gate, false, y);
 }
 
 template <class T>
@@ -186,16 +198,9 @@ void moe_combine_backward(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>&
 template <class T>
 void moe_scatter_add(const ExecSpace& exec, const Mat<T>& dxin, const IntMat& slot,
                      const Mat<T>& dx) {
-  const std::int64_t k = slot.extent(1);
-  for_each_element(
-      "cubelm::moe_scatter_add", exec, dx.extent(0), dx.extent(1),
-      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t c) {
-        T sum = 0;
-        for (std::int64_t j = 0; j < k; ++j)
-          if (slot(t, j) >= 0)
-            sum += dxin(slot(t, j), c);
-        dx(t, c) += sum;
-      });
+  sum_kept_choices<T>(
+      "cubelm::moe_scatter_add", exec, dxin, slot,
+      KOKKOS_LAMBDA(const std::int64_t, const std::int64_t) { return T(1); }, true, dx);
 }
 
 template <class T>
