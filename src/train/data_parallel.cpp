@@ -110,6 +110,8 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
     }
     moments += piece;
   }
+  counts_any_ = std::any_of(segments_.begin(), segments_.end(),
+                            [](const Segment& seg) { return seg.counted; });
   m_ = Vec<real>("cubelm::adam_m", moments);
   v_ = Vec<real>("cubelm::adam_v", moments);
   // The segments as the optimizer's chunk table, on the device.
@@ -205,7 +207,10 @@ void DataParallel::zero_grad() {
 }
 
 double DataParallel::sum_squares() const {
-  // Replicas' elements are left out by the chunk table (each element once over the world).
+  // Replicas' elements are left out by the chunk table (each element once over the world);
+  // a rank that counts none of its elements (a replica of a dense model) skips the kernel.
+  if (!counts_any_)
+    return 0.0;
   return kernels::sum_squares<real>(ExecSpace(), chunks_, grads_);
 }
 

@@ -79,6 +79,7 @@ private:
   model::ShardedGPT<real>& model_;
   const comm::ProcessGrid& grid_;
   bool zero_;
+  bool counts_any_ = false; // some element of this rank counts in the gradient norm
   kernels::Vec<real> values_, grads_, m_, v_;
   std::vector<Bucket> buckets_;
   std::vector<Segment> segments_;
