@@ -187,7 +187,8 @@ const std::vector<ParamEntry>& table_of(const ModelConfig& m) {
   thread_local ModelConfig key{};
   thread_local std::vector<ParamEntry> table;
   if (table.empty() || key.vocab_size != m.vocab_size || key.seq_len != m.seq_len ||
-      key.hidden != m.hidden || key.heads != m.heads || key.layers != m.layers) {
+      key.hidden != m.hidden || key.heads != m.heads || key.layers != m.layers ||
+      key.experts != m.experts || key.moe_every != m.moe_every) {
     table = parameter_table(m);
     key = m;
   }
