@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   plan->add_option("--pipeline-size", plan_options.pipeline_sizes,
                    "Pipeline sizes to keep (default: any)")
       ->delimiter(',');
+  plan->add_option("--context-size", plan_options.context_sizes,
+                   "Context sizes to try (default: the deck's)")
+      ->delimiter(',');
   plan->add_option("--recompute", plan_options.recompute,
                    "recompute settings to keep: none, full (default: both)")
       ->delimiter(',');

@@ -142,3 +142,27 @@ TEST(Allocations, SteadyStateStepsAllocateNothing) {
 TEST(Allocations, MoEStepsAllocateNothing) {
   expect_no_allocations(moe_layouts(), "experts = 4\ntop_k = 2\nmoe_every = 2\n");
 }
+
+// Context parallelism: the gathered keys and values, the blocks and the local token ids
+// are kept between steps.
+TEST(Allocations, ContextParallelStepsAllocateNothing) {
+  switch (world_size()) {
+  case 2:
+    expect_no_allocations({"context_size = 2", "context_size = 2\nrecompute = \"full\""}, "");
+    break;
+  case 4:
+    expect_no_allocations({"context_size = 2\ndata_size = 2\nzero = 1",
+                           "context_size = 2\ntensor_mode = \"1d\"\ntensor_size = 2"},
+                          "");
+    expect_no_allocations({"context_size = 2\ndata_size = 2\nexpert_size = 4"},
+                          "experts = 4\ntop_k = 2\nmoe_every = 2\n");
+    break;
+  case 8:
+    expect_no_allocations({"context_size = 2\npipeline_size = 2\ndata_size = 2\n"
+                           "microbatches = 2\nzero = 1"},
+                          "");
+    break;
+  default:
+    break;
+  }
+}

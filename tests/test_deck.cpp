@@ -182,6 +182,33 @@ TEST(Deck, RulesNameTheValueAndTheRule) {
   EXPECT_HAS(error_of("[log]\ninterval = 0\n"), "log.interval = 0: must be at least 1");
 }
 
+// parallel.context_size (docs/grid.md#context-parallelism): 2 x context_size equal chunks
+// of model.seq_len; the error lists the sizes that fit, and expert_size divides the
+// replicas data_size x context_size.
+TEST(Deck, ContextParallelRules) {
+  const Deck d = parse_deck("[model]\nseq_len = 16\n[parallel]\ncontext_size = 4\n");
+  EXPECT_EQ(d.parallel.context_size, 4);
+  EXPECT_EQ(parse_deck("[model]\nseq_len = 16\n").parallel.context_size, 1);
+  EXPECT_HAS(error_of("[model]\nseq_len = 12\n[parallel]\ncontext_size = 4\n"),
+             "deck.toml:4: parallel.context_size = 4: must split model.seq_len = 12 into 2 x "
+             "context_size equal chunks (2 x 4 = 8 must divide it); valid: 1, 2, 3, 6");
+  EXPECT_HAS(error_of("[model]\nseq_len = 16\n[parallel]\ncontext_size = 0\n"),
+             "parallel.context_size = 0: must be at least 1");
+  EXPECT_HAS(error_of("[model]\nseq_len = 16\nexperts = 4\n[parallel]\ncontext_size = 2\n"
+                      "expert_size = 4\n"),
+             "parallel.expert_size = 4: must divide both data_size x context_size = 1 x 2 = 2");
+  EXPECT_EQ(parse_deck("[model]\nseq_len = 16\nexperts = 4\n[parallel]\ncontext_size = 2\n"
+                       "data_size = 2\nexpert_size = 4\n[train]\nglobal_batch = 2\n")
+                .parallel.expert_size,
+            4);
+  // Sequence parallelism splits the rank's tokens: micro-batch x seq_len / context_size.
+  EXPECT_HAS(
+      error_of("[model]\nseq_len = 4\nhidden = 12\nheads = 3\n[parallel]\ntensor_mode = \"1d\"\n"
+               "tensor_size = 3\nsequence_parallel = true\ncontext_size = 2\n[train]\n"
+               "global_batch = 1\n"),
+      "model.seq_len / context_size = 2) divisible by 3");
+}
+
 // parallel.timeout_s, the hang watchdog's limit (docs/reliability.md): seconds, 0 for
 // off; a negative, NaN or infinite value is refused naming the key, its line, the
 // value and the rule.

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -247,4 +248,67 @@ TEST(ProcessGrid, RefusesAJobOfTheWrongSize) {
   const int n = world_size();
   const Layout l{1, 1, n + 1, TensorMode::d1};
   EXPECT_THROW(ProcessGrid(l, Communicator::world()), Error);
+}
+
+// Context parallelism: w = t + tp (c + cp (d + dp s)); "cp" holds the c of one (t, d, s),
+// "dp" the replicas (every c and d of one (t, s), ordered by c + cp d), "pp" and
+// "pp.ends" one (t, c, d); ep and edp fold the replica index.
+TEST(ProcessGrid, ContextParallelLayoutsHaveTheRightGroups) {
+  const int n = world_size();
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  int tested = 0;
+  for (int cp = 2; cp <= n; ++cp)
+    for (int tp = 1; tp * cp <= n; ++tp)
+      for (int dp = 1; dp * tp * cp <= n; ++dp) {
+        if (n % (tp * cp * dp) != 0)
+          continue;
+        Layout l{dp, n / (tp * cp * dp), tp, tp > 1 ? TensorMode::d1 : TensorMode::none};
+        l.cp = cp;
+        l.ep = (dp * cp) % 2 == 0 ? 2 : 1;
+        SCOPED_TRACE(l.describe());
+        const ProcessGrid grid(l, Communicator::world());
+        const GridCoords& g = grid.coords();
+        const auto w = [&](int t, int c, int d, int s) { return t + tp * (c + cp * (d + dp * s)); };
+        EXPECT_EQ(g.tp, me % tp);
+        EXPECT_EQ(g.cp, (me / tp) % cp);
+        EXPECT_EQ(g.dp, (me / (tp * cp)) % dp);
+        EXPECT_EQ(g.pp, me / (tp * cp * dp));
+        EXPECT_EQ(g.replica, g.cp + cp * g.dp);
+        EXPECT_EQ(world_rank_of(l, g.dp, g.pp, g.tp, g.cp), me);
+        std::vector<int> cps, dps, pps;
+        for (int c = 0; c < cp; ++c)
+          cps.push_back(w(g.tp, c, g.dp, g.pp));
+        for (int d = 0; d < dp; ++d)
+          for (int c = 0; c < cp; ++c)
+            dps.push_back(w(g.tp, c, d, g.pp));
+        for (int s = 0; s < l.pp; ++s)
+          pps.push_back(w(g.tp, g.cp, g.dp, s));
+        EXPECT_EQ(members(grid.cp()), cps);
+        EXPECT_EQ(grid.cp().rank(), g.cp);
+        EXPECT_EQ(members(grid.dp()), dps);
+        EXPECT_EQ(grid.dp().rank(), g.replica);
+        EXPECT_EQ(members(grid.pp()), pps);
+        if (l.ep > 1) {
+          // ep: the replicas r * ep .. r * ep + ep - 1; edp: those of one e.
+          std::vector<int> eps, edps;
+          const auto of_replica = [&](int x) { return w(g.tp, x % cp, x / cp, g.pp); };
+          for (int e = 0; e < l.ep; ++e)
+            eps.push_back(of_replica(g.edp * l.ep + e));
+          for (int r = 0; r < dp * cp / l.ep; ++r)
+            edps.push_back(of_replica(r * l.ep + g.ep));
+          EXPECT_EQ(members(grid.ep()), eps);
+          EXPECT_EQ(members(grid.expert_dp()), edps);
+        }
+        const auto names = grid.group_names();
+        EXPECT_NE(std::find(names.begin(), names.end(), "cp"), names.end());
+        ++tested;
+      }
+  if (n == 1)
+    EXPECT_EQ(tested, 0);
+  else
+    EXPECT_GT(tested, 0);
+  // Without context parallelism there is no cp group.
+  const ProcessGrid plain(Layout{n, 1, 1, TensorMode::none}, Communicator::world());
+  EXPECT_THROW(plain.cp(), InternalError);
 }

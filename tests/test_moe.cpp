@@ -506,7 +506,8 @@ TEST(MoE, DeckRules) {
       << e;
   // Expert parallelism: expert_size divides data_size and the experts, needs experts.
   e = error("experts = 4", "data_size = 2\nexpert_size = 4");
-  EXPECT_TRUE(has(e, "parallel.expert_size = 4: must divide both data_size = 2") &&
+  EXPECT_TRUE(has(e, "parallel.expert_size = 4: must divide both data_size x context_size = 2 "
+                     "x 1 = 2") &&
               has(e, "valid: 1, 2"))
       << e;
   e = error("experts = 6", "data_size = 4\nexpert_size = 4");

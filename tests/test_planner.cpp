@@ -15,6 +15,7 @@
 #include "cubelm/plan/timed.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "layout_checks.hpp"
 #include "test_helpers.hpp"
 
 #include <gtest/gtest.h>
@@ -83,7 +84,8 @@ std::string parallel_text(const Deck& d) {
          "\nmicrobatches = " + std::to_string(p.microbatches) +
          "\nzero = " + std::to_string(p.zero) +
          "\nsequence_parallel = " + (p.sequence_parallel ? "true" : "false") + "\nrecompute = \"" +
-         recompute_name(p.recompute) + "\"\n";
+         recompute_name(p.recompute) + "\"\ncontext_size = " + std::to_string(p.context_size) +
+         "\n";
 }
 
 std::string model_text() {
@@ -92,6 +94,34 @@ std::string model_text() {
 }
 
 } // namespace
+
+// Runs `d` for two steps: the second step's counters, the allocation and the unit-cost
+// timeline equal the prediction exactly.
+static void expect_as_predicted(const Deck& d, const io::Machine& machine) {
+  SCOPED_TRACE(model::layout_line(d));
+  const model::Prediction p = model::predict(d, machine);
+  train::Trainer t(d);
+  t.step();
+  const train::StepMetrics m = t.step();
+  const int stage = t.grid().coords().pp;
+  const double total = cubelm::testing::expect_traffic(
+      m.traffic, p.stage_traffic.at(static_cast<std::size_t>(stage)), 1e-12);
+  EXPECT_NEAR(m.comm_bytes, total, 1e-12 * total);
+  if (stage == 0)
+    EXPECT_NEAR(m.comm_bytes, p.comm_bytes, 1e-12 * p.comm_bytes);
+  // Memory: every kind, exactly, ZeRO-1's padded buckets included.
+  const model::Memory held = t.memory();
+  const model::Memory& predicted = p.stage_memory.at(static_cast<std::size_t>(stage));
+  EXPECT_EQ(held.parameters, predicted.parameters);
+  EXPECT_EQ(held.gradients, predicted.gradients);
+  EXPECT_EQ(held.optimizer, predicted.optimizer);
+  EXPECT_EQ(held.activations, predicted.activations);
+  EXPECT_EQ(m.mem_bytes, static_cast<double>(predicted.total()));
+  // The bubble: the running trainer's unit-cost timeline, every stage.
+  ASSERT_EQ(p.unit_bubble.size(), t.timeline().busy.size());
+  for (std::size_t s = 0; s < p.unit_bubble.size(); ++s)
+    EXPECT_EQ(p.unit_bubble[s], t.timeline().bubble(static_cast<int>(s))) << "stage " << s;
+}
 
 // Item 4 of the planner: every layout of the tiny model on this job's ranks, run for two
 // steps; the second step's counters, the allocation and the unit-cost timeline equal the
@@ -102,45 +132,7 @@ TEST(Planner, EveryLayoutCountsAllocatesAndIdlesAsPredicted) {
   ASSERT_FALSE(all.empty());
   int checked = 0;
   for (const Deck& d : all) {
-    SCOPED_TRACE(model::layout_line(d));
-    const model::Prediction p = model::predict(d, machine);
-    train::Trainer t(d);
-    t.step();
-    const train::StepMetrics m = t.step();
-    const int stage = t.grid().coords().pp;
-    const auto& expected = p.stage_traffic.at(static_cast<std::size_t>(stage));
-    double total = 0;
-    for (const auto& e : expected) {
-      const auto it = std::find_if(m.traffic.begin(), m.traffic.end(), [&](const auto& x) {
-        return x.group == e.group && x.kind == e.kind;
-      });
-      ASSERT_NE(it, m.traffic.end()) << e.group << " " << comm::kind_name(e.kind);
-      EXPECT_EQ(it->calls, e.calls) << e.group << " " << comm::kind_name(e.kind);
-      // Equal up to the order of a double sum (counters add per call, the closed form per kind).
-      EXPECT_NEAR(it->bytes, e.bytes, 1e-12 * e.bytes) << e.group << " " << comm::kind_name(e.kind);
-      total += e.bytes;
-    }
-    for (const auto& x : m.traffic)
-      if (x.calls > 0)
-        EXPECT_TRUE(
-            std::any_of(expected.begin(), expected.end(),
-                        [&](const auto& e) { return e.group == x.group && e.kind == x.kind; }))
-            << "counted but not predicted: " << x.group << " " << comm::kind_name(x.kind);
-    EXPECT_NEAR(m.comm_bytes, total, 1e-12 * total);
-    if (stage == 0)
-      EXPECT_NEAR(m.comm_bytes, p.comm_bytes, 1e-12 * p.comm_bytes);
-    // Memory: every kind, exactly, ZeRO-1's padded buckets included.
-    const model::Memory held = t.memory();
-    const model::Memory& predicted = p.stage_memory.at(static_cast<std::size_t>(stage));
-    EXPECT_EQ(held.parameters, predicted.parameters);
-    EXPECT_EQ(held.gradients, predicted.gradients);
-    EXPECT_EQ(held.optimizer, predicted.optimizer);
-    EXPECT_EQ(held.activations, predicted.activations);
-    EXPECT_EQ(m.mem_bytes, static_cast<double>(predicted.total()));
-    // The bubble: the running trainer's unit-cost timeline, every stage.
-    ASSERT_EQ(p.unit_bubble.size(), t.timeline().busy.size());
-    for (std::size_t s = 0; s < p.unit_bubble.size(); ++s)
-      EXPECT_EQ(p.unit_bubble[s], t.timeline().bubble(static_cast<int>(s))) << "stage " << s;
+    expect_as_predicted(d, machine);
     ++checked;
   }
   if (comm::Communicator::world().rank() == 0)
@@ -149,13 +141,38 @@ TEST(Planner, EveryLayoutCountsAllocatesAndIdlesAsPredicted) {
                 checked, world_size());
 }
 
+// With --context-size the planner lays out context-parallel layouts too; those of this
+// job (one of each tensor mode and size, pipeline size and ZeRO setting: the rest vary as
+// above) count, allocate and idle as predicted.
+TEST(Planner, ContextParallelLayoutsAsPredicted) {
+  const io::Machine machine = io::parse_machine(kMachine, "test.toml");
+  model::SearchSpace space;
+  space.context_sizes = {2};
+  const std::vector<Deck> all = model::layouts(tiny(), world_size(), space);
+  if (world_size() == 1) {
+    EXPECT_TRUE(all.empty()); // cp = 2 needs two ranks
+    return;
+  }
+  ASSERT_FALSE(all.empty());
+  std::set<std::string> grids;
+  for (const Deck& d : all) {
+    EXPECT_EQ(d.parallel.context_size, 2);
+    const std::string key =
+        comm::layout_of(d.parallel).describe() + std::to_string(d.parallel.zero);
+    if (d.train.precision == Precision::fp32 && grids.insert(key).second)
+      expect_as_predicted(d, machine);
+  }
+}
+
 // Every layout the planner lists is a deck `cubelm train` accepts (the deck reader's
 // rules, applied to the layout written out as deck text), none twice; and the spaces it
 // must cover are there.
 TEST(Planner, LayoutsAreValidDecksAndCoverTheSpace) {
   for (const int ranks : {1, 2, 4, 8}) {
     std::set<std::string> seen;
-    for (const Deck& d : model::layouts(tiny(), ranks)) {
+    model::SearchSpace space;
+    space.context_sizes = {1, 2};
+    for (const Deck& d : model::layouts(tiny(), ranks, space)) {
       const std::string text = model_text() + parallel_text(d);
       EXPECT_NO_THROW(io::parse_deck(text, "layout.toml")) << text;
       EXPECT_EQ(comm::layout_of(d.parallel).world_size(), ranks);
@@ -165,7 +182,8 @@ TEST(Planner, LayoutsAreValidDecksAndCoverTheSpace) {
       for (const char* must : {"tp=3d:8 pp=1 dp=1 1f1b m=2 zero=0 recompute=full fp32",
                                "tp=2d:4 pp=2 dp=1 interleaved:2 m=2 zero=0 recompute=none fp32",
                                "tp=1d:4+sp pp=1 dp=2 layered m=2 zero=1 recompute=none fp32",
-                               "tp=none:1 pp=4 dp=2 gpipe m=4 zero=1 recompute=full fp32"})
+                               "tp=none:1 pp=4 dp=2 gpipe m=4 zero=1 recompute=full fp32",
+                               "tp=1d:2 pp=2 dp=1 cp=2 1f1b m=2 zero=1 recompute=none fp32"})
         EXPECT_EQ(seen.count(must), 1u) << must;
   }
   try {

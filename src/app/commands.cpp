@@ -96,24 +96,31 @@ std::string version_text() {
 
 namespace {
 
-// MoE models: the two maps of the same ranks (docs/grid.md), attention's and the MoE
-// layers'; nothing for dense models.
+// MoE models and context parallelism: the maps of the same ranks (docs/grid.md),
+// attention's and the MoE layers'; nothing for other dense models.
 std::string maps_line(const Deck& deck) {
   const ModelConfig& m = deck.model;
   const ParallelConfig& p = deck.parallel;
-  if (m.experts <= 1)
+  if (m.experts <= 1 && p.context_size == 1)
     return "";
   std::ostringstream out;
-  const int ranks = p.tensor_size * p.data_size;
+  const int ranks = p.tensor_size * p.context_size * p.data_size;
+  const int replicas = p.context_size * p.data_size;
   out << "maps       per pipeline stage, " << ranks << " rank" << (ranks == 1 ? "" : "s")
-      << ": attention and dense layers tp " << p.tensor_size << " x dp " << p.data_size
-      << "; MoE layers (" << m.experts << " experts, top " << m.top_k << ", every " << m.moe_every
+      << ": attention" << (m.experts > 1 ? " and dense" : "") << " layers tp " << p.tensor_size
+      << " x cp " << p.context_size << " x dp " << p.data_size;
+  if (p.context_size > 1)
+    out << " (each sequence in " << 2 * p.context_size << " chunks of "
+        << m.seq_len / (2 * p.context_size) << " tokens, 2 per rank)";
+  if (m.experts <= 1)
+    return out.str() + "\n";
+  out << "; MoE layers (" << m.experts << " experts, top " << m.top_k << ", every " << m.moe_every
       << (m.moe_every == 1   ? "st"
           : m.moe_every == 2 ? "nd"
           : m.moe_every == 3 ? "rd"
                              : "th")
-      << " layer) expert tp 1 x ep " << p.expert_size << " x expert dp "
-      << p.data_size / p.expert_size << ": " << m.experts / p.expert_size << " expert"
+      << " layer) expert tp 1 x ep " << p.expert_size << " x expert dp " << replicas / p.expert_size
+      << ": " << m.experts / p.expert_size << " expert"
       << (m.experts / p.expert_size == 1 ? "" : "s") << " per rank\n";
   return out.str();
 }
@@ -169,7 +176,7 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
       << ", \"virtual_stages\": " << p.virtual_stages << ", \"microbatches\": " << p.microbatches
       << ", \"zero\": " << p.zero
       << ", \"sequence_parallel\": " << (p.sequence_parallel ? "true" : "false")
-      << ", \"expert_size\": " << p.expert_size
+      << ", \"expert_size\": " << p.expert_size << ", \"context_size\": " << p.context_size
       << ", \"recompute\": " << text(recompute_name(p.recompute))
       << "}, \"world\": " << layout.world_size()
       << ", \"parameters\": " << model::parameter_count(deck.model)

@@ -58,6 +58,7 @@ model::SearchSpace search_space(const PlanOptions& o) {
     space.recompute.push_back(*v);
   }
   space.tensor_sizes = o.tensor_sizes;
+  space.context_sizes = o.context_sizes;
   space.pipeline_sizes = o.pipeline_sizes;
   return space;
 }

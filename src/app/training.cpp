@@ -36,8 +36,10 @@ void admit_memory(const Deck& deck) {
   std::string keys = "raise parallel.tensor_size (tensor_mode), parallel.pipeline_size";
   if (p.recompute != Recompute::full)
     keys += ", set parallel.recompute = \"full\"";
-  if (p.data_size > 1 && p.zero == 0)
+  if (p.data_size * p.context_size > 1 && p.zero == 0)
     keys += ", set parallel.zero = 1";
+  if (deck.model.seq_len % (4 * p.context_size) == 0) // a doubled context_size fits
+    keys += ", raise parallel.context_size (long sequences)";
   if (deck.micro_batch() > 1)
     keys += ", lower the micro-batch size (" + std::to_string(deck.micro_batch()) +
             " = train.global_batch / (parallel.data_size x parallel.microbatches): lower "
@@ -136,10 +138,12 @@ int run_training(const Deck& deck, std::ostream& out) {
                   held.c_str());
     say << line;
   }
-  if (deck.parallel.data_size > 1) {
+  const int replicas = deck.parallel.data_size * deck.parallel.context_size;
+  if (replicas > 1) {
+    // With context parallelism the cp ranks of a sequence hold replicas too.
     std::snprintf(line, sizeof(line),
-                  "data parallel: %d replicas, %s, %d gradient bucket(s) on rank 0\n",
-                  deck.parallel.data_size,
+                  "data parallel: %d replicas%s, %s, %d gradient bucket(s) on rank 0\n", replicas,
+                  deck.parallel.context_size > 1 ? " (data x context)" : "",
                   deck.parallel.zero ? "ZeRO-1 (optimizer state sharded)" : "optimizer replicated",
                   trainer.data_parallel().buckets());
     say << line;

@@ -9,7 +9,8 @@ ProcessGrid::ProcessGrid(const Layout& layout, const Communicator& world, CommOp
   layout_.validate_for_world(world.size());
   coords_ = coords_of(layout_, world.rank());
   const GridCoords& g = coords_;
-  const int tp_block = g.world / layout_.tp; // which tp group: d + dp*s
+  const int tp_block = g.world / layout_.tp; // which tp group: c + cp*(d + dp*s)
+  const int replicas = layout_.replicas();
   auto make = [&](const char* name, int color, int key) {
     return Group(name, world.split(color, key), traffic_, options);
   };
@@ -19,18 +20,22 @@ ProcessGrid::ProcessGrid(const Layout& layout, const Communicator& world, CommOp
   metrics_.emplace("metrics", Communicator::duplicate(world.raw()),
                    std::make_shared<TrafficCounters>(), options);
   tp_.emplace(make("tp", tp_block, g.tp));
-  dp_.emplace(make("dp", g.tp + layout_.tp * g.pp, g.dp));
-  pp_.emplace(make("pp", g.tp + layout_.tp * g.dp, g.pp));
-  // The first and last stage of one pipeline (same t and d) pair up, first
+  // dp: the replicas of the stage's parameters, every (c, d) of one (t, s).
+  dp_.emplace(make("dp", g.tp + layout_.tp * g.pp, g.replica));
+  pp_.emplace(make("pp", g.tp + layout_.tp * g.replica, g.pp));
+  // The first and last stage of one pipeline (same t, c and d) pair up, first
   // stage first; every other rank, and every rank when pp == 1, is alone (a
-  // colour of its own past the dp*tp colours of the pairs).
+  // colour of its own past the colours of the pairs).
   const int last = layout_.pp - 1;
   const bool at_an_end = last > 0 && (g.pp == 0 || g.pp == last);
-  embedding_.emplace(make(
-      "pp.ends", at_an_end ? g.tp + layout_.tp * g.dp : layout_.tp * layout_.dp + g.world, g.pp));
+  embedding_.emplace(
+      make("pp.ends", at_an_end ? g.tp + layout_.tp * g.replica : layout_.tp * replicas + g.world,
+           g.pp));
+  if (layout_.cp > 1) // same t, d and s, ordered by c
+    cp_.emplace(make("cp", g.tp + layout_.tp * (g.dp + layout_.dp * g.pp), g.cp));
   if (layout_.ep > 1) {
-    // Same t and s; ep: same r = d / ep, edp: same e = d % ep.
-    const int base = g.tp + layout_.tp * g.pp * layout_.dp;
+    // Same t and s; ep: same r = replica / ep, edp: same e = replica % ep.
+    const int base = g.tp + layout_.tp * g.pp * replicas;
     ep_.emplace(make("ep", base + layout_.tp * g.edp, g.ep));
     edp_.emplace(make("edp", base + layout_.tp * g.ep, g.edp));
   }
@@ -53,7 +58,7 @@ std::vector<std::string> ProcessGrid::group_names() const {
   std::vector<std::string> names;
   for (const std::optional<Group>* g :
        {&world_, &tp_, &row_, &col_, &axis_[0], &axis_[1], &axis_[2], &plane_[0], &plane_[1],
-        &plane_[2], &dp_, &pp_, &embedding_, &ep_, &edp_})
+        &plane_[2], &cp_, &dp_, &pp_, &embedding_, &ep_, &edp_})
     if (g->has_value())
       names.push_back((*g)->name());
   return names;
@@ -68,6 +73,11 @@ const Group& ProcessGrid::need(const std::optional<Group>& group, const char* wh
 const Group& ProcessGrid::ep() const {
   CUBELM_ASSERT(ep_.has_value(), "the ep group exists only with parallel.expert_size > 1");
   return *ep_;
+}
+
+const Group& ProcessGrid::cp() const {
+  CUBELM_ASSERT(cp_.has_value(), "the cp group exists only with parallel.context_size > 1");
+  return *cp_;
 }
 
 const Group& ProcessGrid::tp_row() const {

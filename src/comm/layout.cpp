@@ -15,6 +15,7 @@ Layout layout_of(const ParallelConfig& parallel) {
   l.mode = parallel.tensor_mode;
   l.sequence_parallel = parallel.sequence_parallel;
   l.ep = parallel.expert_size;
+  l.cp = parallel.context_size;
   return l;
 }
 
@@ -95,6 +96,8 @@ std::string Layout::describe() const {
   std::ostringstream out;
   out << "tp=" << mode_name(mode) << ":" << tp << (sequence_parallel ? "+sp" : "") << " pp=" << pp
       << " dp=" << dp;
+  if (cp > 1)
+    out << " cp=" << cp;
   if (ep > 1)
     out << " ep=" << ep;
   return out.str();
@@ -102,16 +105,16 @@ std::string Layout::describe() const {
 
 void Layout::validate() const {
   const std::pair<const char*, int> sizes[] = {
-      {"data_size", dp}, {"pipeline_size", pp}, {"tensor_size", tp}};
+      {"data_size", dp}, {"pipeline_size", pp}, {"tensor_size", tp}, {"context_size", cp}};
   for (const auto& [key, value] : sizes)
     if (value < 1)
       refuse(std::string("parallel.") + key + " = " + std::to_string(value) +
              ": a grid dimension must be at least 1");
-  if (ep < 1 || dp % ep != 0)
+  if (ep < 1 || replicas() % ep != 0)
     refuse("parallel.expert_size = " + std::to_string(ep) +
-           ": the expert-parallel groups are carved out of the data-parallel ones, so "
-           "expert_size must divide data_size = " +
-           std::to_string(dp) + " (valid: " + divisors_of(dp) + ")");
+           ": the expert-parallel groups are carved out of the replicas of the parameters, "
+           "so expert_size must divide data_size x context_size = " +
+           std::to_string(replicas()) + " (valid: " + divisors_of(replicas()) + ")");
   switch (mode) {
   case TensorMode::none:
     if (tp != 1)
@@ -141,16 +144,20 @@ void Layout::validate_for_world(int world_size) const {
     return;
   std::ostringstream out;
   out << "the job has " << world_size << " processes but the layout " << describe() << " needs "
-      << "data_size x pipeline_size x tensor_size = " << dp << " x " << pp << " x " << tp << " = "
-      << this->world_size() << ". Launch with " << this->world_size() << " processes (mpiexec -n "
-      << this->world_size() << ")";
+      << "data_size x pipeline_size x " << (cp > 1 ? "context_size x " : "")
+      << "tensor_size = " << dp << " x " << pp << " x "
+      << (cp > 1 ? std::to_string(cp) + " x " : "") << tp << " = " << this->world_size()
+      << ". Launch with " << this->world_size() << " processes (mpiexec -n " << this->world_size()
+      << ")";
   std::vector<std::string> options;
-  if (world_size % (tp * pp) == 0)
-    options.push_back("data_size = " + std::to_string(world_size / (tp * pp)));
-  if (world_size % (tp * dp) == 0)
-    options.push_back("pipeline_size = " + std::to_string(world_size / (tp * dp)));
-  if (world_size % (dp * pp) == 0 && fits_mode(world_size / (dp * pp), mode))
-    options.push_back("tensor_size = " + std::to_string(world_size / (dp * pp)));
+  if (world_size % (tp * pp * cp) == 0)
+    options.push_back("data_size = " + std::to_string(world_size / (tp * pp * cp)));
+  if (world_size % (tp * dp * cp) == 0)
+    options.push_back("pipeline_size = " + std::to_string(world_size / (tp * dp * cp)));
+  if (world_size % (dp * pp * cp) == 0 && fits_mode(world_size / (dp * pp * cp), mode))
+    options.push_back("tensor_size = " + std::to_string(world_size / (dp * pp * cp)));
+  if (cp > 1 && world_size % (tp * pp * dp) == 0)
+    options.push_back("context_size = " + std::to_string(world_size / (tp * pp * dp)));
   if (!options.empty()) {
     out << ", or change one size to fit " << world_size << " processes: ";
     for (std::size_t i = 0; i < options.size(); ++i)
@@ -165,8 +172,10 @@ GridCoords coords_of(const Layout& layout, int world_rank) {
   GridCoords g;
   g.world = world_rank;
   g.tp = world_rank % layout.tp;
-  g.dp = (world_rank / layout.tp) % layout.dp;
-  g.pp = world_rank / (layout.tp * layout.dp);
+  g.cp = (world_rank / layout.tp) % layout.cp;
+  g.dp = (world_rank / (layout.tp * layout.cp)) % layout.dp;
+  g.pp = world_rank / (layout.tp * layout.cp * layout.dp);
+  g.replica = g.cp + layout.cp * g.dp;
   const int q = layout.side();
   if (layout.mode == TensorMode::d2) {
     g.row = g.tp / q;
@@ -176,13 +185,13 @@ GridCoords coords_of(const Layout& layout, int world_rank) {
     g.b = (g.tp / q) % q;
     g.c = g.tp / (q * q);
   }
-  g.ep = g.dp % layout.ep;
-  g.edp = g.dp / layout.ep;
+  g.ep = g.replica % layout.ep;
+  g.edp = g.replica / layout.ep;
   return g;
 }
 
-int world_rank_of(const Layout& layout, int dp, int pp, int tp) {
-  return tp + layout.tp * (dp + layout.dp * pp);
+int world_rank_of(const Layout& layout, int dp, int pp, int tp, int cp) {
+  return tp + layout.tp * (cp + layout.cp * (dp + layout.dp * pp));
 }
 
 int tp_rank_3d(int q, int a, int b, int c) {

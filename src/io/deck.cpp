@@ -276,6 +276,7 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   par.get("zero", p.zero);
   par.get("sequence_parallel", p.sequence_parallel);
   par.get("expert_size", p.expert_size);
+  par.get("context_size", p.context_size);
   std::string recompute = recompute_name(p.recompute);
   par.choice("recompute", recompute, {"none", "full"});
   p.recompute = *parse_recompute(recompute);
@@ -299,6 +300,19 @@ Deck parse_deck(const std::string& text, const std::string& source) {
     else if (!bad.key.empty()) // model.layers: reported with the pipeline it does not fit
       par.fail("pipeline_size", bad.message(), std::to_string(p.pipeline_size));
   }
+  par.at_least("context_size", p.context_size, 1);
+  {
+    // 2 cp chunks per sequence, of equal length (the causal load balance).
+    const int chunks = 2 * p.context_size;
+    std::string valid = "1";
+    for (int c = 2; 2 * c <= m.seq_len; ++c)
+      if (m.seq_len % (2 * c) == 0)
+        valid += ", " + std::to_string(c);
+    par.require(p.context_size == 1 || m.seq_len % chunks == 0, "context_size",
+                "must split model.seq_len = " + std::to_string(m.seq_len) +
+                    " into 2 x context_size equal chunks (2 x " + std::to_string(p.context_size) +
+                    " = " + std::to_string(chunks) + " must divide it); valid: " + valid);
+  }
   try {
     comm::Layout sizes = comm::layout_of(p);
     sizes.ep = 1; // expert_size's rules are checked below, under its own key
@@ -308,10 +322,11 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   }
   par.at_least("expert_size", p.expert_size, 1);
   if (p.expert_size > 1) {
-    // The valid sizes: divisors of both data_size and model.experts.
+    // The valid sizes: divisors of both data_size x context_size and model.experts.
+    const int replicas = p.data_size * p.context_size;
     std::string valid;
-    for (int e = 1; e <= std::max(1, std::min(p.data_size, m.experts)); ++e)
-      if (p.data_size % e == 0 && m.experts % e == 0)
+    for (int e = 1; e <= std::max(1, std::min(replicas, m.experts)); ++e)
+      if (replicas % e == 0 && m.experts % e == 0)
         valid += (valid.empty() ? "" : ", ") + std::to_string(e);
     if (m.experts <= 1)
       par.fail("expert_size",
@@ -319,11 +334,12 @@ Deck parse_deck(const std::string& text, const std::string& source) {
                "(model.experts = " +
                    std::to_string(m.experts) + "); use expert_size = 1",
                std::to_string(p.expert_size));
-    else if (p.data_size % p.expert_size != 0 || m.experts % p.expert_size != 0)
+    else if (replicas % p.expert_size != 0 || m.experts % p.expert_size != 0)
       par.fail("expert_size",
-               "must divide both data_size = " + std::to_string(p.data_size) +
-                   " (the expert-parallel groups are carved out of the data-parallel ones) and "
-                   "model.experts = " +
+               "must divide both data_size x context_size = " + std::to_string(p.data_size) +
+                   " x " + std::to_string(p.context_size) + " = " + std::to_string(replicas) +
+                   " (the expert-parallel groups are carved out of the replicas of the "
+                   "parameters) and model.experts = " +
                    std::to_string(m.experts) +
                    " (each rank holds as many experts); valid: " + valid,
                std::to_string(p.expert_size));
@@ -335,7 +351,7 @@ Deck parse_deck(const std::string& text, const std::string& source) {
     const std::string rule = "model.experts = " + std::to_string(m.experts) +
                              " (an MoE model) runs without tensor parallelism: tensor_size must "
                              "be 1 and tensor_mode \"none\" or \"1d\" (data_size, "
-                             "pipeline_size and expert_size may be larger)";
+                             "pipeline_size, context_size and expert_size may be larger)";
     if (p.tensor_mode == TensorMode::d2 || p.tensor_mode == TensorMode::d3)
       par.fail("tensor_mode", rule);
     if (p.tensor_size != 1)

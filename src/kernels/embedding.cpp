@@ -17,12 +17,13 @@ void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wt
 }
 
 template <class T>
-void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y,
+void position_add(const ExecSpace& exec, const Mat<T>& wpe, Positions pos, const Mat<T>& y,
                   std::int64_t first_row) {
+  const std::int64_t local = pos.local;
   for_each_element(
       "cubelm::position_add", exec, y.extent(0), y.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
-        y(n, h) += wpe((first_row + n) % seq_len, h);
+        y(n, h) += wpe(pos.global(static_cast<int>((first_row + n) % local)), h);
       });
 }
 
@@ -49,15 +50,17 @@ void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>
 }
 
 template <class T>
-void position_backward(const ExecSpace& exec, const Mat<T>& dy, int seq_len, const Mat<T>& dwpe) {
-  const std::int64_t sequences = static_cast<std::int64_t>(dy.extent(0)) / seq_len;
+void position_backward(const ExecSpace& exec, const Mat<T>& dy, Positions pos, const Mat<T>& dwpe) {
+  const std::int64_t local = pos.local;
+  const std::int64_t sequences = static_cast<std::int64_t>(dy.extent(0)) / local;
+  // pos.global is one-to-one: each thread owns its row of dwpe.
   Kokkos::parallel_for(
-      "cubelm::position_backward", over(exec, seq_len, dwpe.extent(1)),
+      "cubelm::position_backward", over(exec, local, dwpe.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
         T acc = 0;
         for (std::int64_t b = 0; b < sequences; ++b)
-          acc += dy(b * seq_len + t, h);
-        dwpe(t, h) += acc;
+          acc += dy(b * local + t, h);
+        dwpe(pos.global(static_cast<int>(t)), h) += acc;
       });
 }
 
@@ -71,11 +74,11 @@ void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Ma
 #define CUBELM_INSTANTIATE_EMBEDDING(T)                                                            \
   template void embedding_lookup<T>(const ExecSpace&, const Tokens&, const Mat<T>&, int,           \
                                     const Mat<T>&);                                                \
-  template void position_add<T>(const ExecSpace&, const Mat<T>&, int, const Mat<T>&,               \
+  template void position_add<T>(const ExecSpace&, const Mat<T>&, Positions, const Mat<T>&,         \
                                 std::int64_t);                                                     \
   template void token_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&,              \
                                   const Mat<T>&);                                                  \
-  template void position_backward<T>(const ExecSpace&, const Mat<T>&, int, const Mat<T>&);         \
+  template void position_backward<T>(const ExecSpace&, const Mat<T>&, Positions, const Mat<T>&);   \
   template void embedding_forward<T>(const ExecSpace&, const Tokens&, const Mat<T>&,               \
                                      const Mat<T>&, int, const Mat<T>&);                           \
   template void embedding_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&, int,     \

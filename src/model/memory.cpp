@@ -55,20 +55,22 @@ Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int s) {
     for (const int l : chunk)
       shape.moe_layers += deck.model.moe_layer(l) ? 1 : 0;
   shape.ep = par.expert_size;
+  shape.cp = par.context_size;
   const std::int64_t params =
       parameters_per_rank(deck.model, par.tensor_mode, par.tensor_size, shape);
   Memory mem;
   mem.parameters = 4 * params;
   mem.gradients = mem.parameters;
-  // Under ZeRO-1 each bucket is padded to a multiple of its group's size (dp, or dp / ep
-  // for the experts') and this rank keeps the moments of its piece of it, and the
-  // reduce-scattered gradient piece (groups of more than one rank).
+  // Under ZeRO-1 each bucket is padded to a multiple of its group's size (the dp x cp
+  // replicas, or dp x cp / ep for the experts') and this rank keeps the moments of its piece of it,
+  // and the reduce-scattered gradient piece (groups of more than one rank).
   std::int64_t moments = params, pieces = 0;
   if (par.zero) {
     moments = 0;
     const BucketPlan buckets = stage_buckets(deck, plan, s).plan;
     for (std::size_t b = 0; b < buckets.size.size(); ++b) {
-      const int group = buckets.expert[b] ? par.data_size / par.expert_size : par.data_size;
+      const int replicas = par.data_size * par.context_size;
+      const int group = buckets.expert[b] ? replicas / par.expert_size : replicas;
       moments += buckets.size[b] / group;
       pieces += group > 1 ? buckets.size[b] / group : 0;
     }

@@ -80,54 +80,62 @@ std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space)
   const auto allowed = [](const auto& list, auto value) {
     return list.empty() || std::find(list.begin(), list.end(), value) != list.end();
   };
-  for (const TensorMode mode : modes)
-    for (const int tp : tensor_sizes(mode, ranks))
-      for (const int pp : divisors(ranks / tp)) {
-        if (pp > model.layers || !allowed(space.tensor_sizes, tp) ||
-            !allowed(space.pipeline_sizes, pp))
-          continue;
-        const int dp = ranks / tp / pp;
-        if (batch % dp != 0)
-          continue;
-        for (const int micro : divisors(batch / dp)) {
-          const int sequences = batch / dp / micro;
-          for (const bool sp : {false, true}) {
-            if (sp && (mode != TensorMode::d1 || tp == 1))
-              continue;
-            comm::Layout layout{dp, pp, tp, mode, sp};
-            if (!tp::check_shapes(layout, model, sequences).empty())
-              continue;
-            for (const Schedules& s : schedules(pp, dp, micro, model.layers)) {
-              if (!plan::check_plan(s.schedule, pp, micro, s.virtual_stages, model.layers)
-                       .key.empty())
+  const std::vector<int> contexts = space.context_sizes.empty()
+                                        ? std::vector<int>{base.parallel.context_size}
+                                        : space.context_sizes;
+  for (const int cp : contexts)
+    for (const TensorMode mode : modes)
+      for (const int tp : tensor_sizes(mode, ranks))
+        for (const int pp : divisors(ranks / tp)) {
+          if (cp < 1 || model.seq_len % (2 * cp) != 0 || (ranks / tp / pp) % cp != 0 ||
+              pp > model.layers || !allowed(space.tensor_sizes, tp) ||
+              !allowed(space.pipeline_sizes, pp))
+            continue;
+          const int dp = ranks / tp / pp / cp;
+          // The experts spread over ep of the dp x cp replicas.
+          if (batch % dp != 0 || (dp * cp) % base.parallel.expert_size != 0)
+            continue;
+          for (const int micro : divisors(batch / dp)) {
+            const int sequences = batch / dp / micro;
+            for (const bool sp : {false, true}) {
+              if (sp && (mode != TensorMode::d1 || tp == 1))
                 continue;
-              for (const int zero : {0, 1}) {
-                if (zero == 1 && dp == 1)
+              comm::Layout layout{dp, pp, tp, mode, sp};
+              layout.cp = cp;
+              if (!tp::check_shapes(layout, model, sequences).empty())
+                continue;
+              for (const Schedules& s : schedules(pp, dp, micro, model.layers)) {
+                if (!plan::check_plan(s.schedule, pp, micro, s.virtual_stages, model.layers)
+                         .key.empty())
                   continue;
-                for (const Recompute recompute : {Recompute::none, Recompute::full})
-                  for (const Precision precision : precisions) {
-                    if (!allowed(space.recompute, recompute))
-                      continue;
-                    Deck d = base;
-                    ParallelConfig& p = d.parallel;
-                    p.tensor_mode = mode;
-                    p.tensor_size = tp;
-                    p.pipeline_size = pp;
-                    p.data_size = dp;
-                    p.schedule = s.schedule;
-                    p.virtual_stages = s.virtual_stages;
-                    p.microbatches = micro;
-                    p.zero = zero;
-                    p.sequence_parallel = sp;
-                    p.recompute = recompute;
-                    d.train.precision = precision;
-                    out.push_back(std::move(d));
-                  }
+                for (const int zero : {0, 1}) {
+                  if (zero == 1 && dp * cp == 1)
+                    continue;
+                  for (const Recompute recompute : {Recompute::none, Recompute::full})
+                    for (const Precision precision : precisions) {
+                      if (!allowed(space.recompute, recompute))
+                        continue;
+                      Deck d = base;
+                      ParallelConfig& p = d.parallel;
+                      p.tensor_mode = mode;
+                      p.tensor_size = tp;
+                      p.pipeline_size = pp;
+                      p.data_size = dp;
+                      p.context_size = cp;
+                      p.schedule = s.schedule;
+                      p.virtual_stages = s.virtual_stages;
+                      p.microbatches = micro;
+                      p.zero = zero;
+                      p.sequence_parallel = sp;
+                      p.recompute = recompute;
+                      d.train.precision = precision;
+                      out.push_back(std::move(d));
+                    }
+                }
               }
             }
           }
         }
-      }
   return out;
 }
 

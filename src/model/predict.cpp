@@ -23,13 +23,16 @@ namespace {
 // The instance of each group a rank belongs to, as a key (-1: not in such a group).
 std::vector<std::pair<std::string, long>> group_keys(const comm::Layout& l, int rank) {
   const comm::GridCoords c = comm::coords_of(l, rank);
-  const long base = static_cast<long>(c.dp) + static_cast<long>(l.dp) * c.pp;
+  // Which tp group: the replica index and the stage.
+  const long base = static_cast<long>(c.replica) + static_cast<long>(l.replicas()) * c.pp;
   const long q = l.side();
   std::vector<std::pair<std::string, long>> keys = {{"world", 0},
                                                     {"dp", c.tp + l.tp * static_cast<long>(c.pp)}};
   if (l.pp > 1)
-    keys.emplace_back("pp.ends", c.tp + l.tp * static_cast<long>(c.dp));
-  if (l.ep > 1) { // the MoE layers' fold of dp: same (t, s) and r = d / ep, or e = d % ep
+    keys.emplace_back("pp.ends", c.tp + l.tp * static_cast<long>(c.replica));
+  if (l.cp > 1) // same (t, d, s)
+    keys.emplace_back("cp", c.tp + l.tp * (c.dp + static_cast<long>(l.dp) * c.pp));
+  if (l.ep > 1) { // the MoE layers' fold of the replicas: same (t, s) and r, or e
     keys.emplace_back("ep", c.tp + l.tp * (c.pp + static_cast<long>(l.pp) * c.edp));
     keys.emplace_back("edp", c.tp + l.tp * (c.pp + static_cast<long>(l.pp) * c.ep));
   }
@@ -87,14 +90,15 @@ std::map<std::string, GroupPlacement> place_groups(const comm::Layout& layout,
   std::map<std::string, GroupPlacement> out;
   for (const auto& [name, groups] : instances)
     out[name] = placement(groups, devices_per_node);
-  // Pipeline messages: stage s to s + 1 (mod p), every (dp, tp) pair at once.
+  // Pipeline messages: stage s to s + 1 (mod p), every (dp, cp, tp) triple at once.
   for (int s = 0; s < layout.pp && layout.pp > 1; ++s) {
     std::map<long, std::vector<int>> pairs;
     for (int d = 0; d < layout.dp; ++d)
-      for (int t = 0; t < layout.tp; ++t)
-        pairs[t + static_cast<long>(layout.tp) * d] = {
-            comm::world_rank_of(layout, d, s, t),
-            comm::world_rank_of(layout, d, (s + 1) % layout.pp, t)};
+      for (int c = 0; c < layout.cp; ++c)
+        for (int t = 0; t < layout.tp; ++t)
+          pairs[t + static_cast<long>(layout.tp) * (c + static_cast<long>(layout.cp) * d)] = {
+              comm::world_rank_of(layout, d, s, t, c),
+              comm::world_rank_of(layout, d, (s + 1) % layout.pp, t, c)};
     out["pp>" + std::to_string(s)] = placement(pairs, devices_per_node);
   }
   return out;
@@ -192,19 +196,23 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   const auto& where = options.placement ? *options.placement : placed;
   const int p = plan.stages, tp = layout.tp;
   const double q = layout.side(), m = par.microbatches, b = deck.micro_batch();
-  const double H = cfg.hidden, T = cfg.seq_len, N = b * T;
+  // N: the tokens of a micro-batch on this rank (a share of each sequence with context
+  // parallelism), whose queries see up to T keys.
+  const double H = cfg.hidden, T = cfg.seq_len, N = b * T / layout.cp;
   const double V = static_cast<double>(tp::padded_vocab(cfg, layout));
   const double rate = machine.peak_flops(deck.train.precision) * machine.gemm_efficiency;
   const double memory_rate = machine.memory_gbs * 1e9;
 
   // This rank's rows and columns of a layer's activations (model/shape.hpp's n, r, ho,
   // hi and local attention scores) and its share of the vocabulary's logits.
-  double n = N, r = N, ho = H, hi = H / tp, scores = b * cfg.heads / tp * T * T,
+  // With context parallelism a layer saves one log-sum-exp per query row, not its scores.
+  const double keys_seen = layout.cp > 1 ? 1 : T;
+  double n = N, r = N, ho = H, hi = H / tp, scores = N * cfg.heads / tp * keys_seen,
          logits = N * V / tp;
   if (layout.mode == TensorMode::d2) {
-    n = r = N / q, ho = hi = H / q, scores = b / q * (cfg.heads / q) * T * T, logits = n * V / q;
+    n = r = N / q, ho = hi = H / q, scores = n * (cfg.heads / q) * keys_seen, logits = n * V / q;
   } else if (layout.mode == TensorMode::d3) {
-    n = r = N / (q * q), ho = hi = H / q, scores = b / (q * q) * (cfg.heads / q) * T * T;
+    n = r = N / (q * q), ho = hi = H / q, scores = n * (cfg.heads / q) * keys_seen;
     logits = n * V / q;
   } else if (layout.sequence_parallel && tp > 1) {
     r = N / tp;
@@ -220,6 +228,21 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   add_comm(layer, deck, UnitWork{false, false, 1, 0}, share, where, machine);
   recompute.backward = layer.forward;
   add_comm(recompute, deck, UnitWork{false, false, 0, 1}, 0, where, machine);
+  // Context parallelism (model/traffic.hpp): the keys and values of this rank's chunks
+  // all-gathered forward (again in a recomputed forward) and backward, their gradient
+  // reduce-scattered backward.
+  Cost context;
+  if (layout.cp > 1) {
+    const double block = 2 * n * hi * 4;
+    const GroupPlacement& cp = where.at("cp");
+    const double gather = collective_seconds(comm::Kind::all_gather, cp, 1, block, machine);
+    context.comm_forward["cp"] = gather;
+    context.comm_backward["cp"] =
+        gather + collective_seconds(comm::Kind::reduce_scatter, cp, 1, block, machine);
+    layer.comm_forward["cp"] += context.comm_forward["cp"];
+    layer.comm_backward["cp"] += context.comm_backward["cp"];
+    recompute.comm_backward["cp"] += gather;
+  }
   head.forward = 2 * N * H * V / tp / rate + 3 * 4 * logits / memory_rate;
   head.backward = 4 * N * H * V / tp / rate + 2 * 4 * logits / memory_rate;
   add_comm(head, deck, UnitWork{false, true, 0, 0}, 0.5, where, machine);
@@ -243,6 +266,11 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     add_comm(moe_layer, deck, UnitWork{false, false, 1, 0, 1, 0}, share, where, machine);
     moe_recompute.backward = moe_layer.forward;
     add_comm(moe_recompute, deck, UnitWork{false, false, 0, 1, 0, 1}, 0, where, machine);
+    if (layout.cp > 1) {
+      moe_layer.comm_forward["cp"] += context.comm_forward["cp"];
+      moe_layer.comm_backward["cp"] += context.comm_backward["cp"];
+      moe_recompute.comm_backward["cp"] += context.comm_forward["cp"];
+    }
     if (layout.ep > 1) {
       const double e = layout.ep, rows = (e - 1) / e * kept * H * 4;
       const double counts = (e - 1) * (cfg.experts / layout.ep) * 4;
@@ -317,7 +345,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     const auto si = static_cast<std::size_t>(s);
     out.unit_bubble.push_back(unit.busy[si] > 0 ? unit.idle[si] / unit.busy[si] : 0.0);
   }
-  const int d = layout.dp;
+  const int d = layout.replicas();
   const bool zero = par.zero == 1 && d > 1;
   std::vector<double> end(static_cast<std::size_t>(p), 0.0), optimizer(end), gather(end);
   std::vector<double> dp_tail(end), ends_tail(end);
@@ -331,9 +359,9 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     const auto& chunks = plan.layers_of[si];
     for (std::size_t k = 0; k < buckets.plan.size.size(); ++k) {
       const double size = static_cast<double>(buckets.plan.size[k]);
-      // The experts' buckets go over edp (dp / ep ranks) with expert parallelism.
+      // The experts' buckets go over edp (dp x cp / ep ranks) with expert parallelism.
       const bool expert = buckets.plan.expert[k] && layout.ep > 1;
-      const int ranks = expert ? layout.dp / layout.ep : layout.dp;
+      const int ranks = expert ? d / layout.ep : d;
       const std::string group = expert ? "edp" : "dp";
       params += size;
       shard += zero ? size / ranks : size;

@@ -25,7 +25,8 @@ template <class T>
 struct ShardedGPT<T>::Acts {
   Mat<T> ln1_out, q, k, v, att, ln2_out, h, g, th;
   Vec<T> ln1, ln2;
-  kernels::Tensor4<T> probs;
+  kernels::Tensor4<T> probs; // attention's probabilities; with context parallelism:
+  kernels::Batch<T> lse;     // the log-sum-exp of its query rows instead
   kernels::MoeSaved<T> moe;
 };
 
@@ -74,8 +75,11 @@ typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts(bool mlp, bool moe) const 
   }
   a.ln1 = vector<T>("cubelm::ln1_stats", 2 * stream_rows_);
   a.ln2 = vector<T>("cubelm::ln2_stats", 2 * stream_rows_);
-  a.probs =
-      kernels::Tensor4<T>("cubelm::probs", sequences_, heads_, config_.seq_len, config_.seq_len);
+  if (context_)
+    a.lse = context_->make_saved();
+  else
+    a.probs =
+        kernels::Tensor4<T>("cubelm::probs", sequences_, heads_, config_.seq_len, config_.seq_len);
   return a;
 }
 
@@ -83,16 +87,17 @@ template <class T>
 ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t seed,
                           tp::Mode<T>& mode, StageLayout stage)
     : config_(config), mode_(mode), stage_(std::move(stage)), batch_(batch),
-      sequences_(mode.sequences(batch)), heads_(mode.local_heads(config.heads)) {
+      sequences_(mode.sequences(batch)), positions_(mode.positions(config.seq_len)),
+      heads_(mode.local_heads(config.heads)) {
   if (stage_.chunks.empty()) // the default: every layer in one chunk
     stage_.chunks = StageLayout::whole(config.layers).chunks;
   CUBELM_ASSERT(stage_.slots >= 1, "a stage needs at least one activation slot");
   // The mode splits every tensor evenly only for shapes that pass the deck's rule.
   const std::string uneven = tp::check_shapes(mode.layout(), config, batch);
   CUBELM_ASSERT(uneven.empty(), std::string(mode.name()) + " cannot split this model: " + uneven);
-  const std::int64_t H = config.hidden, S = config.seq_len, L = config.layers;
+  const std::int64_t H = config.hidden, S = positions_.local, L = config.layers;
   rows_ = static_cast<std::int64_t>(sequences_) * S;
-  stream_rows_ = mode.outer_rows(batch, config.seq_len);
+  stream_rows_ = mode.outer_rows(batch, positions_.local);
   outer_ = mode.outer_cols(H);
   inner_ = mode.inner_cols(H);
   ffn_ = mode.inner_cols(4 * H);
@@ -103,7 +108,7 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
   if (stage_.first || stage_.last)
     embedding_ = mode.embedding(params_, config.vocab_size,
                                 static_cast<int>(tp::padded_vocab(config, mode.layout())),
-                                config.seq_len, H, batch, seed, ends);
+                                positions_, H, batch, seed, ends);
   if (!stage_.first && stage_.last) {
     // The head's copy of the tied wte: the first stage writes and counts it.
     tp::Param<T>& wte = param("wte");
@@ -136,6 +141,9 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
     }
   if (stage_.last)
     lnf_ = mode.layernorm(params_, "ln_f", H, stream_rows_);
+  if (mode.context() != nullptr)
+    context_ = std::make_unique<tp::ContextAttention<T>>(
+        *mode.context(), sequences_, heads_, positions_.local, static_cast<int>(inner_ / heads_));
   const int c = stage_.longest();
   // Position i of a slot's activations serves the i-th layer of every chunk.
   std::vector<bool> mlp_at(static_cast<std::size_t>(c)), moe_at(static_cast<std::size_t>(c));
@@ -177,9 +185,11 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
   da_ = matrix<T>("cubelm::da", rows_, inner_);
   dh_ = matrix<T>("cubelm::dh", rows_, ffn_);
   dg_ = matrix<T>("cubelm::dg", rows_, ffn_);
-  dscratch_ = kernels::Tensor4<T>("cubelm::dscores", sequences_, heads_, S, S);
-  work_ = kernels::AttentionWorkspace<T>(sequences_, heads_, config.seq_len,
-                                         static_cast<int>(inner_ / heads_));
+  if (!context_) {
+    dscratch_ = kernels::Tensor4<T>("cubelm::dscores", sequences_, heads_, S, S);
+    work_ = kernels::AttentionWorkspace<T>(sequences_, heads_, config.seq_len,
+                                           static_cast<int>(inner_ / heads_));
+  }
 }
 
 template <class T>
@@ -209,6 +219,7 @@ Memory ShardedGPT<T>::memory() const {
     add(a.ln1);
     add(a.ln2);
     add(a.probs);
+    add(a.lse);
     moe_bytes += a.moe.bytes();
   };
   for (const auto& s : slots_) {
@@ -231,8 +242,8 @@ Memory ShardedGPT<T>::memory() const {
   add(work_.k);
   add(work_.v);
   add(work_.o);
-  mem.activations =
-      elements * static_cast<std::int64_t>(sizeof(T)) + moe_bytes + mode_.workspace_bytes();
+  mem.activations = elements * static_cast<std::int64_t>(sizeof(T)) + moe_bytes +
+                    mode_.workspace_bytes() + (context_ ? context_->bytes() : 0);
   return mem;
 }
 
@@ -255,6 +266,20 @@ int ShardedGPT<T>::chunk_length(int chunk) const {
   CUBELM_ASSERT(chunk >= 0 && chunk < static_cast<int>(stage_.chunks.size()),
                 "chunk " + std::to_string(chunk) + " is not on this stage");
   return static_cast<int>(stage_.chunks[static_cast<std::size_t>(chunk)].size());
+}
+
+template <class T>
+const std::vector<std::int32_t>& ShardedGPT<T>::local(const std::vector<std::int32_t>& ids,
+                                                      std::vector<std::int32_t>& buf) const {
+  if (!context_)
+    return ids;
+  const int seq = positions_.total(), here = positions_.local;
+  const std::size_t sequences = ids.size() / static_cast<std::size_t>(seq);
+  buf.resize(sequences * static_cast<std::size_t>(here));
+  for (std::size_t b = 0; b < sequences; ++b)
+    for (int t = 0; t < here; ++t)
+      buf[b * here + t] = ids[b * seq + positions_.global(t)];
+  return buf;
 }
 
 template <class T>
@@ -302,7 +327,10 @@ void ShardedGPT<T>::forward_layer(const ExecSpace& exec, Layer& y, Acts& a, cons
   using namespace kernels;
   y.ln1->forward(exec, x, a.ln1_out, a.ln1);
   y.qkv->forward(exec, a.ln1_out, {a.q, a.k, a.v});
-  attention_forward<T>(exec, a.q, a.k, a.v, heads_, a.probs, work_, a.att);
+  if (context_)
+    context_->forward(exec, a.q, a.k, a.v, a.lse, a.att);
+  else
+    attention_forward<T>(exec, a.q, a.k, a.v, heads_, a.probs, work_, a.att);
   y.proj->forward(exec, a.att, {x1});
   add_inplace<T>(exec, x1, x);
   y.ln2->forward(exec, x1, a.ln2_out, a.ln2);
@@ -331,7 +359,11 @@ void ShardedGPT<T>::backward_layer(const ExecSpace& exec, Layer& y, Acts& a, con
   }
   y.ln2->backward(exec, x1, d_outer_, dx_, a.ln2);
   y.proj->backward(exec, a.att, {dx_}, da_);
-  attention_backward<T>(exec, a.q, a.k, a.v, heads_, a.probs, da_, dscratch_, work_, dq_, dk_, dv_);
+  if (context_)
+    context_->backward(exec, a.q, a.k, a.v, a.att, a.lse, da_, dq_, dk_, dv_);
+  else
+    attention_backward<T>(exec, a.q, a.k, a.v, heads_, a.probs, da_, dscratch_, work_, dq_, dk_,
+                          dv_);
   y.qkv->backward(exec, a.ln1_out, {dq_, dk_, dv_}, d_outer_);
   y.ln1->backward(exec, x, d_outer_, dx_, a.ln1);
 }
@@ -347,7 +379,7 @@ void ShardedGPT<T>::forward(int chunk, int slot, const std::vector<std::int32_t>
     const std::size_t expected = static_cast<std::size_t>(batch_) * config_.seq_len;
     CUBELM_ASSERT(inputs.size() == expected, "the embedding needs the whole micro-batch: " +
                                                  std::to_string(expected) + " token ids");
-    embedding_->forward(exec, inputs, s.stream[0]);
+    embedding_->forward(exec, local(inputs, local_inputs_), s.stream[0]);
   }
   const auto& ids = stage_.chunks[static_cast<std::size_t>(chunk)];
   for (int i = 0; i < c; ++i) {
@@ -367,7 +399,7 @@ double ShardedGPT<T>::loss(int slot, const std::vector<std::int32_t>& targets) {
   CUBELM_ASSERT(stage_.last, "the loss is computed on the stage with the head");
   const ExecSpace exec;
   const double sum = embedding_->loss(exec, slots_.at(static_cast<std::size_t>(slot))->lnf_out,
-                                      targets, T(0), d_outer_);
+                                      local(targets, local_targets_), T(0), d_outer_);
   return sum;
 }
 
@@ -382,7 +414,8 @@ double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32
   const bool head = stage_.last && chunk + 1 == static_cast<int>(stage_.chunks.size());
   double sum = 0;
   if (head) {
-    sum = embedding_->loss(exec, s.lnf_out, targets, T(grad_scale), d_outer_);
+    sum =
+        embedding_->loss(exec, s.lnf_out, local(targets, local_targets_), T(grad_scale), d_outer_);
     Kokkos::deep_copy(exec, dx_, T(0));
     lnf_->backward(exec, output(chunk, slot), d_outer_, dx_, s.lnf);
     if (done)
@@ -402,7 +435,7 @@ double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32
       done(id);
   }
   if (embed) {
-    embedding_->backward(exec, inputs, dx_);
+    embedding_->backward(exec, local(inputs, local_inputs_), dx_);
     if (done)
       done(-1);
   } else {

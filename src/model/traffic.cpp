@@ -239,7 +239,7 @@ StageBuckets stage_buckets(const Deck& deck, const plan::PipelinePlan& plan, int
   StageBuckets out;
   out.plan = plan_buckets(
       items, std::max<std::int64_t>(1, static_cast<std::int64_t>(par.bucket_mb * 1e6 / 4)),
-      par.zero == 1 ? layout.dp : 1, par.zero == 1 ? layout.dp / layout.ep : 1);
+      par.zero == 1 ? layout.replicas() : 1, par.zero == 1 ? layout.replicas() / layout.ep : 1);
   out.done.assign(out.plan.size.size(), deck.model.layers + 1);
   for (std::size_t k = 0; k < held.size(); ++k) {
     int& done = out.done[static_cast<std::size_t>(out.plan.of[k])];
@@ -258,7 +258,9 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
   const comm::Layout layout = comm::layout_of(par);
   const StageLayout s = stage_layout(plan, stage, par.recompute == Recompute::full);
   const double m = par.microbatches;
-  const double n_tokens = static_cast<double>(deck.micro_batch()) * deck.model.seq_len;
+  // The tokens of a micro-batch on this rank (a share of each sequence with context
+  // parallelism).
+  const double n_tokens = static_cast<double>(deck.micro_batch()) * deck.model.seq_len / layout.cp;
   Tally t;
   Units u;
   u.lookup = s.first;
@@ -294,6 +296,27 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
     }
   }
 
+  // Context parallelism: per layer and micro-batch, forward all-gathers the keys and values
+  // of this rank's two chunks (2 n hi floats, n the rows inside a pair and hi its
+  // columns) and backward gathers them again (a recomputed forward a third time) and
+  // reduce-scatters their gradient (this rank's block: 2 n hi); an MoE layer's router sums
+  // its E load fractions over the group in each forward.
+  if (layout.cp > 1) {
+    t.size("cp", layout.cp);
+    const double q = layout.side();
+    const double rows = layout.mode == TensorMode::d2   ? n_tokens / q
+                        : layout.mode == TensorMode::d3 ? n_tokens / (q * q)
+                                                        : n_tokens;
+    const double inner = layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3
+                             ? deck.model.hidden / q
+                             : static_cast<double>(deck.model.hidden) / layout.tp;
+    const double block = 2 * rows * inner, gathers = m * (2 * u.layers + u.recomputed);
+    t.add("cp", Kind::all_gather, gathers, gathers * block);
+    t.add("cp", Kind::reduce_scatter, m * u.layers, m * u.layers * block);
+    const double routed = m * (u.moe + u.moe_recomputed);
+    t.add("cp", Kind::all_reduce, routed, routed * deck.model.experts);
+  }
+
   // Expert parallelism: per MoE layer and micro-batch, forward sends each rank's row counts
   // (E ints, E / ep for each peer) and its pairs' rows out and the outputs back; backward
   // the outputs' gradient out and the inputs' gradient back (a recomputed forward
@@ -313,10 +336,11 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
     t.add("ep", Kind::all_to_all, exchanges, exchanges * tokens);
   }
 
-  // Data parallelism: the stage's gradient buckets, and the tied wte over pp.ends; the
-  // experts' buckets go over edp (dp / ep ranks) when expert_size > 1.
+  // Data parallelism: the stage's gradient buckets over the replicas (dp x cp ranks), and
+  // the tied wte over pp.ends; the experts' buckets go over edp (dp x cp / ep ranks) when
+  // expert_size > 1.
   const bool zero = par.zero == 1;
-  const int d = layout.dp;
+  const int d = layout.replicas();
   const BucketPlan buckets = stage_buckets(deck, plan, stage).plan;
   for (std::size_t b = 0; b < buckets.size.size(); ++b) {
     const bool expert = buckets.expert[b] && layout.ep > 1;
@@ -351,7 +375,9 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
 std::vector<TrafficVolume> tensor_parallel_traffic(const Deck& deck, const UnitWork& work) {
   Tally t;
   tensor_parallel(t, comm::layout_of(deck.parallel), deck.model,
-                  static_cast<double>(deck.micro_batch()) * deck.model.seq_len, work, 1);
+                  static_cast<double>(deck.micro_batch()) * deck.model.seq_len /
+                      deck.parallel.context_size,
+                  work, 1);
   return t.volumes();
 }
 

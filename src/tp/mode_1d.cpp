@@ -157,15 +157,15 @@ template <class T>
 class Embedding1D final : public Embedding<T> {
 public:
   Embedding1D(const comm::Group& group, Params<T>& params, Workspace<T>& ws, int vocab, int padded,
-              int seq, std::int64_t hidden, int batch, std::uint64_t seed, Ends ends,
+              kernels::Positions pos, std::int64_t hidden, int batch, std::uint64_t seed, Ends ends,
               SeqSplit split)
-      : group_(group), ws_(ws), seq_(seq), split_(split), slice_(padded / group.size()),
+      : group_(group), ws_(ws), pos_(pos), split_(split), slice_(padded / group.size()),
         first_(group.rank() * (padded / group.size())),
         wte_(Shared<T>::owned(params, make_param<T>("wte", {padded, hidden}, {first_, 0},
                                                     {slice_, hidden}, 0.02, 0, seed, vocab))) {
-    const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
+    const std::int64_t n = static_cast<std::int64_t>(batch) * pos.local;
     if (ends != Ends::head) {
-      ends_.lookup(params, seq, hidden, 0, hidden, seed, group, nullptr, n, ws);
+      ends_.lookup(params, pos.total(), hidden, 0, hidden, seed, group, nullptr, n, ws);
       if (split.on)
         ws.reserve(kFull, n * hidden);
     }
@@ -186,7 +186,7 @@ public:
       kernels::embedding_lookup<T>(exec, ids, wte_.param().mat(), static_cast<int>(first_), x);
       group_.all_reduce(exec, x);
     }
-    kernels::position_add<T>(exec, ends_.wpe->param().mat(), seq_, x, split_.first_row(group_));
+    kernels::position_add<T>(exec, ends_.wpe->param().mat(), pos_, x, split_.first_row(group_));
   }
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
@@ -200,7 +200,7 @@ public:
       group_.all_gather(exec, dx, whole);
     }
     kernels::token_backward<T>(exec, index, whole, wte_.param().grad_mat());
-    kernels::position_backward<T>(exec, whole, seq_, ends_.wpe->param().grad_mat());
+    kernels::position_backward<T>(exec, whole, pos_, ends_.wpe->param().grad_mat());
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
@@ -221,7 +221,7 @@ public:
 private:
   const comm::Group& group_;
   Workspace<T>& ws_;
-  int seq_;
+  kernels::Positions pos_;
   SeqSplit split_;
   std::int64_t slice_, first_;
   Shared<T> wte_;
@@ -232,7 +232,7 @@ template <class T>
 class Mode1D final : public ModeBase<T> {
 public:
   explicit Mode1D(const comm::ProcessGrid& grid)
-      : ModeBase<T>(grid.layout()), group_(grid.tp()),
+      : ModeBase<T>(grid), group_(grid.tp()),
         sequence_parallel_(grid.layout().sequence_parallel && grid.tp().size() > 1),
         ep_(grid.layout().ep > 1 ? &grid.ep() : nullptr) {}
   const char* name() const override { return group_.size() == 1 ? "none" : "1d"; }
@@ -270,18 +270,19 @@ public:
       return local;
     return std::make_unique<GatheredLayerNorm<T>>(std::move(local), group_, rows, features, ws_);
   }
-  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
-                                          std::int64_t hidden, int batch, std::uint64_t seed,
-                                          Ends ends) override {
-    return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, padded, seq, hidden, batch,
-                                            seed, ends, split(batch, seq));
+  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded,
+                                          kernels::Positions pos, std::int64_t hidden, int batch,
+                                          std::uint64_t seed, Ends ends) override {
+    return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, padded, pos, hidden, batch,
+                                            seed, ends, split(batch, pos.local));
   }
   std::unique_ptr<MoE<T>> moe(Params<T>& params, const MoeNames& names, const MoeShape& shape,
                               std::int64_t hidden, std::int64_t rows, double std_dev,
                               double proj_std, std::uint64_t seed) override {
     if (group_.size() > 1) // no MoE under tensor parallelism yet: refused
       return Mode<T>::moe(params, names, shape, hidden, rows, std_dev, proj_std, seed);
-    return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_);
+    return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_,
+                       this->context());
   }
 
 private:

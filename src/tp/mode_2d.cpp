@@ -158,15 +158,15 @@ private:
 template <class T>
 class Embedding2D final : public Embedding<T> {
 public:
-  Embedding2D(const Grid2D<T>& g, Params<T>& params, int vocab, int padded, int seq,
+  Embedding2D(const Grid2D<T>& g, Params<T>& params, int vocab, int padded, kernels::Positions pos,
               std::int64_t hidden, int batch, std::uint64_t seed, Ends ends)
-      : g_(g), seq_(seq), batch_(batch), bv_(padded / g.q), bh_(hidden / g.q),
-        rows_(static_cast<std::int64_t>(batch / g.q) * seq),
+      : g_(g), pos_(pos), seq_(pos.local), batch_(batch), bv_(padded / g.q), bh_(hidden / g.q),
+        rows_(static_cast<std::int64_t>(batch / g.q) * pos.local),
         wte_(Shared<T>::owned(params, make_param<T>("wte", {padded, hidden}, {g.i * bv_, g.j * bh_},
                                                     {bv_, bh_}, 0.02, 0, seed, vocab))) {
-    const std::int64_t all = static_cast<std::int64_t>(batch) * seq;
+    const std::int64_t all = static_cast<std::int64_t>(batch) * pos.local;
     if (ends != Ends::head) {
-      ends_.lookup(params, seq, hidden, g.j * bh_, bh_, seed, g.col, nullptr, all, g.ws);
+      ends_.lookup(params, pos.total(), hidden, g.j * bh_, bh_, seed, g.col, nullptr, all, g.ws);
       g.ws.reserve(kPartial, all * bh_);
     }
     if (ends != Ends::lookup) {
@@ -188,7 +188,7 @@ public:
     const Mat<T> part = g_.ws.scratch(kPartial, ids.extent(0), bh_);
     kernels::embedding_lookup<T>(exec, ids, wte_.param().mat(), first, part);
     g_.col.reduce_scatter(exec, part, x);
-    kernels::position_add<T>(exec, ends_.wpe->param().mat(), seq_, x);
+    kernels::position_add<T>(exec, ends_.wpe->param().mat(), pos_, x);
   }
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
@@ -199,7 +199,7 @@ public:
     const Mat<T> all = g_.ws.scratch(kPartial, static_cast<std::int64_t>(tokens.size()), bh_);
     g_.col.all_gather(exec, dx, all);
     kernels::token_backward<T>(exec, index, all, wte_.param().grad_mat());
-    kernels::position_backward<T>(exec, all, seq_, ends_.wpe->param().grad_mat());
+    kernels::position_backward<T>(exec, all, pos_, ends_.wpe->param().grad_mat());
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
@@ -231,7 +231,8 @@ public:
 
 private:
   Grid2D<T> g_;
-  int seq_, batch_;
+  kernels::Positions pos_;
+  int seq_, batch_; // seq_: the tokens of a sequence here
   std::int64_t bv_, bh_, rows_;
   Shared<T> wte_;
   EmbeddingEnds<T> ends_;
@@ -241,9 +242,8 @@ template <class T>
 class Mode2D final : public ModeBase<T> {
 public:
   explicit Mode2D(const comm::ProcessGrid& grid)
-      : ModeBase<T>(grid.layout()), grid_{grid.tp_row(),        grid.tp_col(),
-                                          grid.tp_row().size(), grid.tp_col().rank(),
-                                          grid.tp_row().rank(), ws_} {}
+      : ModeBase<T>(grid), grid_{grid.tp_row(),        grid.tp_col(),        grid.tp_row().size(),
+                                 grid.tp_col().rank(), grid.tp_row().rank(), ws_} {}
   const char* name() const override { return "2d"; }
   int sequences(int batch) const override { return batch / grid_.q; }
   std::int64_t outer_cols(std::int64_t features) const override { return features / grid_.q; }
@@ -271,10 +271,10 @@ public:
     return std::make_unique<SplitLayerNorm<T>>(std::move(gamma), std::move(beta), &grid_.row,
                                                features, rows, ws_);
   }
-  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
-                                          std::int64_t hidden, int batch, std::uint64_t seed,
-                                          Ends ends) override {
-    return std::make_unique<Embedding2D<T>>(grid_, params, vocab, padded, seq, hidden, batch, seed,
+  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded,
+                                          kernels::Positions pos, std::int64_t hidden, int batch,
+                                          std::uint64_t seed, Ends ends) override {
+    return std::make_unique<Embedding2D<T>>(grid_, params, vocab, padded, pos, hidden, batch, seed,
                                             ends);
   }
 

@@ -190,11 +190,11 @@ private:
 template <class T>
 class Embedding3D final : public Embedding<T> {
 public:
-  Embedding3D(const Cube<T>& cube, Params<T>& params, int vocab, int padded, int seq,
+  Embedding3D(const Cube<T>& cube, Params<T>& params, int vocab, int padded, kernels::Positions pos,
               std::int64_t hidden, int batch, std::uint64_t seed, Ends ends)
-      : cube_(cube), seq_(seq), per_(batch / (cube.q * cube.q)), bv_(padded / cube.q),
-        bh_(hidden / cube.q), rows_(static_cast<std::int64_t>(per_) * seq),
-        lookup_(ends != Ends::head),
+      : cube_(cube), pos_(pos), seq_(pos.local), per_(batch / (cube.q * cube.q)),
+        bv_(padded / cube.q), bh_(hidden / cube.q),
+        rows_(static_cast<std::int64_t>(per_) * pos.local), lookup_(ends != Ends::head),
         wte_(Shared<T>::owned(
             params, make_param<T>("wte", {padded, hidden},
                                   {(cube.a->rank() * cube.q + cube.b->rank()) * (bv_ / cube.q),
@@ -206,7 +206,7 @@ public:
     Kokkos::deep_copy(wte_grad_, T(0));
     cube.ws.reserve(kWeightBlock, (bv_ / q) * bh_);
     if (lookup_) {
-      ends_.lookup(params, seq, hidden, cube.c->rank() * bh_, bh_, seed, *cube.ab, cube.b,
+      ends_.lookup(params, pos.total(), hidden, cube.c->rank() * bh_, bh_, seed, *cube.ab, cube.b,
                    rows_ * q, cube.ws);
       cube.ws.reserve(kInput, rows_ * q * bh_);
       cube.ws.reserve(kOutput, rows_ * q * bh_);
@@ -229,7 +229,7 @@ public:
     const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bh_);
     kernels::embedding_lookup<T>(exec, ids, wte_gathered_, first, part);
     cube_.a->reduce_scatter(exec, part, x);
-    kernels::position_add<T>(exec, ends_.wpe->param().mat(), seq_, x);
+    kernels::position_add<T>(exec, ends_.wpe->param().mat(), pos_, x);
   }
 
   void backward(const ExecSpace& exec, const std::vector<std::int32_t>& tokens,
@@ -243,7 +243,7 @@ public:
     // wte_grad_ may hold the head's share too (loss() adds to it and runs first).
     kernels::token_backward<T>(exec, index, all, wte_grad_);
     reduce_wte_grad(exec);
-    kernels::position_backward<T>(exec, all, seq_, ends_.wpe->grad_mat(exec));
+    kernels::position_backward<T>(exec, all, pos_, ends_.wpe->grad_mat(exec));
     ends_.wpe->reduce(exec);
   }
 
@@ -289,7 +289,8 @@ private:
   }
 
   Cube<T> cube_;
-  int seq_, per_;
+  kernels::Positions pos_;
+  int seq_, per_; // seq_: the tokens of a sequence here
   std::int64_t bv_, bh_, rows_;
   bool lookup_;
   Shared<T> wte_;
@@ -301,14 +302,11 @@ template <class T>
 class Mode3D final : public ModeBase<T> {
 public:
   explicit Mode3D(const comm::ProcessGrid& grid)
-      : ModeBase<T>(grid.layout()), cube_{grid.tp_axis(comm::Axis::a).size(),
-                                          &grid.tp_axis(comm::Axis::a),
-                                          &grid.tp_axis(comm::Axis::b),
-                                          &grid.tp_axis(comm::Axis::c),
-                                          &grid.tp_plane(comm::Plane::ab),
-                                          &grid.tp_plane(comm::Plane::bc),
-                                          &grid.tp_plane(comm::Plane::ca),
-                                          ws_} {}
+      : ModeBase<T>(grid), cube_{
+                               grid.tp_axis(comm::Axis::a).size(), &grid.tp_axis(comm::Axis::a),
+                               &grid.tp_axis(comm::Axis::b),       &grid.tp_axis(comm::Axis::c),
+                               &grid.tp_plane(comm::Plane::ab),    &grid.tp_plane(comm::Plane::bc),
+                               &grid.tp_plane(comm::Plane::ca),    ws_} {}
   const char* name() const override { return "3d"; }
   int sequences(int batch) const override { return batch / (cube_.q * cube_.q); }
   std::int64_t outer_cols(std::int64_t features) const override { return features / cube_.q; }
@@ -338,10 +336,10 @@ public:
     return std::make_unique<SplitLayerNorm<T>>(std::move(gamma), std::move(beta), cube_.c, features,
                                                rows, ws_);
   }
-  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
-                                          std::int64_t hidden, int batch, std::uint64_t seed,
-                                          Ends ends) override {
-    return std::make_unique<Embedding3D<T>>(cube_, params, vocab, padded, seq, hidden, batch, seed,
+  std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded,
+                                          kernels::Positions pos, std::int64_t hidden, int batch,
+                                          std::uint64_t seed, Ends ends) override {
+    return std::make_unique<Embedding3D<T>>(cube_, params, vocab, padded, pos, hidden, batch, seed,
                                             ends);
   }
 

@@ -12,12 +12,14 @@ std::unique_ptr<Mode<T>> make_1d(const comm::ProcessGrid& grid);
 template <class T>
 class Workspace;
 /// The MoE feed-forward of a tensor-parallel group of one rank (moe.cpp): every expert
-/// here, or with an expert-parallel group `ep` of more than one rank, its share of them.
+/// here, or with an expert-parallel group `ep` of more than one rank, its share of them;
+/// `context`: the context-parallel group whose ranks share the sequences (or nullptr),
+/// over which the load fractions are summed.
 template <class T>
 std::unique_ptr<MoE<T>> make_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
                                  const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
                                  double std_dev, double proj_std, std::uint64_t seed,
-                                 const comm::Group* ep);
+                                 const comm::Group* ep, const comm::Group* context);
 template <class T>
 std::unique_ptr<Mode<T>> make_2d(const comm::ProcessGrid& grid);
 template <class T>

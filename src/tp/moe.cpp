@@ -34,13 +34,20 @@ enum MoeScratch : std::size_t {
                    // their gradient and the inputs' gradient
 };
 
-// The router and the routing: what both MoE feed-forwards share.
+// The router and the routing: what both MoE feed-forwards share. With context
+// parallelism (`context`: the ranks sharing the sequences) the load fractions f_e are
+// those of the whole micro-batch: s.fraction holds the sum of the group's shares (one
+// all_reduce of E values per layer and micro-batch) and the loss's scales divide by the
+// group's size. Each rank adds N f_e P_e with its own P_e: summed over the group that is
+// the single process's N_all aux.
 template <class T>
 class Router {
 public:
   Router(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
-         std::int64_t hidden, std::int64_t rows, double std_dev, std::uint64_t seed)
-      : ws_(ws), shape_(shape), rows_(rows) {
+         std::int64_t hidden, std::int64_t rows, double std_dev, std::uint64_t seed,
+         const comm::Group* context)
+      : ws_(ws), shape_(shape), rows_(rows), context_(context),
+        shares_(context != nullptr ? context->size() : 1) {
     const std::int64_t e = shape.experts, h = hidden;
     CUBELM_ASSERT(static_cast<std::int64_t>(names.w1.size()) == e &&
                       names.b1.size() == names.w1.size() && names.w2.size() == names.w1.size() &&
@@ -66,6 +73,8 @@ public:
     moe_route<T>(exec, s.probs, s.choice, s.gate);
     moe_dispatch<T>(exec, s.choice, capacity_, keys_, sorter_, s.slot, s.pairs, s.offsets,
                     s.fraction);
+    if (context_ != nullptr)
+      context_->all_reduce(exec, s.fraction);
     Kokkos::deep_copy(exec, s.host_offsets, s.offsets);
     exec.fence(); // the expert matmuls' sizes
     return s.host_offsets(shape_.experts);
@@ -74,9 +83,9 @@ public:
   void aux_loss(const ExecSpace& exec, const kernels::MoeSaved<T>& s,
                 const Kokkos::View<double*, MemSpace>& aux) {
     if (aux.extent(0) > 0 && shape_.aux_loss > 0)
-      kernels::moe_aux_loss<T>(exec, s.probs, s.fraction,
-                               shape_.aux_loss * shape_.experts * static_cast<double>(rows_),
-                               means_, aux);
+      kernels::moe_aux_loss<T>(
+          exec, s.probs, s.fraction,
+          shape_.aux_loss * shape_.experts * static_cast<double>(rows_) / shares_, means_, aux);
   }
 
   // The router's part of backward: from the gates' gradient (and the load-balancing
@@ -86,7 +95,7 @@ public:
     using namespace kernels;
     const Mat<T> dlogits = ws_.scratch(kLogitGrad, rows_, shape_.experts);
     // d(N aux)/d p[t,e] = aux_loss E f_e (docs/model.md), scaled like the loss sum.
-    const T aux_scale = static_cast<T>(shape_.aux_loss * shape_.experts) * grad_scale;
+    const T aux_scale = static_cast<T>(shape_.aux_loss * shape_.experts / shares_) * grad_scale;
     moe_route_backward<T>(exec, s.probs, s.choice, s.gate, dgate, s.fraction, aux_scale, dlogits);
     gemm<T>(exec, true, false, T(1), x, dlogits, T(1), router_->grad_mat());
     gemm<T>(exec, false, true, T(1), dlogits, router_->mat(), T(0), dx);
@@ -98,6 +107,8 @@ private:
   Workspace<T>& ws_;
   MoeShape shape_;
   std::int64_t rows_, capacity_ = -1;
+  const comm::Group* context_;
+  int shares_; // the shares summed in s.fraction
   Param<T>* router_ = nullptr;
   kernels::Tokens keys_;
   Kokkos::View<double*, MemSpace> means_;
@@ -109,8 +120,8 @@ class LocalMoE final : public MoE<T> {
 public:
   LocalMoE(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
            std::int64_t hidden, std::int64_t rows, double std_dev, double proj_std,
-           std::uint64_t seed)
-      : ws_(ws), router_(params, ws, names, shape, hidden, rows, std_dev, seed),
+           std::uint64_t seed, const comm::Group* context)
+      : ws_(ws), router_(params, ws, names, shape, hidden, rows, std_dev, seed, context),
         experts_(params, names, 0, shape.experts, hidden, 4 * hidden, std_dev, proj_std, seed),
         shape_(shape), hidden_(hidden), rows_(rows) {
     expert_rows_ = moe_rows(shape.capacity_factor, rows, shape.top_k, shape.experts);
@@ -175,8 +186,9 @@ class ExpertParallelMoE final : public MoE<T> {
 public:
   ExpertParallelMoE(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
                     const MoeShape& shape, std::int64_t hidden, std::int64_t rows, double std_dev,
-                    double proj_std, std::uint64_t seed, const comm::Group& ep)
-      : ws_(ws), ep_(ep), router_(params, ws, names, shape, hidden, rows, std_dev, seed),
+                    double proj_std, std::uint64_t seed, const comm::Group& ep,
+                    const comm::Group* context)
+      : ws_(ws), ep_(ep), router_(params, ws, names, shape, hidden, rows, std_dev, seed, context),
         experts_(params, names, ep.rank() * (shape.experts / ep.size()), shape.experts / ep.size(),
                  hidden, 4 * hidden, std_dev, proj_std, seed),
         shape_(shape), hidden_(hidden), rows_(rows), here_(shape.experts / ep.size()) {
@@ -278,21 +290,22 @@ template <class T>
 std::unique_ptr<MoE<T>> make_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
                                  const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
                                  double std_dev, double proj_std, std::uint64_t seed,
-                                 const comm::Group* ep) {
+                                 const comm::Group* ep, const comm::Group* context) {
   if (ep != nullptr && ep->size() > 1)
     return std::make_unique<ExpertParallelMoE<T>>(params, ws, names, shape, hidden, rows, std_dev,
-                                                  proj_std, seed, *ep);
+                                                  proj_std, seed, *ep, context);
   return std::make_unique<LocalMoE<T>>(params, ws, names, shape, hidden, rows, std_dev, proj_std,
-                                       seed);
+                                       seed, context);
 }
 
 template std::unique_ptr<MoE<float>> make_moe<float>(Params<float>&, Workspace<float>&,
                                                      const MoeNames&, const MoeShape&, std::int64_t,
                                                      std::int64_t, double, double, std::uint64_t,
-                                                     const comm::Group*);
+                                                     const comm::Group*, const comm::Group*);
 template std::unique_ptr<MoE<double>> make_moe<double>(Params<double>&, Workspace<double>&,
                                                        const MoeNames&, const MoeShape&,
                                                        std::int64_t, std::int64_t, double, double,
-                                                       std::uint64_t, const comm::Group*);
+                                                       std::uint64_t, const comm::Group*,
+                                                       const comm::Group*);
 
 } // namespace cubelm::tp::detail

@@ -82,7 +82,7 @@ public:
   std::int64_t workspace_bytes() const final { return ws_.bytes(); }
 
 protected:
-  explicit ModeBase(const comm::Layout& layout) : Mode<T>(layout) {}
+  explicit ModeBase(const comm::ProcessGrid& grid) : Mode<T>(grid) {}
   Workspace<T> ws_;
 };
 

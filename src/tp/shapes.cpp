@@ -31,6 +31,12 @@ std::string check_shapes(const comm::Layout& layout, const ModelConfig& m, int m
   const auto divides = [](std::int64_t n, std::int64_t d) { return d > 0 && n % d == 0; };
   const std::int64_t h = m.hidden, f = 4LL * m.hidden;
   const int q = layout.side();
+  if (layout.cp > 1 && !divides(m.seq_len, 2LL * layout.cp))
+    return "model.seq_len = " + std::to_string(m.seq_len) +
+           " divisible by 2 x context_size = " + std::to_string(2 * layout.cp) +
+           " (context parallelism: equal chunks)";
+  // The tokens of a sequence on this rank (all of them without context parallelism).
+  const std::int64_t seq = m.seq_len / layout.cp;
   switch (layout.mode) {
   case TensorMode::none:
     return "";
@@ -40,10 +46,10 @@ std::string check_shapes(const comm::Layout& layout, const ModelConfig& m, int m
              " (whole heads per rank)";
     if (!divides(f, q))
       return "4 x model.hidden = " + std::to_string(f) + " divisible by " + std::to_string(q);
-    if (layout.sequence_parallel && !divides(static_cast<std::int64_t>(micro) * m.seq_len, q))
-      return "the micro-batch's tokens (" + std::to_string(micro) +
-             " x model.seq_len = " + std::to_string(static_cast<std::int64_t>(micro) * m.seq_len) +
-             ") divisible by " + std::to_string(q) +
+    if (layout.sequence_parallel && !divides(micro * seq, q))
+      return "the micro-batch's tokens on a rank (" + std::to_string(micro) + " x " +
+             (layout.cp > 1 ? "model.seq_len / context_size = " : "model.seq_len = ") +
+             std::to_string(micro * seq) + ") divisible by " + std::to_string(q) +
              " (sequence parallelism: equal blocks of rows)";
     return "";
   case TensorMode::d2:

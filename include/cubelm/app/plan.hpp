@@ -23,6 +23,7 @@ struct PlanOptions {
   std::vector<std::string> precisions; ///< train.precision values to try; empty: the deck's
   std::vector<std::string> modes;      ///< tensor modes to try; empty: all
   std::vector<int> tensor_sizes, pipeline_sizes; ///< sizes to keep; empty: any
+  std::vector<int> context_sizes;                ///< context sizes to try; empty: the deck's
   std::vector<std::string> recompute;            ///< recompute settings to keep; empty: both
   bool calibrate = false;
   std::string output; ///< --calibrate: the machine file to write

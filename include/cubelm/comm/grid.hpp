@@ -1,9 +1,13 @@
 #pragma once
 /// \file
-/// \brief The dp x pp x tp process grid and the tensor-parallel sub-grids.
+/// \brief The dp x pp x cp x tp process grid and the tensor-parallel sub-grids.
 ///
-/// world = dp * pp * tp. Rank order, fastest first: tp, dp, pp, so
-/// world_rank = t + tp * (d + dp * s) and tensor-parallel neighbours share a node.
+/// world = dp * pp * cp * tp. Rank order, fastest first: tp, cp, dp, pp, so
+/// world_rank = t + tp * (c + cp * (d + dp * s)) and tensor-parallel neighbours share a
+/// node, context-parallel ones next. "cp" (context_size > 1) holds the ranks of one
+/// (t, d, s), ordered by c: they split each sequence of the same micro-batches. "dp"
+/// holds the replicas of the stage's parameters, every (c, d) of one (t, s) ordered by
+/// the replica index c + cp * d: the gradients are reduced over it.
 /// Inside tp:
 ///  - 1d: one axis of size p = tp.
 ///  - 2d: tp = q*q, t = i*q + j with row i and column j; group "tp.row" holds
@@ -11,9 +15,9 @@
 ///  - 3d: tp = q*q*q, t = a + q*(b + q*c); groups "tp.a", "tp.b", "tp.c" vary one
 ///        axis (ordered by it) and "tp.ab" (fixed c, order a + q*b), "tp.bc"
 ///        (fixed a, order b + q*c), "tp.ca" (fixed b, order c + q*a) are the planes.
-/// MoE layers with expert parallelism (ep > 1) fold the data-parallel axis: dp index
-/// d = e + ep * r, "ep" holds the ranks of one r (ordered by e: the experts are spread
-/// over them) and "edp" those of one e (ordered by r: replicas of the same experts).
+/// MoE layers with expert parallelism (ep > 1) fold the replicas: replica index
+/// c + cp * d = e + ep * r, "ep" holds the ranks of one r (ordered by e: the experts are
+/// spread over them) and "edp" those of one e (ordered by r: replicas of the same experts).
 /// Across pipeline stages, "pp.ends" (embedding()) pairs stage 0 with stage pp-1.
 
 #include "cubelm/comm/group.hpp"
@@ -37,7 +41,11 @@ public:
 
   const Group& world() const { return *world_; }
   const Group& tp() const { return *tp_; }
+  /// \brief The replicas of this stage's parameters: dp * cp ranks (the data-parallel
+  /// group, with the context-parallel ranks folded in).
   const Group& dp() const { return *dp_; }
+  /// \brief "cp": the ranks sharing this rank's sequences (context_size > 1 only).
+  const Group& cp() const;
   const Group& pp() const { return *pp_; }
   /// \brief "pp.ends": the ranks with this rank's t and d on the first and on the
   /// last pipeline stage, first stage = group rank 0 (they sum the gradient of
@@ -60,7 +68,7 @@ public:
   /// \brief A copy of world whose traffic is counted apart from the model's (the
   /// metrics' exchange of timings between ranks).
   const Group& metrics() const { return *metrics_; }
-  /// \brief The names of this grid's groups (world, tp and its sub-groups, dp, pp,
+  /// \brief The names of this grid's groups (world, tp and its sub-groups, cp, dp, pp,
   /// pp.ends, ep, edp), in the same order on every rank.
   std::vector<std::string> group_names() const;
 
@@ -73,7 +81,7 @@ private:
   Layout layout_;
   GridCoords coords_;
   std::shared_ptr<TrafficCounters> traffic_;
-  std::optional<Group> world_, tp_, dp_, pp_, embedding_, metrics_, ep_, edp_;
+  std::optional<Group> world_, tp_, cp_, dp_, pp_, embedding_, metrics_, ep_, edp_;
   std::optional<Group> row_, col_;
   std::optional<Group> axis_[3], plane_[3];
 };

@@ -1,10 +1,13 @@
 #pragma once
 /// \file
-/// \brief Sizes and coordinates of the dp x pp x tp process grid: pure arithmetic,
+/// \brief Sizes and coordinates of the dp x pp x cp x tp process grid: pure arithmetic,
 /// no MPI and no Kokkos, so that deck validation can use it anywhere.
 ///
-/// world = dp * pp * tp. Rank order, fastest first: tp, dp, pp, so
-/// world_rank = t + tp * (d + dp * s). See docs/grid.md and comm/grid.hpp.
+/// world = dp * pp * cp * tp. Rank order, fastest first: tp, cp, dp, pp, so
+/// world_rank = t + tp * (c + cp * (d + dp * s)). The cp ranks of one data-parallel
+/// index d hold the same sequences (each a share of their tokens) and the same
+/// parameters: the replicas of a stage's parameters are the dp * cp ranks of one (t, s),
+/// their replica index c + cp * d. See docs/grid.md and comm/grid.hpp.
 
 #include "cubelm/core/config.hpp"
 
@@ -25,20 +28,26 @@ struct Layout {
   TensorMode mode = TensorMode::none;
   /// 1d only: the residual stream split over the tp ranks along its rows (tokens)
   bool sequence_parallel = false;
-  /// MoE layers: each data-parallel group of dp ranks is ep groups of expert parallelism
-  /// (consecutive dp indices) times dp / ep expert-data-parallel replicas
+  /// MoE layers: each group of dp * cp parameter replicas is ep groups of expert
+  /// parallelism (consecutive replica indices) times dp * cp / ep expert-data-parallel ones
   int ep = 1;
+  /// attention layers: each sequence split over cp ranks (context parallelism), which
+  /// hold chunks c and 2 cp - 1 - c of its 2 cp chunks
+  int cp = 1;
 
-  int world_size() const { return dp * pp * tp; }
+  int world_size() const { return dp * pp * cp * tp; }
+  /// \brief The ranks of one (t, s) holding the same parameters: dp * cp.
+  int replicas() const { return dp * cp; }
   /// \brief Side of the tp grid: p (1d), q with q*q = tp (2d), q with q^3 = tp (3d), 1 (none).
   int side() const;
-  /// \brief e.g. "tp=3d:8 pp=1 dp=1", "tp=1d:4+sp pp=1 dp=1" with sequence parallelism.
+  /// \brief e.g. "tp=3d:8 pp=1 dp=1", "tp=1d:4+sp pp=1 dp=1" with sequence parallelism,
+  /// "... cp=2" and "... ep=4" with context and expert parallelism.
   std::string describe() const;
 
   /// \brief Throws a collective cubelm::Error naming the rule and valid values
   /// when the sizes are not positive or tp does not fit the mode.
   void validate() const;
-  /// \brief validate(), and the world size must be dp*pp*tp; the error suggests
+  /// \brief validate(), and the world size must be dp*pp*cp*tp; the error suggests
   /// launch sizes and layouts that fit `world_size`.
   void validate_for_world(int world_size) const;
 };
@@ -49,22 +58,24 @@ Layout layout_of(const ParallelConfig& parallel);
 /// \brief Where one rank sits in the grid. Unused sub-grid coordinates are 0.
 struct GridCoords {
   int world = 0;
-  int dp = 0;
+  int dp = 0; ///< the data-parallel index d: which sequences
   int pp = 0;
   int tp = 0;
-  int row = 0; ///< 2d: i
-  int col = 0; ///< 2d: j
-  int a = 0;   ///< 3d
-  int b = 0;   ///< 3d
-  int c = 0;   ///< 3d
-  int ep = 0;  ///< index in the expert-parallel group: dp % ep
-  int edp = 0; ///< index in the expert-data-parallel group: dp / ep
+  int cp = 0;      ///< the context-parallel index c: which chunks of them
+  int replica = 0; ///< c + cp * d: the index among the replicas of the parameters
+  int row = 0;     ///< 2d: i
+  int col = 0;     ///< 2d: j
+  int a = 0;       ///< 3d
+  int b = 0;       ///< 3d
+  int c = 0;       ///< 3d
+  int ep = 0;      ///< index in the expert-parallel group: replica % ep
+  int edp = 0;     ///< index in the expert-data-parallel group: replica / ep
 };
 
 /// \brief Coordinates of `world_rank` in `layout`.
 GridCoords coords_of(const Layout& layout, int world_rank);
-/// \brief The world rank at grid position (d, s, t) = (dp, pp, tp index).
-int world_rank_of(const Layout& layout, int dp, int pp, int tp);
+/// \brief The world rank at grid position (d, s, t, c) = (dp, pp, tp, cp index).
+int world_rank_of(const Layout& layout, int dp, int pp, int tp, int cp = 0);
 /// \brief tp index of 3d coordinates (a, b, c).
 int tp_rank_3d(int q, int a, int b, int c);
 

@@ -76,9 +76,13 @@ struct ParallelConfig {
   int microbatches = 1;
   int zero = 0;
   bool sequence_parallel = false;
-  /// MoE layers: the experts spread over this many ranks of each data-parallel group
-  /// (expert parallelism; docs/grid.md); must divide data_size and model.experts
+  /// MoE layers: the experts spread over this many ranks of each group of parameter
+  /// replicas (expert parallelism; docs/grid.md); must divide data_size x context_size
+  /// and model.experts
   int expert_size = 1;
+  /// attention layers: each sequence split over this many ranks (context parallelism;
+  /// docs/grid.md), in 2 x context_size chunks of model.seq_len / (2 x context_size)
+  int context_size = 1;
   Recompute recompute = Recompute::none;
   double bucket_mb = 25.0; ///< data-parallel gradient bucket size (MB, 10^6 bytes)
   /// seconds a blocking collective or point-to-point may go without progress before

@@ -17,6 +17,29 @@
 
 namespace cubelm::kernels {
 
+/// \brief The positions of the tokens a rank holds of each sequence. Without context
+/// parallelism all of them, in order; with it (cp ranks, this one `rank`), the sequence of
+/// local x cp tokens is cut into 2 cp chunks of local / 2 and the rank holds chunks
+/// `rank` and 2 cp - 1 - `rank`, in that order (docs/grid.md, "Context parallelism").
+struct Positions {
+  int local = 0; ///< tokens of a sequence here
+  int cp = 1;
+  int rank = 0;
+  Positions() = default;
+  /// \brief Every position of sequences of `seq` tokens.
+  Positions(int seq) : local(seq) {} // NOLINT(google-explicit-constructor): a plain length
+  Positions(int local_, int cp_, int rank_) : local(local_), cp(cp_), rank(rank_) {}
+  /// \brief Tokens of a whole sequence: local x cp.
+  int total() const { return local * cp; }
+  /// \brief The position in its sequence of the sequence's t-th token here.
+  KOKKOS_INLINE_FUNCTION int global(int t) const {
+    if (cp == 1)
+      return t;
+    const int half = local / 2;
+    return t < half ? rank * half + t : (2 * cp - 1 - rank) * half + (t - half);
+  }
+};
+
 /// \brief Rows that hold each token, for a deterministic embedding backward.
 struct TokenIndex {
   Kokkos::View<int*, MemSpace>
@@ -51,18 +74,18 @@ TokenIndex make_token_index(const std::vector<std::int32_t>& tokens, int first, 
 template <class T>
 void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wte, int first,
                       const Mat<T>& y);
-/// \brief y[n,:] += wpe[(first_row + n) mod seq_len,:] (y: rows from `first_row` on of the
-/// micro-batch's tokens).
+/// \brief y[n,:] += wpe[pos.global((first_row + n) mod pos.local),:] (y: rows from
+/// `first_row` on of the micro-batch's tokens here).
 template <class T>
-void position_add(const ExecSpace& exec, const Mat<T>& wpe, int seq_len, const Mat<T>& y,
+void position_add(const ExecSpace& exec, const Mat<T>& wpe, Positions pos, const Mat<T>& y,
                   std::int64_t first_row = 0);
 /// \brief dwte[v,:] += sum of dy over the rows that hold token v (index of make_token_index).
 template <class T>
 void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
                     const Mat<T>& dwte);
-/// \brief dwpe[t,:] += sum over sequences of dy at position t.
+/// \brief dwpe[pos.global(t),:] += sum over sequences of dy at their t-th token here.
 template <class T>
-void position_backward(const ExecSpace& exec, const Mat<T>& dy, int seq_len, const Mat<T>& dwpe);
+void position_backward(const ExecSpace& exec, const Mat<T>& dy, Positions pos, const Mat<T>& dwpe);
 
 /// \brief y[n,:] = wte[tok[n],:] + wpe[n mod seq_len,:].
 template <class T>

@@ -21,6 +21,8 @@ struct SearchSpace {
   /// Tensor and pipeline sizes, recompute settings to keep; empty: any.
   std::vector<int> tensor_sizes, pipeline_sizes;
   std::vector<Recompute> recompute;
+  /// Context sizes to try (each with 2 x size dividing model.seq_len); empty: the deck's.
+  std::vector<int> context_sizes;
 };
 
 /// \brief Every layout of `base`'s model and global batch on `ranks` ranks that its rules
@@ -29,8 +31,9 @@ struct SearchSpace {
 /// divisor of the sequences per replica), schedule (gpipe, 1f1b, layered, interleaved with
 /// every virtual stage count that divides the layers; with one stage 1f1b, and layered
 /// when there are several micro-batches and replicas: layered gradient accumulation),
-/// ZeRO-1 where dp > 1, recompute none or full, sequence parallelism in 1D. Other keys as
-/// in `base`. cubelm::Error naming --ranks when `ranks` < 1.
+/// ZeRO-1 where dp x cp > 1, recompute none or full, sequence parallelism in 1D, for each
+/// context size of `space` (default `base`'s; data size = what tp, pp and cp leave). Other
+/// keys as in `base`. cubelm::Error naming --ranks when `ranks` < 1.
 std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space = {});
 
 /// \brief A layout and its prediction.

@@ -215,6 +215,7 @@ struct StageShape {
   int moe_acts = 0;
   int mlp_acts = -1;
   int ep = 1; ///< expert parallelism: each rank holds experts / ep experts of an MoE layer
+  int cp = 1; ///< context parallelism: each rank holds seq_len / cp tokens of a sequence
   /// \brief The whole model on one stage, one slot.
   static StageShape whole(const ModelConfig& m) {
     const int moe = moe_layer_count(m);
@@ -287,8 +288,8 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
 inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, int tp, int micro,
                                          const StageShape& stage, bool sequence_parallel = false) {
   const std::int64_t h = m.hidden, v = tp::padded_vocab(m, comm::Layout{1, 1, tp, mode}),
-                     t = m.seq_len;
-  const std::int64_t big_n = static_cast<std::int64_t>(micro) * t;
+                     t = m.seq_len, tl = t / stage.cp; // tl: a sequence's tokens here
+  const std::int64_t big_n = static_cast<std::int64_t>(micro) * tl;
   const std::int64_t lns = 2 * stage.layers + (stage.last ? 1 : 0);
   const bool any = stage.layers > 0, in = stage.first, out = stage.last;
   auto when = [](bool c, std::int64_t x) { return c ? x : std::int64_t(0); };
@@ -337,7 +338,18 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
     break;
   }
   }
-  const std::int64_t scores = seqs * heads * t * t;
+  // Attention saves its probabilities, s = seqs heads T^2, and keeps a workspace of 4 n hi
+  // (the head-major q, k, v, o) and a scratch s; with context parallelism it saves the
+  // log-sum-exp of its rows instead (seqs heads tl) and keeps the blocks of
+  // tp::ContextAttention: its two chunks' keys and values and their gradients (2 n hi
+  // each), every rank's and their gradients (2 cp n hi each), five query-chunk blocks
+  // (n hi / 2 each), two chunk-by-chunk score blocks and two rows of statistics.
+  const bool context = stage.cp > 1;
+  const std::int64_t scores = context ? seqs * heads * tl : seqs * heads * t * t;
+  const std::int64_t attention_once = context ? (4 + 4 * stage.cp) * n * hi + 5 * n * hi / 2 +
+                                                    2 * seqs * heads * (tl / 2) * (tl / 2) +
+                                                    seqs * heads * tl
+                                              : 4 * n * hi + scores;
   const std::int64_t layer = 2 * n * ho + 16 * n * hi + scores + 4 * r;
   const std::int64_t c = stage.longest;
   // MoE feed-forwards (no tensor parallelism, so n tokens of h features): a layer's saved
@@ -364,8 +376,8 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
         stage.moe_layers * (n * k + 2 * e) + 2 * rows * h + (4 + moved) * got * h + n * e + n * k;
   const std::int64_t per_slot = (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + acts) +
                                 when(out, n * ho + 2 * r);
-  const std::int64_t once =
-      n * ho + r * ho + 16 * n * hi + scores + when(stage.recompute && c > 0, redo + 2 * r * ho);
+  const std::int64_t once = n * ho + r * ho + 12 * n * hi + attention_once +
+                            when(stage.recompute && c > 0, redo + 2 * r * ho);
   return stage.slots * per_slot + once + extra;
 }
 

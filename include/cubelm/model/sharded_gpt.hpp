@@ -6,6 +6,7 @@
 #include "cubelm/core/config.hpp"
 #include "cubelm/kernels/attention.hpp"
 #include "cubelm/model/shape.hpp"
+#include "cubelm/tp/context.hpp"
 #include "cubelm/tp/mode.hpp"
 
 #include <cstdint>
@@ -112,11 +113,16 @@ private:
   Acts make_acts(bool mlp, bool moe) const;
   Layer& layer(int id);
   int chunk_length(int chunk) const;
+  // The tokens of `ids` (the whole micro-batch) that this rank holds: `ids` itself, or
+  // with context parallelism its chunks of each sequence, copied into `buf`.
+  const std::vector<std::int32_t>& local(const std::vector<std::int32_t>& ids,
+                                         std::vector<std::int32_t>& buf) const;
 
   ModelConfig config_;
   tp::Mode<T>& mode_;
   StageLayout stage_;
   int batch_, sequences_;
+  kernels::Positions positions_; // of each sequence's tokens here
   // rows_: a pair's and a LayerNorm output's rows (inner); stream_rows_: the residual
   // stream's (Mode::outer_rows)
   std::int64_t rows_, stream_rows_, outer_, inner_, ffn_;
@@ -136,6 +142,10 @@ private:
   kernels::Tensor4<T> dscratch_;
   kernels::AttentionWorkspace<T> work_;
   int heads_;
+  // Context parallelism: the attention over the group's chunks (else null) and the
+  // local token ids of the micro-batch being run.
+  std::unique_ptr<tp::ContextAttention<T>> context_;
+  std::vector<std::int32_t> local_inputs_, local_targets_;
 };
 
 /// \brief A model together with the process grid and mode it runs on.

@@ -19,6 +19,7 @@
 
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/kernels/embedding.hpp"
 #include "cubelm/kernels/moe.hpp"
 #include "cubelm/tp/param.hpp"
 #include "cubelm/tp/shapes.hpp"
@@ -135,6 +136,16 @@ public:
   virtual const char* name() const = 0;
   /// \brief The process grid the mode's group belongs to.
   const comm::Layout& layout() const { return layout_; }
+  /// \brief The ranks that share this rank's sequences (context parallelism, "cp"), or
+  /// nullptr without it. The tensor-parallel layers never see it: they work on the
+  /// tokens here; attention and the positions of the tokens do.
+  const comm::Group* context() const { return context_; }
+  /// \brief The positions of the tokens of a `seq_len`-token sequence held here.
+  kernels::Positions positions(int seq_len) const {
+    if (context_ == nullptr)
+      return kernels::Positions(seq_len);
+    return kernels::Positions(seq_len / context_->size(), context_->size(), context_->rank());
+  }
   /// \brief How many of a micro-batch's `batch` sequences the activations inside a pair
   /// hold here (and a LayerNorm's output, the input of a pair's first linear).
   virtual int sequences(int batch) const = 0;
@@ -161,13 +172,16 @@ public:
   /// rows (outer_rows).
   virtual std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
                                                   std::int64_t features, std::int64_t rows) = 0;
-  /// \brief `batch`: sequences per micro-batch (all of them, not this rank's share).
+  /// \brief `batch`: sequences per micro-batch (all of them, not this rank's share);
+  /// `pos`: the positions of each sequence's tokens here (all of them without context
+  /// parallelism): the token ids handed to the embedding are those tokens, batch x
+  /// pos.local of them, and wpe is [pos.total(), hidden].
   /// wte is registered for every `ends`, [padded, hidden] with the rows from `vocab` on
   /// zero, never predicted and never stored (tp::padded_vocab); wpe and the lookup's
   /// buffers only with a lookup, the logits and the loss's buffers only with a head.
-  virtual std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded, int seq,
-                                                  std::int64_t hidden, int batch,
-                                                  std::uint64_t seed, Ends ends) = 0;
+  virtual std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded,
+                                                  kernels::Positions pos, std::int64_t hidden,
+                                                  int batch, std::uint64_t seed, Ends ends) = 0;
   /// \brief Registers the router and the experts (names in `names`) and returns the MoE
   /// feed-forward for `rows` local rows of `hidden` features; w1 is initialised with
   /// std_dev, w2 with proj_std. Only a tensor-parallel group of one rank has one so far,
@@ -187,10 +201,12 @@ public:
   virtual std::int64_t workspace_bytes() const = 0;
 
 protected:
-  explicit Mode(const comm::Layout& layout) : layout_(layout) {}
+  explicit Mode(const comm::ProcessGrid& grid)
+      : layout_(grid.layout()), context_(grid.layout().cp > 1 ? &grid.cp() : nullptr) {}
 
 private:
   comm::Layout layout_;
+  const comm::Group* context_ = nullptr;
 };
 
 /// \brief The mode of the grid's layout: "none" and "1d" are Megatron-style 1D

@@ -1,0 +1,147 @@
+// Context-parallel attention (tp/context.hpp; docs/grid.md, "Context parallelism").
+
+#include "cubelm/tp/context.hpp"
+
+#include "cubelm/core/error.hpp"
+#include "cubelm/kernels/attention_blocks.hpp"
+
+#include <string>
+#include <utility>
+
+namespace cubelm::tp {
+
+namespace {
+template <class T>
+kernels::Batch<T> batch(const char* label, std::int64_t n, std::int64_t rows, std::int64_t cols) {
+  return kernels::Batch<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n,
+                           rows, cols);
+}
+template <class T>
+kernels::Tensor4<T> blocks(const char* label, std::int64_t count, std::int64_t n, std::int64_t rows,
+                           std::int64_t cols) {
+  return kernels::Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)),
+                             count, n, rows, cols);
+}
+} // namespace
+
+template <class T>
+ContextAttention<T>::ContextAttention(const comm::Group& group, int sequences, int heads, int local,
+                                      int head_dim)
+    : group_(group), cp_(group.size()), rank_(group.rank()), heads_(heads),
+      n_(static_cast<std::int64_t>(sequences) * heads), chunk_(local / 2), d_(head_dim) {
+  CUBELM_ASSERT(local % 2 == 0 && local > 0,
+                "context parallelism holds 2 equal chunks of each sequence per rank, got " +
+                    std::to_string(local) + " tokens");
+  mine_ = blocks<T>("cubelm::cp_kv", 4, n_, chunk_, d_);
+  all_ = blocks<T>("cubelm::cp_kv_all", 4LL * cp_, n_, chunk_, d_);
+  dall_ = blocks<T>("cubelm::cp_dkv_all", 4LL * cp_, n_, chunk_, d_);
+  dmine_ = blocks<T>("cubelm::cp_dkv", 4, n_, chunk_, d_);
+  q_ = batch<T>("cubelm::cp_q", n_, chunk_, d_);
+  o_ = batch<T>("cubelm::cp_out", n_, chunk_, d_);
+  part_ = batch<T>("cubelm::cp_part", n_, chunk_, d_);
+  dout_ = batch<T>("cubelm::cp_dout", n_, chunk_, d_);
+  dq_ = batch<T>("cubelm::cp_dq", n_, chunk_, d_);
+  scores_ = batch<T>("cubelm::cp_scores", n_, chunk_, chunk_);
+  dscores_ = batch<T>("cubelm::cp_dscores", n_, chunk_, chunk_);
+  part_lse_ = kernels::Mat<T>("cubelm::cp_part_lse", n_, chunk_);
+  delta_ = kernels::Mat<T>("cubelm::cp_delta", n_, chunk_);
+}
+
+template <class T>
+kernels::Batch<T> ContextAttention<T>::make_saved() const {
+  return batch<T>("cubelm::cp_lse", 2, n_, chunk_);
+}
+
+template <class T>
+std::int64_t ContextAttention<T>::saved_bytes() const {
+  return 2 * n_ * chunk_ * static_cast<std::int64_t>(sizeof(T));
+}
+
+template <class T>
+std::int64_t ContextAttention<T>::bytes() const {
+  std::int64_t elements = 0;
+  for (const auto* t : {&mine_, &all_, &dall_, &dmine_})
+    elements += static_cast<std::int64_t>(t->span());
+  for (const auto* b : {&q_, &o_, &part_, &dout_, &dq_, &scores_, &dscores_})
+    elements += static_cast<std::int64_t>(b->span());
+  elements += static_cast<std::int64_t>(part_lse_.span() + delta_.span());
+  return elements * static_cast<std::int64_t>(sizeof(T));
+}
+
+template <class T>
+kernels::Batch<T> ContextAttention<T>::block(const kernels::Tensor4<T>& blocks, int g,
+                                             int kv) const {
+  // Chunk g < cp is rank g's first, chunk g >= cp rank 2 cp - 1 - g's second.
+  const int r = g < cp_ ? g : 2 * cp_ - 1 - g, j = g < cp_ ? 0 : 1;
+  return Kokkos::subview(blocks, 4 * r + 2 * kv + j, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
+}
+
+template <class T>
+void ContextAttention<T>::gather_keys(const ExecSpace& exec, const kernels::Mat<T>& k,
+                                      const kernels::Mat<T>& v) const {
+  for (int kv = 0; kv < 2; ++kv)
+    for (int j = 0; j < 2; ++j)
+      kernels::gather_heads<T>(
+          exec, kv == 0 ? k : v, heads_, j * chunk_,
+          Kokkos::subview(mine_, 2 * kv + j, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
+  group_.all_gather(exec, mine_, all_);
+}
+
+template <class T>
+void ContextAttention<T>::forward(const ExecSpace& exec, const kernels::Mat<T>& q,
+                                  const kernels::Mat<T>& k, const kernels::Mat<T>& v,
+                                  const kernels::Batch<T>& saved,
+                                  const kernels::Mat<T>& out) const {
+  gather_keys(exec, k, v);
+  for (int j = 0; j < 2; ++j) {
+    const int m = mine(j);
+    const kernels::Mat<T> lse = Kokkos::subview(saved, j, Kokkos::ALL, Kokkos::ALL);
+    kernels::gather_heads<T>(exec, q, heads_, j * chunk_, q_);
+    // Key chunks in order of position, 0 to m: the later ones are all masked.
+    for (int g = 0; g <= m; ++g) {
+      const bool first = g == 0;
+      kernels::attention_block_forward<T>(exec, q_, block(all_, g, 0), block(all_, g, 1),
+                                          m * chunk_, g * chunk_, scores_, first ? o_ : part_,
+                                          first ? lse : part_lse_);
+      if (!first)
+        kernels::attention_combine<T>(exec, o_, lse, part_, part_lse_);
+    }
+    kernels::scatter_heads<T>(exec, o_, heads_, j * chunk_, out);
+  }
+}
+
+template <class T>
+void ContextAttention<T>::backward(const ExecSpace& exec, const kernels::Mat<T>& q,
+                                   const kernels::Mat<T>& k, const kernels::Mat<T>& v,
+                                   const kernels::Mat<T>& out, const kernels::Batch<T>& saved,
+                                   const kernels::Mat<T>& dout, const kernels::Mat<T>& dq,
+                                   const kernels::Mat<T>& dk, const kernels::Mat<T>& dv) const {
+  gather_keys(exec, k, v);
+  Kokkos::deep_copy(exec, dall_, T(0));
+  for (int j = 0; j < 2; ++j) {
+    const int m = mine(j);
+    const kernels::Mat<T> lse = Kokkos::subview(saved, j, Kokkos::ALL, Kokkos::ALL);
+    kernels::gather_heads<T>(exec, q, heads_, j * chunk_, q_);
+    kernels::gather_heads<T>(exec, out, heads_, j * chunk_, o_);
+    kernels::gather_heads<T>(exec, dout, heads_, j * chunk_, dout_);
+    kernels::attention_block_delta<T>(exec, o_, dout_, delta_);
+    Kokkos::deep_copy(exec, dq_, T(0));
+    for (int g = 0; g <= m; ++g)
+      kernels::attention_block_backward<T>(exec, q_, block(all_, g, 0), block(all_, g, 1), dout_,
+                                           lse, delta_, m * chunk_, g * chunk_, scores_, dscores_,
+                                           dq_, block(dall_, g, 0), block(dall_, g, 1));
+    kernels::scatter_heads<T>(exec, dq_, heads_, j * chunk_, dq);
+  }
+  // Each rank's keys and values collect the gradients of every rank's queries.
+  group_.reduce_scatter(exec, dall_, dmine_);
+  for (int kv = 0; kv < 2; ++kv)
+    for (int j = 0; j < 2; ++j)
+      kernels::scatter_heads<T>(
+          exec, Kokkos::subview(dmine_, 2 * kv + j, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL), heads_,
+          j * chunk_, kv == 0 ? dk : dv);
+}
+
+template class ContextAttention<float>;
+template class ContextAttention<double>;
+
+} // namespace cubelm::tp

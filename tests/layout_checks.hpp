@@ -1,0 +1,102 @@
+#pragma once
+// Checks shared by the tests that run a layout against one process or against the closed
+// forms (test_pipeline, test_moe_parallel, test_context_parallel, test_planner).
+
+#include "cubelm/model/memory.hpp"
+#include "cubelm/model/traffic.hpp"
+#include "cubelm/train/trainer.hpp"
+
+#include "test_helpers.hpp"
+
+#include <gtest/gtest.h>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace cubelm::testing {
+
+/// The traffic a step counted (`counted`) against the closed form (`expected`): the calls
+/// of every (group, kind) exactly, the bytes within `rel` except for the groups of
+/// `calls_only` (whose bytes depend on the data), and nothing counted that the closed
+/// form lacks. Returns the closed form's total bytes.
+inline double expect_traffic(const std::vector<comm::TrafficEntry>& counted,
+                             const std::vector<model::TrafficVolume>& expected, double rel = 1e-9,
+                             const std::vector<std::string>& calls_only = {}) {
+  double total = 0;
+  for (const auto& e : expected) {
+    SCOPED_TRACE(e.group + " " + comm::kind_name(e.kind));
+    const auto it = std::find_if(counted.begin(), counted.end(), [&](const auto& x) {
+      return x.group == e.group && x.kind == e.kind;
+    });
+    total += e.bytes;
+    EXPECT_NE(it, counted.end());
+    if (it == counted.end())
+      continue;
+    EXPECT_EQ(it->calls, e.calls);
+    if (std::find(calls_only.begin(), calls_only.end(), e.group) == calls_only.end())
+      EXPECT_NEAR(it->bytes, e.bytes, rel * e.bytes + 1e-9);
+  }
+  for (const auto& x : counted)
+    if (x.calls > 0)
+      EXPECT_TRUE(
+          std::any_of(expected.begin(), expected.end(),
+                      [&](const auto& e) { return e.group == x.group && e.kind == x.kind; }))
+          << "counted but not in the closed form: " << x.group << " " << comm::kind_name(x.kind);
+  return total;
+}
+
+/// `group` (this job's layout) and `reference` (one process) train alike for `steps`
+/// steps: the loss, the load-balancing loss and the gradient norm within `rel`.
+inline void expect_same_training(const Deck& group, const Deck& reference, int steps,
+                                 double rel = 1e-4) {
+  train::Trainer many(group);
+  train::Trainer one(reference, self());
+  for (int s = 0; s < steps; ++s) {
+    const auto a = many.step(), b = one.step();
+    EXPECT_NEAR(a.loss, b.loss, rel * b.loss) << "step " << s;
+    EXPECT_NEAR(a.aux_loss, b.aux_loss, rel * b.aux_loss) << "step " << s;
+    EXPECT_NEAR(a.grad_norm, b.grad_norm, rel * b.grad_norm) << "step " << s;
+  }
+}
+
+/// What a trainer of `deck` allocates equals the estimate of its rank's stage, every kind.
+inline void expect_memory_as_estimated(const Deck& deck) {
+  train::Trainer t(deck);
+  const model::Memory measured = t.memory();
+  const model::Memory estimate = model::estimate_memory(deck, t.grid().coords().pp);
+  EXPECT_EQ(measured.parameters, estimate.parameters);
+  EXPECT_EQ(measured.gradients, estimate.gradients);
+  EXPECT_EQ(measured.activations, estimate.activations);
+  EXPECT_EQ(measured.optimizer, estimate.optimizer);
+}
+
+/// `group` trains `saved_at` steps and saves; rank 0 resumes the checkpoint on one process
+/// under `reference` and its next `more` losses equal the group's within 1e-4.
+inline void expect_resumes_on_one_process(const Deck& group, const Deck& reference,
+                                          const char* stem, int saved_at, int more) {
+  const comm::Communicator world = comm::Communicator::world();
+  const std::string path = temp_path(stem);
+  train::Trainer many(group);
+  for (int s = 0; s < saved_at; ++s)
+    many.step();
+  many.save(path);
+  std::vector<double> losses;
+  for (int s = 0; s < more; ++s)
+    losses.push_back(many.step().loss);
+  if (world.rank() == 0) {
+    train::Trainer one(reference, self());
+    one.resume(path);
+    EXPECT_EQ(one.steps_done(), saved_at);
+    for (int s = 0; s < more; ++s)
+      EXPECT_NEAR(one.step().loss, losses[s], 1e-4 * losses[s]) << "step " << saved_at + s;
+  }
+  MPI_Barrier(world.raw());
+  if (world.rank() == 0)
+    std::filesystem::remove(path);
+}
+
+} // namespace cubelm::testing

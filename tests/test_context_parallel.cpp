@@ -1,0 +1,188 @@
+// Context parallelism (parallel.context_size) in layouts of 2, 4 and 8 ranks, alone and
+// with tensor (1d, 1d with sequence parallelism, 2d), pipeline, data and expert
+// parallelism, ZeRO-1 and recomputation, dense and MoE models, against one process
+// running the same micro-batches in turn: the same losses over 10 AdamW steps, the same
+// gradients, memory estimate = allocation, traffic = the closed form, and a checkpoint
+// written under context (and expert) parallelism resumed on one process.
+
+#include "layout_checks.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+using namespace cubelm;
+
+namespace {
+
+struct Case {
+  int cp, dp, pp;
+  const char* mode; // tensor_mode
+  int tp;
+  bool sp;     // sequence parallelism (1d)
+  int experts; // 0: dense; else an MoE layer every second layer, top-2
+  int ep;
+  const char* schedule;
+  int virtual_stages, microbatches, zero;
+  const char* recompute;
+};
+
+std::string describe(const Case& c) {
+  return "cp" + std::to_string(c.cp) + " dp" + std::to_string(c.dp) + " pp" + std::to_string(c.pp) +
+         " tp=" + c.mode + ":" + std::to_string(c.tp) + (c.sp ? "+sp" : "") +
+         (c.experts ? " experts" + std::to_string(c.experts) + " ep" + std::to_string(c.ep) : "") +
+         " " + c.schedule + " v" + std::to_string(c.virtual_stages) + " m" +
+         std::to_string(c.microbatches) + (c.zero ? " zero" : "") + " recompute=" + c.recompute;
+}
+
+Deck deck(const Case& c) {
+  // Two sequences per micro-batch of 16 tokens: up to 8 chunks of 2.
+  const std::string moe = c.experts == 0 ? ""
+                                         : "experts = " + std::to_string(c.experts) +
+                                               "\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01\n";
+  const std::string text =
+      std::string("[model]\nvocab_size = 32\nseq_len = 16\nhidden = 16\nheads = 4\nlayers = 4\n") +
+      moe + "[parallel]\ntensor_mode = \"" + c.mode + "\"\ntensor_size = " + std::to_string(c.tp) +
+      "\nsequence_parallel = " + (c.sp ? "true" : "false") +
+      "\ncontext_size = " + std::to_string(c.cp) + "\ndata_size = " + std::to_string(c.dp) +
+      "\npipeline_size = " + std::to_string(c.pp) + "\nexpert_size = " + std::to_string(c.ep) +
+      "\nschedule = \"" + c.schedule + "\"\nvirtual_stages = " + std::to_string(c.virtual_stages) +
+      "\nmicrobatches = " + std::to_string(c.microbatches) + "\nzero = " + std::to_string(c.zero) +
+      "\nrecompute = \"" + c.recompute +
+      "\"\n[train]\nsteps = 10\nglobal_batch = " + std::to_string(2 * c.dp * c.microbatches) +
+      "\nseed = 7\n[optimizer]\nlr = 1e-2\nwarmup_steps = 2\ngrad_clip = 1.0\n"
+      "[data]\nsynthetic_tokens = 5000\n[log]\npeak_gflops = 1.0\n";
+  return io::parse_deck(text, "context_parallel.toml");
+}
+
+// One process running the same micro-batches in turn.
+Deck reference(const Case& c) {
+  return deck(
+      Case{1, 1, 1, "none", 1, false, c.experts, 1, "1f1b", 1, c.dp * c.microbatches, 0, "none"});
+}
+
+std::vector<Case> cases() {
+  switch (comm::Communicator::world().size()) {
+  case 2:
+    return {{2, 1, 1, "none", 1, false, 0, 1, "1f1b", 1, 1, 0, "none"},
+            {2, 1, 1, "none", 1, false, 0, 1, "1f1b", 1, 2, 1, "full"},
+            {2, 1, 1, "none", 1, false, 4, 2, "1f1b", 1, 1, 0, "none"},
+            {2, 1, 1, "none", 1, false, 4, 1, "1f1b", 1, 2, 1, "full"}};
+  case 4:
+    return {{4, 1, 1, "none", 1, false, 0, 1, "1f1b", 1, 1, 0, "none"},
+            {2, 2, 1, "none", 1, false, 0, 1, "1f1b", 1, 1, 1, "none"},
+            {2, 1, 1, "1d", 2, false, 0, 1, "1f1b", 1, 1, 0, "none"},
+            {2, 1, 2, "none", 1, false, 0, 1, "interleaved", 2, 2, 0, "full"},
+            {2, 2, 1, "none", 1, false, 4, 4, "1f1b", 1, 1, 1, "none"}};
+  case 8:
+    return {{2, 1, 1, "2d", 4, false, 0, 1, "1f1b", 1, 1, 0, "none"},
+            {2, 2, 1, "1d", 2, true, 0, 1, "1f1b", 1, 1, 0, "none"},
+            {2, 2, 2, "none", 1, false, 0, 1, "gpipe", 1, 2, 1, "full"},
+            {2, 2, 2, "none", 1, false, 4, 4, "1f1b", 1, 2, 1, "none"},
+            {8, 1, 1, "none", 1, false, 0, 1, "1f1b", 1, 1, 0, "none"}};
+  default:
+    return {};
+  }
+}
+
+using cubelm::testing::self;
+
+} // namespace
+
+// The single process's losses within 1e-4 relative over 10 AdamW steps (with clipping),
+// its load-balancing loss and gradient norm.
+TEST(ContextParallel, EveryLayoutTrainsLikeTheSingleProcess) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    cubelm::testing::expect_same_training(deck(c), reference(c), 10);
+  }
+}
+
+// After one step every gradient element this rank holds (reduced over its replicas)
+// equals the single process's element at the same global index within 1e-5 of the
+// largest; ZeRO-1 keeps only a shard reduced, so those layouts are left to the losses.
+TEST(ContextParallel, GradientsEqualTheSingleProcess) {
+  for (const Case& c : cases()) {
+    if (c.zero)
+      continue;
+    SCOPED_TRACE(describe(c));
+    train::Trainer group(deck(c));
+    train::Trainer one(reference(c), self());
+    group.step();
+    one.step();
+    std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<float>>> whole;
+    double largest = 0;
+    for (const auto& p : one.model().params()) {
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
+      whole[p.name] = {p.shape, std::vector<float>(h.data(), h.data() + h.extent(0))};
+      for (std::size_t i = 0; i < h.extent(0); ++i)
+        largest = std::max(largest, static_cast<double>(std::fabs(h(i))));
+    }
+    for (const auto& p : group.model().params()) {
+      SCOPED_TRACE(p.name);
+      ASSERT_EQ(whole.count(p.name), 1u);
+      const auto& [shape, ref] = whole[p.name];
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
+      const bool matrix = p.local.size() == 2;
+      const std::int64_t cols = matrix ? p.local[1] : 1, ref_cols = matrix ? shape[1] : 1;
+      const std::int64_t ref_rows = shape[0];
+      double worst = 0;
+      for (std::int64_t i = 0; i < static_cast<std::int64_t>(h.extent(0)); ++i) {
+        const std::int64_t row = p.offset[0] + i / cols, col = matrix ? p.offset[1] + i % cols : 0;
+        // Rows past the reference's padded vocabulary are padding: their gradient is 0.
+        const double want =
+            row < ref_rows ? ref[static_cast<std::size_t>(row * ref_cols + col)] : 0.0;
+        worst = std::max(worst, std::fabs(static_cast<double>(h(i)) - want));
+      }
+      EXPECT_LE(worst, 1e-5 * largest);
+    }
+  }
+}
+
+TEST(ContextParallel, MemoryPerRankMatchesTheEstimate) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    cubelm::testing::expect_memory_as_estimated(deck(c));
+  }
+}
+
+// Every group's calls and bytes equal the closed form (the expert exchange's bytes
+// depend on the routing: its calls only).
+TEST(ContextParallel, TrafficFollowsTheClosedForm) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    const Deck d = deck(c);
+    train::Trainer t(d);
+    t.step();
+    const train::StepMetrics m = t.step();
+    cubelm::testing::expect_traffic(m.traffic, model::traffic_per_step(d, t.grid().coords().pp),
+                                    1e-9, {"ep"});
+  }
+}
+
+// The layout with the most context (then expert) parallelism of this world saves; one
+// process resumes with the same losses.
+TEST(ContextParallel, CheckpointResumesOnOneProcess) {
+  const auto all = cases();
+  ASSERT_FALSE(all.empty()) << "test_context_parallel runs at 2, 4 or 8 ranks";
+  const Case c = *std::max_element(all.begin(), all.end(), [](const Case& a, const Case& b) {
+    return a.cp * 100 + a.ep * 10 + a.zero < b.cp * 100 + b.ep * 10 + b.zero;
+  });
+  SCOPED_TRACE(describe(c));
+  cubelm::testing::expect_resumes_on_one_process(deck(c), reference(c),
+                                                 "cubelm_test_context_parallel_", 3, 3);
+}
+
+// The same, for a layout with both: experts spread over the context-parallel ranks.
+TEST(ContextParallel, ExpertTimesContextCheckpointResumesOnOneProcess) {
+  const auto all = cases();
+  const auto it =
+      std::find_if(all.begin(), all.end(), [](const Case& c) { return c.cp > 1 && c.ep > 1; });
+  ASSERT_NE(it, all.end());
+  SCOPED_TRACE(describe(*it));
+  cubelm::testing::expect_resumes_on_one_process(deck(*it), reference(*it),
+                                                 "cubelm_test_context_expert_", 2, 3);
+}
