@@ -8,19 +8,12 @@
 // The reference runs the same micro-batches one after the other (microbatches = data_size
 // x microbatches): the load-balancing loss and the capacity are per micro-batch.
 
-#include "cubelm/model/memory.hpp"
-#include "cubelm/model/traffic.hpp"
-#include "cubelm/train/trainer.hpp"
-
-#include "test_helpers.hpp"
+#include "layout_checks.hpp"
 
 #include <gtest/gtest.h>
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <string>
 
@@ -116,7 +109,6 @@ std::vector<Case> cases() {
 }
 
 using cubelm::testing::self;
-using cubelm::testing::temp_path;
 
 } // namespace
 
@@ -125,14 +117,7 @@ using cubelm::testing::temp_path;
 TEST(MoEParallel, EveryLayoutTrainsLikeTheSingleProcess) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(describe(c));
-    train::Trainer group(deck(c));
-    train::Trainer one(reference(c), self());
-    for (int s = 0; s < 10; ++s) {
-      const auto a = group.step(), b = one.step();
-      EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
-      EXPECT_NEAR(a.aux_loss, b.aux_loss, 1e-4 * b.aux_loss) << "step " << s;
-      EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-4 * b.grad_norm) << "step " << s;
-    }
+    cubelm::testing::expect_same_training(deck(c), reference(c), 10);
   }
 }
 
@@ -182,14 +167,7 @@ TEST(MoEParallel, GradientsEqualTheSingleProcess) {
 TEST(MoEParallel, MemoryPerRankMatchesTheEstimate) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(describe(c));
-    const Deck d = deck(c);
-    train::Trainer t(d);
-    const model::Memory measured = t.memory();
-    const model::Memory estimate = model::estimate_memory(d, t.grid().coords().pp);
-    EXPECT_EQ(measured.parameters, estimate.parameters);
-    EXPECT_EQ(measured.gradients, estimate.gradients);
-    EXPECT_EQ(measured.activations, estimate.activations);
-    EXPECT_EQ(measured.optimizer, estimate.optimizer);
+    cubelm::testing::expect_memory_as_estimated(deck(c));
   }
 }
 
@@ -204,17 +182,14 @@ TEST(MoEParallel, TrafficFollowsTheClosedForm) {
     t.step();
     const train::StepMetrics m = t.step();
     const auto expected = model::traffic_per_step(d, t.grid().coords().pp);
+    cubelm::testing::expect_traffic(m.traffic, expected, 1e-9, {"ep"});
     for (const auto& e : expected) {
-      SCOPED_TRACE(e.group + " " + comm::kind_name(e.kind));
+      if (e.group != "ep")
+        continue;
       const auto it = std::find_if(m.traffic.begin(), m.traffic.end(), [&](const auto& x) {
         return x.group == e.group && x.kind == e.kind;
       });
       ASSERT_NE(it, m.traffic.end());
-      EXPECT_EQ(it->calls, e.calls);
-      if (e.group != "ep") {
-        EXPECT_NEAR(it->bytes, e.bytes, 1e-9 * e.bytes + 1e-9);
-        continue;
-      }
       // Per MoE layer and micro-batch: 1 + 2 exchanges forward (again when recomputed),
       // 2 backward; rows of H floats, counts of E / ep ints per peer.
       const double calls = static_cast<double>(e.calls);
@@ -229,12 +204,6 @@ TEST(MoEParallel, TrafficFollowsTheClosedForm) {
       EXPECT_GE(e.bytes, counts_bytes);
       EXPECT_LE(e.bytes, most);
     }
-    for (const auto& x : m.traffic)
-      if (x.calls > 0)
-        EXPECT_TRUE(
-            std::any_of(expected.begin(), expected.end(),
-                        [&](const auto& e) { return e.group == x.group && e.kind == x.kind; }))
-            << "not in the closed form: " << x.group << " " << comm::kind_name(x.kind);
   }
 }
 
@@ -247,23 +216,6 @@ TEST(MoEParallel, CheckpointResumesOnOneProcess) {
     return a.ep * 10 + a.zero < b.ep * 10 + b.zero;
   });
   SCOPED_TRACE(describe(c));
-  const comm::Communicator world = comm::Communicator::world();
-  const std::string path = temp_path("cubelm_test_moe_parallel_");
-  train::Trainer group(deck(c));
-  for (int s = 0; s < 3; ++s)
-    group.step();
-  group.save(path);
-  std::vector<double> losses;
-  for (int s = 3; s < 6; ++s)
-    losses.push_back(group.step().loss);
-  if (world.rank() == 0) {
-    train::Trainer one(reference(c), self());
-    one.resume(path);
-    EXPECT_EQ(one.steps_done(), 3);
-    for (int s = 3; s < 6; ++s)
-      EXPECT_NEAR(one.step().loss, losses[s - 3], 1e-4 * losses[s - 3]) << "step " << s;
-  }
-  MPI_Barrier(world.raw());
-  if (world.rank() == 0)
-    std::filesystem::remove(path);
+  cubelm::testing::expect_resumes_on_one_process(deck(c), reference(c), "cubelm_test_moe_parallel_",
+                                                 3, 3);
 }

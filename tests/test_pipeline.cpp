@@ -10,6 +10,7 @@
 #include "cubelm/train/pipeline.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "layout_checks.hpp"
 #include "test_helpers.hpp"
 
 #include <gtest/gtest.h>
@@ -301,24 +302,8 @@ TEST(Pipeline, TrafficFollowsTheClosedForm) {
     train::Trainer t(d);
     t.step();
     const train::StepMetrics m = t.step(); // a steady-state step
-    const auto expected = model::traffic_per_step(d, t.grid().coords().pp);
-    double total = 0;
-    for (const auto& e : expected) {
-      SCOPED_TRACE(e.group + " " + comm::kind_name(e.kind));
-      const auto it = std::find_if(m.traffic.begin(), m.traffic.end(), [&](const auto& x) {
-        return x.group == e.group && x.kind == e.kind;
-      });
-      ASSERT_NE(it, m.traffic.end());
-      EXPECT_EQ(it->calls, e.calls);
-      EXPECT_NEAR(it->bytes, e.bytes, 1e-9 * e.bytes + 1e-9);
-      total += e.bytes;
-    }
-    for (const auto& x : m.traffic)
-      if (x.calls > 0)
-        EXPECT_TRUE(
-            std::any_of(expected.begin(), expected.end(),
-                        [&](const auto& e) { return e.group == x.group && e.kind == x.kind; }))
-            << "not in the closed form: " << x.group << " " << comm::kind_name(x.kind);
+    const double total = cubelm::testing::expect_traffic(
+        m.traffic, model::traffic_per_step(d, t.grid().coords().pp));
     EXPECT_NEAR(m.comm_bytes, total, 1e-9 * total + 1e-9);
     EXPECT_NEAR(model::comm_bytes_per_step(d, t.grid().coords().pp), total, 1e-9 * total);
   }
