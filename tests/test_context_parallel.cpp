@@ -1,5 +1,5 @@
-// Context parallelism (parallel.context_size) in layouts of 2, 4 and 8 ranks, alone and
-// with tensor (1d, 1d with sequence parallelism, 2d), pipeline, data and expert
+// Context parallelism (parallel.context_size) in layouts of 2, 4, 8 and 16 ranks, alone
+// and with tensor (1d, 1d with sequence parallelism, 2d, 3d), pipeline, data and expert
 // parallelism, ZeRO-1 and recomputation, dense and MoE models, against one process
 // running the same micro-batches in turn: the same losses over 10 AdamW steps, the same
 // gradients, memory estimate = allocation, traffic = the closed form, and a checkpoint
@@ -28,6 +28,7 @@ struct Case {
   const char* schedule;
   int virtual_stages, microbatches, zero;
   const char* recompute;
+  int sequences = 2; // per micro-batch
 };
 
 std::string describe(const Case& c) {
@@ -39,7 +40,7 @@ std::string describe(const Case& c) {
 }
 
 Deck deck(const Case& c) {
-  // Two sequences per micro-batch of 16 tokens: up to 8 chunks of 2.
+  // Micro-batches of sequences of 16 tokens: up to 8 chunks of 2.
   const std::string moe = c.experts == 0 ? ""
                                          : "experts = " + std::to_string(c.experts) +
                                                "\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01\n";
@@ -51,8 +52,8 @@ Deck deck(const Case& c) {
       "\npipeline_size = " + std::to_string(c.pp) + "\nexpert_size = " + std::to_string(c.ep) +
       "\nschedule = \"" + c.schedule + "\"\nvirtual_stages = " + std::to_string(c.virtual_stages) +
       "\nmicrobatches = " + std::to_string(c.microbatches) + "\nzero = " + std::to_string(c.zero) +
-      "\nrecompute = \"" + c.recompute +
-      "\"\n[train]\nsteps = 10\nglobal_batch = " + std::to_string(2 * c.dp * c.microbatches) +
+      "\nrecompute = \"" + c.recompute + "\"\n[train]\nsteps = 10\nglobal_batch = " +
+      std::to_string(c.sequences * c.dp * c.microbatches) +
       "\nseed = 7\n[optimizer]\nlr = 1e-2\nwarmup_steps = 2\ngrad_clip = 1.0\n"
       "[data]\nsynthetic_tokens = 5000\n[log]\npeak_gflops = 1.0\n";
   return io::parse_deck(text, "context_parallel.toml");
@@ -60,8 +61,8 @@ Deck deck(const Case& c) {
 
 // One process running the same micro-batches in turn.
 Deck reference(const Case& c) {
-  return deck(
-      Case{1, 1, 1, "none", 1, false, c.experts, 1, "1f1b", 1, c.dp * c.microbatches, 0, "none"});
+  return deck(Case{1, 1, 1, "none", 1, false, c.experts, 1, "1f1b", 1, c.dp * c.microbatches, 0,
+                   "none", c.sequences});
 }
 
 std::vector<Case> cases() {
@@ -83,6 +84,8 @@ std::vector<Case> cases() {
             {2, 2, 2, "none", 1, false, 0, 1, "gpipe", 1, 2, 1, "full"},
             {2, 2, 2, "none", 1, false, 4, 4, "1f1b", 1, 2, 1, "none"},
             {8, 1, 1, "none", 1, false, 0, 1, "1f1b", 1, 1, 0, "none"}};
+  case 16: // the cube: 2 x 2 x 2 tensor ranks, twice
+    return {{2, 1, 1, "3d", 8, false, 0, 1, "1f1b", 1, 1, 0, "none", 4}};
   default:
     return {};
   }
@@ -167,7 +170,7 @@ TEST(ContextParallel, TrafficFollowsTheClosedForm) {
 // process resumes with the same losses.
 TEST(ContextParallel, CheckpointResumesOnOneProcess) {
   const auto all = cases();
-  ASSERT_FALSE(all.empty()) << "test_context_parallel runs at 2, 4 or 8 ranks";
+  ASSERT_FALSE(all.empty()) << "test_context_parallel runs at 2, 4, 8 or 16 ranks";
   const Case c = *std::max_element(all.begin(), all.end(), [](const Case& a, const Case& b) {
     return a.cp * 100 + a.ep * 10 + a.zero < b.cp * 100 + b.ep * 10 + b.zero;
   });
@@ -181,6 +184,8 @@ TEST(ContextParallel, ExpertTimesContextCheckpointResumesOnOneProcess) {
   const auto all = cases();
   const auto it =
       std::find_if(all.begin(), all.end(), [](const Case& c) { return c.cp > 1 && c.ep > 1; });
+  if (comm::Communicator::world().size() == 16)
+    GTEST_SKIP() << "no MoE layout at 16 ranks (MoE runs without tensor parallelism)";
   ASSERT_NE(it, all.end());
   SCOPED_TRACE(describe(*it));
   cubelm::testing::expect_resumes_on_one_process(deck(*it), reference(*it),
