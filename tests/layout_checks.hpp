@@ -13,7 +13,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,6 +64,46 @@ inline void expect_same_training(const Deck& group, const Deck& reference, int s
     EXPECT_NEAR(a.aux_loss, b.aux_loss, rel * b.aux_loss) << "step " << s;
     EXPECT_NEAR(a.grad_norm, b.grad_norm, rel * b.grad_norm) << "step " << s;
   }
+}
+
+/// After one step of each, every gradient element `group` holds (reduced over its
+/// replicas) equals `reference`'s element at the same global index within 1e-5 of the
+/// reference's largest (rows past the reference's padded vocabulary: 0). Returns the
+/// number of expert tensors `group` holds.
+inline int expect_same_gradients(const Deck& group, const Deck& reference) {
+  train::Trainer many(group);
+  train::Trainer one(reference, self());
+  many.step();
+  one.step();
+  std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<double>>> whole;
+  double largest = 0;
+  for (const auto& p : one.model().params()) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
+    whole[p.name] = {p.shape, std::vector<double>(h.data(), h.data() + h.extent(0))};
+    for (std::size_t i = 0; i < h.extent(0); ++i)
+      largest = std::max(largest, std::fabs(static_cast<double>(h(i))));
+  }
+  int experts = 0;
+  for (const auto& p : many.model().params()) {
+    SCOPED_TRACE(p.name);
+    experts += p.expert ? 1 : 0;
+    EXPECT_EQ(whole.count(p.name), 1u);
+    if (whole.count(p.name) == 0)
+      continue;
+    const auto& [shape, ref] = whole[p.name];
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
+    const bool matrix = p.local.size() == 2;
+    const std::int64_t cols = matrix ? p.local[1] : 1, ref_cols = matrix ? shape[1] : 1;
+    double worst = 0;
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(h.extent(0)); ++i) {
+      const std::int64_t row = p.offset[0] + i / cols, col = matrix ? p.offset[1] + i % cols : 0;
+      const double want =
+          row < shape[0] ? ref[static_cast<std::size_t>(row * ref_cols + col)] : 0.0;
+      worst = std::max(worst, std::fabs(static_cast<double>(h(i)) - want));
+    }
+    EXPECT_LE(worst, 1e-5 * largest);
+  }
+  return experts;
 }
 
 /// What a trainer of `deck` allocates equals the estimate of its rank's stage, every kind.

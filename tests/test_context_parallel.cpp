@@ -112,36 +112,7 @@ TEST(ContextParallel, GradientsEqualTheSingleProcess) {
     if (c.zero)
       continue;
     SCOPED_TRACE(describe(c));
-    train::Trainer group(deck(c));
-    train::Trainer one(reference(c), self());
-    group.step();
-    one.step();
-    std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<float>>> whole;
-    double largest = 0;
-    for (const auto& p : one.model().params()) {
-      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
-      whole[p.name] = {p.shape, std::vector<float>(h.data(), h.data() + h.extent(0))};
-      for (std::size_t i = 0; i < h.extent(0); ++i)
-        largest = std::max(largest, static_cast<double>(std::fabs(h(i))));
-    }
-    for (const auto& p : group.model().params()) {
-      SCOPED_TRACE(p.name);
-      ASSERT_EQ(whole.count(p.name), 1u);
-      const auto& [shape, ref] = whole[p.name];
-      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
-      const bool matrix = p.local.size() == 2;
-      const std::int64_t cols = matrix ? p.local[1] : 1, ref_cols = matrix ? shape[1] : 1;
-      const std::int64_t ref_rows = shape[0];
-      double worst = 0;
-      for (std::int64_t i = 0; i < static_cast<std::int64_t>(h.extent(0)); ++i) {
-        const std::int64_t row = p.offset[0] + i / cols, col = matrix ? p.offset[1] + i % cols : 0;
-        // Rows past the reference's padded vocabulary are padding: their gradient is 0.
-        const double want =
-            row < ref_rows ? ref[static_cast<std::size_t>(row * ref_cols + col)] : 0.0;
-        worst = std::max(worst, std::fabs(static_cast<double>(h(i)) - want));
-      }
-      EXPECT_LE(worst, 1e-5 * largest);
-    }
+    cubelm::testing::expect_same_gradients(deck(c), reference(c));
   }
 }
 

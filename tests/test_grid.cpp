@@ -265,7 +265,10 @@ TEST(ProcessGrid, ContextParallelLayoutsHaveTheRightGroups) {
           continue;
         Layout l{dp, n / (tp * cp * dp), tp, tp > 1 ? TensorMode::d1 : TensorMode::none};
         l.cp = cp;
-        l.ep = (dp * cp) % 2 == 0 ? 2 : 1;
+        // The experts over the tp ranks of f = 2 replicas where that divides (tp > 1:
+        // folded; tp = 1 and f = 1: no expert groups).
+        const int f = (dp * cp) % 2 == 0 ? 2 : 1;
+        l.ep = tp * f;
         SCOPED_TRACE(l.describe());
         const ProcessGrid grid(l, Communicator::world());
         const GridCoords& g = grid.coords();
@@ -290,14 +293,18 @@ TEST(ProcessGrid, ContextParallelLayoutsHaveTheRightGroups) {
         EXPECT_EQ(grid.dp().rank(), g.replica);
         EXPECT_EQ(members(grid.pp()), pps);
         if (l.ep > 1) {
-          // ep: the replicas r * ep .. r * ep + ep - 1; edp: those of one e.
+          // ep: index e = t + tp x over the tp ranks of replicas r f .. r f + f - 1; edp:
+          // the ranks of one e, over r.
+          EXPECT_EQ(g.ep, g.tp + tp * (g.replica % f));
+          EXPECT_EQ(g.edp, g.replica / f);
           std::vector<int> eps, edps;
-          const auto of_replica = [&](int x) { return w(g.tp, x % cp, x / cp, g.pp); };
+          const auto at = [&](int t, int x) { return w(t, x % cp, x / cp, g.pp); };
           for (int e = 0; e < l.ep; ++e)
-            eps.push_back(of_replica(g.edp * l.ep + e));
-          for (int r = 0; r < dp * cp / l.ep; ++r)
-            edps.push_back(of_replica(r * l.ep + g.ep));
+            eps.push_back(at(e % tp, g.edp * f + e / tp));
+          for (int r = 0; r < dp * cp / f; ++r)
+            edps.push_back(at(g.ep % tp, r * f + g.ep / tp));
           EXPECT_EQ(members(grid.ep()), eps);
+          EXPECT_EQ(grid.ep().rank(), g.ep);
           EXPECT_EQ(members(grid.expert_dp()), edps);
         }
         const auto names = grid.group_names();

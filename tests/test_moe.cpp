@@ -500,10 +500,22 @@ TEST(MoE, DeckRules) {
   EXPECT_TRUE(has(e, "model.capacity_factor = -0.5: must be a finite number, at least 0")) << e;
   e = error("experts = 4\naux_loss = -1");
   EXPECT_TRUE(has(e, "model.aux_loss = -1: must be a finite number, at least 0")) << e;
+  // Under 1d tensor parallelism the experts spread over the tensor ranks (and replicas):
+  // expert_size is tensor_size times a divisor of data_size x context_size.
   e = error("experts = 4\ntop_k = 2", "tensor_mode = \"1d\"\ntensor_size = 2");
-  EXPECT_TRUE(has(e, "parallel.tensor_size = 2: model.experts = 4 (an MoE model) runs without "
-                     "tensor parallelism"))
+  EXPECT_TRUE(has(e,
+                  "parallel.expert_size = 1 (default): must be tensor_size = 2 times a divisor of "
+                  "data_size x context_size = 1 x 1 = 1") &&
+              has(e, "valid: 2"))
       << e;
+  e = error("experts = 4\ntop_k = 2", "tensor_mode = \"1d\"\ntensor_size = 2\ndata_size = 2\n"
+                                      "expert_size = 3");
+  EXPECT_TRUE(has(e, "parallel.expert_size = 3: must be tensor_size = 2") && has(e, "valid: 2, 4"))
+      << e;
+  EXPECT_EQ(error("experts = 4\ntop_k = 2", "tensor_mode = \"1d\"\ntensor_size = 2\n"
+                                            "data_size = 2\nexpert_size = 4\n"
+                                            "sequence_parallel = true"),
+            "no error");
   // Expert parallelism: expert_size divides data_size and the experts, needs experts.
   e = error("experts = 4", "data_size = 2\nexpert_size = 4");
   EXPECT_TRUE(has(e, "parallel.expert_size = 4: must divide both data_size x context_size = 2 "
@@ -521,7 +533,9 @@ TEST(MoE, DeckRules) {
                                  "expert_size = 2"),
             "no error");
   e = error("experts = 4", "tensor_mode = \"2d\"\ntensor_size = 1");
-  EXPECT_TRUE(has(e, "parallel.tensor_mode = \"2d\": ")) << e;
+  EXPECT_TRUE(has(e, "parallel.tensor_mode = \"2d\": model.experts = 4 (an MoE model) runs "
+                     "with tensor_mode \"none\" or \"1d\""))
+      << e;
   EXPECT_EQ(error("experts = 4\ntop_k = 4\nmoe_every = 2\ncapacity_factor = 1.5\naux_loss = 0"),
             "no error");
   EXPECT_EQ(error("experts = 1"), "no error");

@@ -1,12 +1,14 @@
-// MoE models in every layout of 2, 4 and 8 ranks (data, pipeline and expert
-// parallelism, ZeRO-1, recomputation; no tensor parallelism: the deck refuses it for
-// MoE models) against one process: the same losses over 10 AdamW steps, the same
-// gradients, memory estimate = allocation, traffic = the closed form (the expert
-// exchange's bytes depend on the routing: bounded), and a checkpoint written under expert
-// parallelism resumed on one process.
+// MoE models in layouts of 2, 4 and 8 ranks (data, pipeline, expert and 1d tensor
+// parallelism, the tensor ranks folded into the expert groups, with and without sequence
+// parallelism; ZeRO-1, recomputation) against one process: the same losses over 10 AdamW steps, the
+// same gradients, memory estimate = allocation, traffic = the closed form (the expert exchange's
+// bytes depend on the routing: bounded), and a checkpoint written under expert parallelism resumed
+// on one process.
 //
 // The reference runs the same micro-batches one after the other (microbatches = data_size
 // x microbatches): the load-balancing loss and the capacity are per micro-batch.
+
+#include "cubelm/plan/schedule.hpp"
 
 #include "layout_checks.hpp"
 
@@ -27,13 +29,16 @@ struct Case {
   int virtual_stages, microbatches, zero;
   const char* recompute;
   double capacity_factor = 0; // dropless
+  int tp = 1;                 // tensor_mode "1d" when > 1
+  bool sp = false;            // sequence parallelism
 };
 
 std::string describe(const Case& c) {
   return "pp" + std::to_string(c.pp) + " dp" + std::to_string(c.dp) + " ep" + std::to_string(c.ep) +
          " " + c.schedule + " v" + std::to_string(c.virtual_stages) + " m" +
          std::to_string(c.microbatches) + (c.zero ? " zero" : "") + " recompute=" + c.recompute +
-         " capacity=" + std::to_string(c.capacity_factor);
+         " capacity=" + std::to_string(c.capacity_factor) + " tp" + std::to_string(c.tp) +
+         (c.sp ? "+sp" : "");
 }
 
 // Two sequences per micro-batch.
@@ -55,8 +60,10 @@ aux_loss = 0.01
 capacity_factor = )") + std::to_string(c.capacity_factor) +
                            R"(
 [parallel]
-tensor_mode = "none"
-pipeline_size = )" + std::to_string(c.pp) +
+tensor_mode = ")" + std::string(c.tp > 1 ? "1d" : "none") +
+                           "\"\ntensor_size = " + std::to_string(c.tp) +
+                           "\nsequence_parallel = " + (c.sp ? "true" : "false") +
+                           "\npipeline_size = " + std::to_string(c.pp) +
                            "\ndata_size = " + std::to_string(c.dp) +
                            "\nexpert_size = " + std::to_string(c.ep) + "\nschedule = \"" +
                            c.schedule + "\"\nvirtual_stages = " + std::to_string(c.virtual_stages) +
@@ -92,17 +99,20 @@ std::vector<Case> cases() {
             {1, 2, 2, "1f1b", 1, 2, 1, "full"},
             {1, 2, 2, "1f1b", 1, 1, 0, "none", 1.0},
             {1, 2, 1, "1f1b", 1, 2, 1, "none"},
-            {2, 1, 1, "1f1b", 1, 4, 0, "none"}};
+            {2, 1, 1, "1f1b", 1, 4, 0, "none"},
+            {1, 1, 2, "1f1b", 1, 1, 0, "none", 0, 2},
+            {1, 1, 2, "1f1b", 1, 2, 0, "full", 0, 2, true}};
   case 4:
-    return {{1, 4, 4, "1f1b", 1, 1, 0, "none"},
-            {1, 4, 2, "1f1b", 1, 2, 1, "full"},
-            {2, 2, 2, "1f1b", 1, 2, 0, "none"},
-            {2, 2, 2, "interleaved", 2, 2, 1, "none", 1.25}};
+    return {
+        {1, 4, 4, "1f1b", 1, 1, 0, "none"},       {1, 4, 2, "1f1b", 1, 2, 1, "full"},
+        {2, 2, 2, "1f1b", 1, 2, 0, "none"},       {2, 2, 2, "interleaved", 2, 2, 1, "none", 1.25},
+        {1, 2, 4, "1f1b", 1, 2, 0, "none", 0, 2}, {1, 2, 2, "1f1b", 1, 1, 1, "none", 0, 2, true}};
   case 8:
     return {{1, 8, 4, "1f1b", 1, 1, 1, "none"},
             {2, 4, 4, "layered", 1, 2, 1, "full"},
             {2, 4, 2, "gpipe", 1, 2, 0, "none"},
-            {4, 2, 2, "1f1b", 1, 4, 0, "none", 1.0}};
+            {4, 2, 2, "1f1b", 1, 4, 0, "none", 1.0},
+            {2, 2, 4, "1f1b", 1, 2, 0, "full", 0, 2, true}};
   default:
     return {};
   }
@@ -129,36 +139,14 @@ TEST(MoEParallel, GradientsEqualTheSingleProcess) {
     if (c.zero)
       continue;
     SCOPED_TRACE(describe(c));
-    train::Trainer group(deck(c));
-    train::Trainer one(reference(c), self());
-    group.step();
-    one.step();
-    std::map<std::string, std::vector<float>> whole;
-    for (const auto& p : one.model().params()) {
-      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
-      whole[p.name].assign(h.data(), h.data() + h.extent(0));
-    }
-    double largest = 0;
-    for (const auto& [name, g] : whole)
-      for (const float x : g)
-        largest = std::max(largest, static_cast<double>(std::fabs(x)));
-    int experts = 0;
-    for (const auto& p : group.model().params()) {
-      SCOPED_TRACE(p.name);
-      ASSERT_EQ(whole.count(p.name), 1u);
-      const auto& ref = whole[p.name];
-      ASSERT_EQ(static_cast<std::size_t>(p.size()), ref.size()); // no tensor parallelism
-      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
-      double worst = 0;
-      for (std::size_t i = 0; i < ref.size(); ++i)
-        worst = std::max(worst, std::fabs(static_cast<double>(h(i)) - ref[i]));
-      EXPECT_LE(worst, 1e-5 * largest);
-      experts += p.expert ? 1 : 0;
-    }
+    const int experts = cubelm::testing::expect_same_gradients(deck(c), reference(c));
     // Each rank holds the experts of its share: 4 tensors x 4 / ep experts x its layers.
+    const Deck d = deck(c);
+    const int stage =
+        comm::coords_of(comm::layout_of(d.parallel), comm::Communicator::world().rank()).pp;
+    const plan::PipelinePlan plan = plan::make_plan(d.parallel, d.model);
     int layers = 0;
-    for (const auto& chunk :
-         group.plan().layers_of[static_cast<std::size_t>(group.grid().coords().pp)])
+    for (const auto& chunk : plan.layers_of[static_cast<std::size_t>(stage)])
       layers += static_cast<int>(chunk.size());
     EXPECT_EQ(experts, 4 * (4 / c.ep) * layers);
   }
@@ -197,7 +185,7 @@ TEST(MoEParallel, TrafficFollowsTheClosedForm) {
                                   (std::string(c.recompute) == "full" ? 2 : 1);
       const double rows_calls = calls - counts_calls;
       const double counts_bytes = counts_calls * (c.ep - 1) * (4 / c.ep) * 4.0;
-      const double n = 2 * 8; // tokens per micro-batch
+      const double n = 2.0 * 8 / c.tp; // tokens per micro-batch this rank routes
       const double most = counts_bytes + rows_calls * n * 2 * 16 * 4.0;
       EXPECT_GE(it->bytes, counts_bytes);
       EXPECT_LE(it->bytes, most);

@@ -119,8 +119,8 @@ std::string maps_line(const Deck& deck) {
           : m.moe_every == 2 ? "nd"
           : m.moe_every == 3 ? "rd"
                              : "th")
-      << " layer) expert tp 1 x ep " << p.expert_size << " x expert dp " << replicas / p.expert_size
-      << ": " << m.experts / p.expert_size << " expert"
+      << " layer) expert tp 1 x ep " << p.expert_size << " x expert dp "
+      << replicas * p.tensor_size / p.expert_size << ": " << m.experts / p.expert_size << " expert"
       << (m.experts / p.expert_size == 1 ? "" : "s") << " per rank\n";
   return out.str();
 }

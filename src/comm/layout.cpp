@@ -66,18 +66,6 @@ std::string nearest_powers(int tp, int exp) {
   return out.str();
 }
 
-// "1, 2, 4 or 8": the divisors of n.
-std::string divisors_of(int n) {
-  std::vector<int> d;
-  for (int i = 1; i <= n; ++i)
-    if (n % i == 0)
-      d.push_back(i);
-  std::string s;
-  for (std::size_t i = 0; i < d.size(); ++i)
-    s += (i == 0 ? "" : i + 1 == d.size() ? " or " : ", ") + std::to_string(d[i]);
-  return s;
-}
-
 [[noreturn]] void refuse(const std::string& message) {
   throw Error(message, true);
 }
@@ -110,11 +98,18 @@ void Layout::validate() const {
     if (value < 1)
       refuse(std::string("parallel.") + key + " = " + std::to_string(value) +
              ": a grid dimension must be at least 1");
-  if (ep < 1 || replicas() % ep != 0)
+  if (ep < 1 || (ep > 1 && (ep % tp != 0 || replicas() % (ep / tp) != 0))) {
+    // The valid sizes: tp times the divisors of the replicas.
+    std::string valid;
+    for (int r = 1; r <= replicas(); ++r)
+      if (replicas() % r == 0)
+        valid += (valid.empty() ? "" : ", ") + std::to_string(tp * r);
     refuse("parallel.expert_size = " + std::to_string(ep) +
-           ": the expert-parallel groups are carved out of the replicas of the parameters, "
-           "so expert_size must divide data_size x context_size = " +
-           std::to_string(replicas()) + " (valid: " + divisors_of(replicas()) + ")");
+           ": the expert-parallel groups fold the tensor-parallel ranks and some of the "
+           "replicas of the parameters, so expert_size must be tensor_size = " +
+           std::to_string(tp) + " times a divisor of data_size x context_size = " +
+           std::to_string(replicas()) + " (valid: 1, " + valid + ")");
+  }
   switch (mode) {
   case TensorMode::none:
     if (tp != 1)
@@ -185,8 +180,9 @@ GridCoords coords_of(const Layout& layout, int world_rank) {
     g.b = (g.tp / q) % q;
     g.c = g.tp / (q * q);
   }
-  g.ep = g.replica % layout.ep;
-  g.edp = g.replica / layout.ep;
+  const int fold = layout.expert_replicas();
+  g.ep = layout.ep > 1 ? g.tp + layout.tp * (g.replica % fold) : 0;
+  g.edp = g.replica / fold;
   return g;
 }
 

@@ -321,41 +321,48 @@ Deck parse_deck(const std::string& text, const std::string& source) {
     par.fail("tensor_size", e.what());
   }
   par.at_least("expert_size", p.expert_size, 1);
-  if (p.expert_size > 1) {
-    // The valid sizes: divisors of both data_size x context_size and model.experts.
-    const int replicas = p.data_size * p.context_size;
-    std::string valid;
-    for (int e = 1; e <= std::max(1, std::min(replicas, m.experts)); ++e)
-      if (replicas % e == 0 && m.experts % e == 0)
-        valid += (valid.empty() ? "" : ", ") + std::to_string(e);
-    if (m.experts <= 1)
+  if (m.experts > 1 && (p.tensor_mode == TensorMode::d2 || p.tensor_mode == TensorMode::d3))
+    par.fail("tensor_mode", "model.experts = " + std::to_string(m.experts) +
+                                " (an MoE model) runs with tensor_mode \"none\" or \"1d\": the "
+                                "MoE layers fold the 1d tensor-parallel ranks into expert "
+                                "parallelism (docs/grid.md); 2d and 3d MoE layers do not exist");
+  {
+    // The experts spread over tensor_size x r ranks, r a divisor of the replicas, and each
+    // rank holds as many of them.
+    const int tp = p.tensor_size, replicas = p.data_size * p.context_size;
+    std::string valid = tp == 1 ? "1" : "";
+    for (int r = 1; r <= replicas; ++r)
+      if (replicas % r == 0 && m.experts % (tp * r) == 0 && tp * r > 1)
+        valid += (valid.empty() ? "" : ", ") + std::to_string(tp * r);
+    if (valid.empty())
+      valid = "none (model.experts must be a multiple of tensor_size)";
+    const std::string replicas_text = "data_size x context_size = " + std::to_string(p.data_size) +
+                                      " x " + std::to_string(p.context_size) + " = " +
+                                      std::to_string(replicas);
+    const int e = p.expert_size;
+    if (e > 1 && m.experts <= 1)
       par.fail("expert_size",
                "expert parallelism spreads the experts of MoE layers: it needs model.experts > 1 "
                "(model.experts = " +
                    std::to_string(m.experts) + "); use expert_size = 1",
-               std::to_string(p.expert_size));
-    else if (replicas % p.expert_size != 0 || m.experts % p.expert_size != 0)
+               std::to_string(e));
+    else if (e > 1 && tp == 1 && (replicas % e != 0 || m.experts % e != 0))
       par.fail("expert_size",
-               "must divide both data_size x context_size = " + std::to_string(p.data_size) +
-                   " x " + std::to_string(p.context_size) + " = " + std::to_string(replicas) +
+               "must divide both " + replicas_text +
                    " (the expert-parallel groups are carved out of the replicas of the "
                    "parameters) and model.experts = " +
                    std::to_string(m.experts) +
                    " (each rank holds as many experts); valid: " + valid,
-               std::to_string(p.expert_size));
-  }
-  if (m.experts > 1) {
-    // MoE layers under tensor parallelism (expert tensor parallelism, folding the tp ranks
-    // into the expert grid) do not exist yet: refuse them here rather than compute
-    // something else.
-    const std::string rule = "model.experts = " + std::to_string(m.experts) +
-                             " (an MoE model) runs without tensor parallelism: tensor_size must "
-                             "be 1 and tensor_mode \"none\" or \"1d\" (data_size, "
-                             "pipeline_size, context_size and expert_size may be larger)";
-    if (p.tensor_mode == TensorMode::d2 || p.tensor_mode == TensorMode::d3)
-      par.fail("tensor_mode", rule);
-    if (p.tensor_size != 1)
-      par.fail("tensor_size", rule, std::to_string(p.tensor_size));
+               std::to_string(e));
+    else if (m.experts > 1 && tp > 1 &&
+             (e % tp != 0 || replicas % (e / tp) != 0 || m.experts % e != 0))
+      par.fail(
+          "expert_size",
+          "must be tensor_size = " + std::to_string(tp) + " times a divisor of " + replicas_text +
+              " (the MoE layers fold the tensor-parallel ranks and replicas of the "
+              "parameters into expert parallelism) and divide model.experts = " +
+              std::to_string(m.experts) + " (each rank holds as many experts); valid: " + valid,
+          std::to_string(e));
   }
   par.finish();
 

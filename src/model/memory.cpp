@@ -70,7 +70,8 @@ Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int s) {
     const BucketPlan buckets = stage_buckets(deck, plan, s).plan;
     for (std::size_t b = 0; b < buckets.size.size(); ++b) {
       const int replicas = par.data_size * par.context_size;
-      const int group = buckets.expert[b] ? replicas / par.expert_size : replicas;
+      const int group =
+          buckets.expert[b] ? replicas / comm::layout_of(par).expert_replicas() : replicas;
       moments += buckets.size[b] / group;
       pieces += group > 1 ? buckets.size[b] / group : 0;
     }

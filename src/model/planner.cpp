@@ -92,8 +92,12 @@ std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space)
               !allowed(space.pipeline_sizes, pp))
             continue;
           const int dp = ranks / tp / pp / cp;
-          // The experts spread over ep of the dp x cp replicas.
-          if (batch % dp != 0 || (dp * cp) % base.parallel.expert_size != 0)
+          // MoE layers: the experts spread over the tp ranks and ep / tp of the dp x cp
+          // replicas (1d or none only).
+          const int ep = base.parallel.expert_size;
+          const bool moe = model.experts > 1;
+          if (batch % dp != 0 || (ep > 1 && (ep % tp != 0 || (dp * cp) % (ep / tp) != 0)) ||
+              (moe && (mode == TensorMode::d2 || mode == TensorMode::d3 || (tp > 1 && ep == 1))))
             continue;
           for (const int micro : divisors(batch / dp)) {
             const int sequences = batch / dp / micro;

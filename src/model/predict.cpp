@@ -32,9 +32,9 @@ std::vector<std::pair<std::string, long>> group_keys(const comm::Layout& l, int 
     keys.emplace_back("pp.ends", c.tp + l.tp * static_cast<long>(c.replica));
   if (l.cp > 1) // same (t, d, s)
     keys.emplace_back("cp", c.tp + l.tp * (c.dp + static_cast<long>(l.dp) * c.pp));
-  if (l.ep > 1) { // the MoE layers' fold of the replicas: same (t, s) and r, or e
-    keys.emplace_back("ep", c.tp + l.tp * (c.pp + static_cast<long>(l.pp) * c.edp));
-    keys.emplace_back("edp", c.tp + l.tp * (c.pp + static_cast<long>(l.pp) * c.ep));
+  if (l.ep > 1) { // the MoE layers' fold of tp and the replicas: same s and r, or e
+    keys.emplace_back("ep", c.pp + static_cast<long>(l.pp) * c.edp);
+    keys.emplace_back("edp", c.pp + static_cast<long>(l.pp) * c.ep);
   }
   switch (l.mode) {
   case TensorMode::none:
@@ -250,16 +250,18 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   lookup.backward = kBackwardBytes * n * ho / memory_rate;
   add_comm(lookup, deck, UnitWork{true, false, 0, 0}, 0.5, where, machine);
   const bool recomputing = par.recompute == Recompute::full;
-  // An MoE layer (no tensor parallelism): attention (8 N H^2 + 4 N T H), the router
-  // (2 N H E) and k expert MLPs per token (16 k N H^2); with expert parallelism the rows
-  // go to their experts and back in forward (with the row counts) and in backward,
-  // balanced routing assumed (model/traffic.hpp).
+  // An MoE layer (tensor parallelism 1d or none): attention (8 N H^2 + 4 N T H), the router
+  // (2 N H E) and k expert MLPs per token (16 k N H^2), all split over the tp ranks (each
+  // routes N / tp tokens); with expert parallelism the rows go to their experts and back in
+  // forward (with the row counts) and in backward, balanced routing assumed
+  // (model/traffic.hpp).
   Cost moe_layer, moe_recompute;
   if (cfg.experts > 1) {
-    const double k = cfg.top_k, flops = 8 * N * H * H + 4 * N * T * H + 2 * N * H * cfg.experts +
-                                        16 * k * N * H * H;
-    const double kept = static_cast<double>(
-        tp::moe_rows(cfg.capacity_factor, static_cast<std::int64_t>(N), cfg.top_k, cfg.experts));
+    const double k = cfg.top_k, flops = (8 * N * H * H + 4 * N * T * H + 2 * N * H * cfg.experts +
+                                         16 * k * N * H * H) /
+                                        tp;
+    const double kept = static_cast<double>(tp::moe_rows(
+        cfg.capacity_factor, static_cast<std::int64_t>(N / tp), cfg.top_k, cfg.experts));
     const double moe_saved = 2 * n * ho + 4 * n * hi + scores + 4 * r + 13 * kept * H;
     moe_layer.forward = flops / rate + kForwardBytes * moe_saved / memory_rate;
     moe_layer.backward = 2 * flops / rate + kBackwardBytes * moe_saved / memory_rate;
@@ -361,7 +363,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
       const double size = static_cast<double>(buckets.plan.size[k]);
       // The experts' buckets go over edp (dp x cp / ep ranks) with expert parallelism.
       const bool expert = buckets.plan.expert[k] && layout.ep > 1;
-      const int ranks = expert ? d / layout.ep : d;
+      const int ranks = expert ? d / layout.expert_replicas() : d;
       const std::string group = expert ? "edp" : "dp";
       params += size;
       shard += zero ? size / ranks : size;

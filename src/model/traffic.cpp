@@ -70,19 +70,30 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
   case TensorMode::none:
   case TensorMode::d1: {
     t.size("tp", layout.tp);
+    // MoE layers under tensor parallelism (docs/communication.md): each rank routes N / p
+    // tokens; the router's gradient (H E) is summed over the group once per layer and
+    // micro-batch, the load fractions (E) once per forward; without sequence parallelism
+    // the shares' outputs and input gradients are all-gathered (N H / p each).
+    const double M = layout.tp > 1 ? u.moe : 0, MF = layout.tp > 1 ? u.moe_recomputed : 0;
+    const double E = cfg.experts;
+    t.add("tp", Kind::all_reduce, m * (2 * M + MF), m * (M * H * E + (M + MF) * E));
     if (layout.sequence_parallel && layout.tp > 1) {
       // Each all-reduce of N H rows becomes a reduce-scatter and an all-gather of this
       // rank's N / p rows: the lookup's rows (and their gradient gathered), per layer
       // two LayerNorm outputs gathered and two row-parallel outputs reduce-scattered
       // forward and the reverse backward, ln_f's output; the LayerNorm and row-parallel
       // bias gradients are summed over the group (H each), and the loss's row statistics.
+      // An MoE layer's output is its rows already (no reduce-scatter forward, again when
+      // recomputed) and it takes its rows of the output's gradient (no all-gather
+      // backward); it has no b2.
       const double block = N * H / layout.tp, moves = in + 4 * L + 2 * F + out;
-      t.add("tp", Kind::all_gather, m * moves, m * moves * block);
-      t.add("tp", Kind::reduce_scatter, m * moves, m * moves * block);
-      t.add("tp", Kind::all_reduce, m * (6 * L + 4 * out),
-            m * ((6 * L + 2 * out) * H + out * 3 * N));
+      t.add("tp", Kind::all_gather, m * (moves - M), m * (moves - M) * block);
+      t.add("tp", Kind::reduce_scatter, m * (moves - M - MF), m * (moves - M - MF) * block);
+      t.add("tp", Kind::all_reduce, m * (6 * L - M + 4 * out),
+            m * ((6 * L - M + 2 * out) * H + out * 3 * N));
       break;
     }
+    t.add("tp", Kind::all_gather, m * (2 * M + MF), m * (2 * M + MF) * N * H / layout.tp);
     // lookup: the rows summed over the vocabulary slices; per layer two forward
     // (row-parallel outputs) and two backward (column-parallel input gradients), one of
     // each for a layer whose MoE feed-forward replaces the MLP (MoE models have no tensor
@@ -167,6 +178,12 @@ std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const M
     return matrix ? n / (q * q * q) : n / q;
   case TensorMode::none:
   case TensorMode::d1: {
+    // An MoE layer's router and experts are whole on a rank (replicated or spread over ep).
+    const std::string router = "/router";
+    if (e.expert >= 0 ||
+        (e.name.size() >= router.size() &&
+         e.name.compare(e.name.size() - router.size(), router.size(), router) == 0))
+      return n;
     if (matrix)
       return n / p;
     // Column-parallel biases (bq, bk, bv, b1) are split; LayerNorms, bo and b2 replicated.
@@ -239,7 +256,8 @@ StageBuckets stage_buckets(const Deck& deck, const plan::PipelinePlan& plan, int
   StageBuckets out;
   out.plan = plan_buckets(
       items, std::max<std::int64_t>(1, static_cast<std::int64_t>(par.bucket_mb * 1e6 / 4)),
-      par.zero == 1 ? layout.replicas() : 1, par.zero == 1 ? layout.replicas() / layout.ep : 1);
+      par.zero == 1 ? layout.replicas() : 1,
+      par.zero == 1 ? layout.replicas() / layout.expert_replicas() : 1);
   out.done.assign(out.plan.size.size(), deck.model.layers + 1);
   for (std::size_t k = 0; k < held.size(); ++k) {
     int& done = out.done[static_cast<std::size_t>(out.plan.of[k])];
@@ -326,9 +344,10 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
   if (layout.ep > 1) {
     const double moe = u.moe, moe_redo = u.moe_recomputed;
     const double p = layout.ep;
-    const double rows = static_cast<double>(tp::moe_rows(deck.model.capacity_factor,
-                                                         static_cast<std::int64_t>(n_tokens),
-                                                         deck.model.top_k, deck.model.experts));
+    // The tokens this rank routes: its share under (1d) tensor parallelism.
+    const double rows = static_cast<double>(
+        tp::moe_rows(deck.model.capacity_factor, static_cast<std::int64_t>(n_tokens / layout.tp),
+                     deck.model.top_k, deck.model.experts));
     const double tokens = (p - 1) / p * rows * deck.model.hidden;
     t.size("ep", layout.ep);
     const double counts = m * (moe + moe_redo), exchanges = m * (4 * moe + 2 * moe_redo);
@@ -344,7 +363,7 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
   const BucketPlan buckets = stage_buckets(deck, plan, stage).plan;
   for (std::size_t b = 0; b < buckets.size.size(); ++b) {
     const bool expert = buckets.expert[b] && layout.ep > 1;
-    const int ranks = expert ? d / layout.ep : d;
+    const int ranks = expert ? d / layout.expert_replicas() : d;
     const std::string group = expert ? "edp" : "dp";
     if (ranks == 1)
       continue;

@@ -279,10 +279,10 @@ public:
   std::unique_ptr<MoE<T>> moe(Params<T>& params, const MoeNames& names, const MoeShape& shape,
                               std::int64_t hidden, std::int64_t rows, double std_dev,
                               double proj_std, std::uint64_t seed) override {
-    if (group_.size() > 1) // no MoE under tensor parallelism yet: refused
-      return Mode<T>::moe(params, names, shape, hidden, rows, std_dev, proj_std, seed);
+    // Under tensor parallelism each rank routes a share of the tokens, its experts'
+    // group spanning the tensor ranks (docs/grid.md#expert-parallelism).
     return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_,
-                       this->context());
+                       this->context(), &group_, sequence_parallel_);
   }
 
 private:

@@ -30,24 +30,32 @@ enum MoeScratch : std::size_t {
   kHiddenGrad = 4, // [Rr, F]: the hidden layer's gradient, before and after GELU
   kLogitGrad = 5,  // [N, E]: the router logits' gradient
   kGateGrad = 6,   // [N, k]: the gates' gradient
-  kReceived = 7    // [Rr, H] (expert parallelism): the outputs of the rows run here, then
+  kReceived = 7,   // [Rr, H] (expert parallelism): the outputs of the rows run here, then
                    // their gradient and the inputs' gradient
+  kShareOut = 8,   // [N / p, H] (tensor parallelism): this rank's share of the output
+  kShareGrad = 9   // [N / p, H] (tensor parallelism): the gradient of its share of the input
 };
 
-// The router and the routing: what both MoE feed-forwards share. With context
-// parallelism (`context`: the ranks sharing the sequences) the load fractions f_e are
-// those of the whole micro-batch: s.fraction holds the sum of the group's shares (one
-// all_reduce of E values per layer and micro-batch) and the loss's scales divide by the
-// group's size. Each rank adds N f_e P_e with its own P_e: summed over the group that is
-// the single process's N_all aux.
+// The router and the routing: what both MoE feed-forwards share. When the micro-batch's
+// tokens are shared out (`tensor`: the tensor-parallel ranks, each routing an equal share
+// of the same tokens; `context`: the ranks sharing the sequences) the load fractions f_e
+// are those of the whole micro-batch: s.fraction holds the sum of the shares (an
+// all_reduce of E values per group, layer and micro-batch) and the loss's scales divide by
+// the number of shares. Each rank adds N f_e P_e with its own P_e: summed over the shares
+// that is the single process's N_all aux. Under tensor parallelism the router is
+// replicated over `tensor` and its gradient, each rank's share's, summed over it.
 template <class T>
 class Router {
 public:
   Router(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
          std::int64_t hidden, std::int64_t rows, double std_dev, std::uint64_t seed,
-         const comm::Group* context)
-      : ws_(ws), shape_(shape), rows_(rows), context_(context),
-        shares_(context != nullptr ? context->size() : 1) {
+         const comm::Group* tensor, const comm::Group* context)
+      : ws_(ws), shape_(shape), rows_(rows) {
+    for (const comm::Group* g : {tensor, context})
+      if (g != nullptr && g->size() > 1) {
+        shares_groups_.push_back(g);
+        shares_ *= g->size();
+      }
     const std::int64_t e = shape.experts, h = hidden;
     CUBELM_ASSERT(static_cast<std::int64_t>(names.w1.size()) == e &&
                       names.b1.size() == names.w1.size() && names.w2.size() == names.w1.size() &&
@@ -55,9 +63,11 @@ public:
                   "an MoE layer needs four tensor names per expert");
     CUBELM_ASSERT(shape.top_k >= 1 && shape.top_k <= shape.experts,
                   "model.top_k must lie in [1, model.experts]");
-    router_ = &Shared<T>::owned(
-                   params, make_param<T>(names.router, {h, e}, {0, 0}, {h, e}, std_dev, 0, seed))
-                   .param();
+    Param<T> router = make_param<T>(names.router, {h, e}, {0, 0}, {h, e}, std_dev, 0, seed);
+    if (tensor != nullptr && tensor->size() > 1)
+      router_.emplace(Shared<T>::replicated(params, std::move(router), *tensor, tensor, ws));
+    else
+      router_.emplace(Shared<T>::owned(params, std::move(router)));
     capacity_ = moe_capacity(shape.capacity_factor, rows, shape.top_k, shape.experts);
     keys_ = ws.tokens("cubelm::moe_keys", rows * shape.top_k);
     means_ = ws.doubles("cubelm::moe_prob_means", e);
@@ -69,12 +79,12 @@ public:
   // offsets, also on the host. Returns the rows used (pairs kept).
   std::int64_t route(const ExecSpace& exec, const Mat<T>& x, kernels::MoeSaved<T>& s) {
     using namespace kernels;
-    gemm<T>(exec, false, false, T(1), x, router_->mat(), T(0), s.probs);
+    gemm<T>(exec, false, false, T(1), x, router_->param().mat(), T(0), s.probs);
     moe_route<T>(exec, s.probs, s.choice, s.gate);
     moe_dispatch<T>(exec, s.choice, capacity_, keys_, sorter_, s.slot, s.pairs, s.offsets,
                     s.fraction);
-    if (context_ != nullptr)
-      context_->all_reduce(exec, s.fraction);
+    for (const comm::Group* g : shares_groups_)
+      g->all_reduce(exec, s.fraction);
     Kokkos::deep_copy(exec, s.host_offsets, s.offsets);
     exec.fence(); // the expert matmuls' sizes
     return s.host_offsets(shape_.experts);
@@ -97,8 +107,9 @@ public:
     // d(N aux)/d p[t,e] = aux_loss E f_e (docs/model.md), scaled like the loss sum.
     const T aux_scale = static_cast<T>(shape_.aux_loss * shape_.experts / shares_) * grad_scale;
     moe_route_backward<T>(exec, s.probs, s.choice, s.gate, dgate, s.fraction, aux_scale, dlogits);
-    gemm<T>(exec, true, false, T(1), x, dlogits, T(1), router_->grad_mat());
-    gemm<T>(exec, false, true, T(1), dlogits, router_->mat(), T(0), dx);
+    gemm<T>(exec, true, false, T(1), x, dlogits, T(1), router_->grad_mat(exec));
+    router_->reduce(exec);
+    gemm<T>(exec, false, true, T(1), dlogits, router_->param().mat(), T(0), dx);
   }
 
   Mat<T> dgate() const { return ws_.scratch(kGateGrad, rows_, shape_.top_k); }
@@ -107,9 +118,9 @@ private:
   Workspace<T>& ws_;
   MoeShape shape_;
   std::int64_t rows_, capacity_ = -1;
-  const comm::Group* context_;
-  int shares_; // the shares summed in s.fraction
-  Param<T>* router_ = nullptr;
+  std::vector<const comm::Group*> shares_groups_; // over which s.fraction is summed
+  int shares_ = 1;                                // the shares summed in s.fraction
+  std::optional<Shared<T>> router_;
   kernels::Tokens keys_;
   Kokkos::View<double*, MemSpace> means_;
   kernels::TokenIndexer sorter_;
@@ -121,7 +132,7 @@ public:
   LocalMoE(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
            std::int64_t hidden, std::int64_t rows, double std_dev, double proj_std,
            std::uint64_t seed, const comm::Group* context)
-      : ws_(ws), router_(params, ws, names, shape, hidden, rows, std_dev, seed, context),
+      : ws_(ws), router_(params, ws, names, shape, hidden, rows, std_dev, seed, nullptr, context),
         experts_(params, names, 0, shape.experts, hidden, 4 * hidden, std_dev, proj_std, seed),
         shape_(shape), hidden_(hidden), rows_(rows) {
     expert_rows_ = moe_rows(shape.capacity_factor, rows, shape.top_k, shape.experts);
@@ -187,8 +198,9 @@ public:
   ExpertParallelMoE(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
                     const MoeShape& shape, std::int64_t hidden, std::int64_t rows, double std_dev,
                     double proj_std, std::uint64_t seed, const comm::Group& ep,
-                    const comm::Group* context)
-      : ws_(ws), ep_(ep), router_(params, ws, names, shape, hidden, rows, std_dev, seed, context),
+                    const comm::Group* tensor, const comm::Group* context)
+      : ws_(ws), ep_(ep),
+        router_(params, ws, names, shape, hidden, rows, std_dev, seed, tensor, context),
         experts_(params, names, ep.rank() * (shape.experts / ep.size()), shape.experts / ep.size(),
                  hidden, 4 * hidden, std_dev, proj_std, seed),
         shape_(shape), hidden_(hidden), rows_(rows), here_(shape.experts / ep.size()) {
@@ -284,16 +296,85 @@ private:
   std::vector<ExpertRows> segments_;
 };
 
+// Under 1d tensor parallelism every rank of the group holds the same tokens (the
+// LayerNorm's output, N rows); rank t routes its share, rows [t N/p, (t + 1) N/p), through
+// an expert-parallel MoE whose ep group spans the tensor ranks. The output of the shares
+// is all-gathered into the replicated N rows, or with sequence parallelism is this rank's
+// block of the residual stream already; backward takes the share's rows of the output's
+// gradient and hands back the input's gradient all-gathered (replicated, as a
+// column-parallel linear's), or with sequence parallelism as this rank's partial sum (its
+// share's rows, zero elsewhere), which the LayerNorm reduce-scatters.
+template <class T>
+class TokenShareMoE final : public MoE<T> {
+public:
+  TokenShareMoE(std::unique_ptr<MoE<T>> inner, const comm::Group& tensor, bool split,
+                std::int64_t rows, std::int64_t hidden, Workspace<T>& ws)
+      : inner_(std::move(inner)), tensor_(tensor), split_(split), ws_(ws),
+        share_(rows / tensor.size()), first_(tensor.rank() * share_), hidden_(hidden) {
+    if (!split_)
+      ws.reserve(kShareOut, share_ * hidden);
+    ws.reserve(kShareGrad, share_ * hidden);
+  }
+
+  kernels::MoeSaved<T> make_saved() const override { return inner_->make_saved(); }
+
+  void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
+               const Kokkos::View<double*, MemSpace>& aux) override {
+    if (split_) {
+      inner_->forward(exec, mine(x), y, s, aux);
+      return;
+    }
+    const Mat<T> part = ws_.scratch(kShareOut, share_, hidden_);
+    inner_->forward(exec, mine(x), part, s, aux);
+    tensor_.all_gather(exec, part, y);
+  }
+
+  void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
+                kernels::MoeSaved<T>& s, T grad_scale) override {
+    const Mat<T> part = ws_.scratch(kShareGrad, share_, hidden_);
+    inner_->backward(exec, mine(x), split_ ? dy : mine(dy), part, s, grad_scale);
+    if (!split_) {
+      tensor_.all_gather(exec, part, dx);
+      return;
+    }
+    Kokkos::deep_copy(exec, dx, T(0));
+    Kokkos::deep_copy(exec, mine(dx), part);
+  }
+
+private:
+  Mat<T> mine(const Mat<T>& m) const {
+    return Kokkos::subview(m, std::make_pair(first_, first_ + share_), Kokkos::ALL);
+  }
+
+  std::unique_ptr<MoE<T>> inner_;
+  const comm::Group& tensor_;
+  bool split_;
+  Workspace<T>& ws_;
+  std::int64_t share_, first_, hidden_;
+};
+
 } // namespace
 
 template <class T>
 std::unique_ptr<MoE<T>> make_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
                                  const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
                                  double std_dev, double proj_std, std::uint64_t seed,
-                                 const comm::Group* ep, const comm::Group* context) {
+                                 const comm::Group* ep, const comm::Group* context,
+                                 const comm::Group* tensor, bool split) {
+  if (tensor != nullptr && tensor->size() > 1) {
+    CUBELM_ASSERT(ep != nullptr && ep->size() % tensor->size() == 0,
+                  "MoE layers under tensor parallelism spread their experts over the tensor "
+                  "ranks: parallel.expert_size must be a multiple of tensor_size");
+    CUBELM_ASSERT(rows % tensor->size() == 0,
+                  "MoE layers under tensor parallelism need the tokens to split evenly");
+    auto inner = std::make_unique<ExpertParallelMoE<T>>(params, ws, names, shape, hidden,
+                                                        rows / tensor->size(), std_dev, proj_std,
+                                                        seed, *ep, tensor, context);
+    return std::make_unique<TokenShareMoE<T>>(std::move(inner), *tensor, split, rows, hidden, ws);
+  }
   if (ep != nullptr && ep->size() > 1)
     return std::make_unique<ExpertParallelMoE<T>>(params, ws, names, shape, hidden, rows, std_dev,
-                                                  proj_std, seed, *ep, context);
+                                                  proj_std, seed, *ep, nullptr, context);
   return std::make_unique<LocalMoE<T>>(params, ws, names, shape, hidden, rows, std_dev, proj_std,
                                        seed, context);
 }
@@ -301,11 +382,11 @@ std::unique_ptr<MoE<T>> make_moe(Params<T>& params, Workspace<T>& ws, const MoeN
 template std::unique_ptr<MoE<float>> make_moe<float>(Params<float>&, Workspace<float>&,
                                                      const MoeNames&, const MoeShape&, std::int64_t,
                                                      std::int64_t, double, double, std::uint64_t,
-                                                     const comm::Group*, const comm::Group*);
-template std::unique_ptr<MoE<double>> make_moe<double>(Params<double>&, Workspace<double>&,
-                                                       const MoeNames&, const MoeShape&,
-                                                       std::int64_t, std::int64_t, double, double,
-                                                       std::uint64_t, const comm::Group*,
-                                                       const comm::Group*);
+                                                     const comm::Group*, const comm::Group*,
+                                                     const comm::Group*, bool);
+template std::unique_ptr<MoE<double>>
+make_moe<double>(Params<double>&, Workspace<double>&, const MoeNames&, const MoeShape&,
+                 std::int64_t, std::int64_t, double, double, std::uint64_t, const comm::Group*,
+                 const comm::Group*, const comm::Group*, bool);
 
 } // namespace cubelm::tp::detail

@@ -46,11 +46,14 @@ std::string check_shapes(const comm::Layout& layout, const ModelConfig& m, int m
              " (whole heads per rank)";
     if (!divides(f, q))
       return "4 x model.hidden = " + std::to_string(f) + " divisible by " + std::to_string(q);
-    if (layout.sequence_parallel && !divides(micro * seq, q))
+    // Sequence parallelism splits the rows of the residual stream, MoE layers the tokens
+    // they route: equal blocks.
+    if ((layout.sequence_parallel || m.experts > 1) && !divides(micro * seq, q))
       return "the micro-batch's tokens on a rank (" + std::to_string(micro) + " x " +
              (layout.cp > 1 ? "model.seq_len / context_size = " : "model.seq_len = ") +
              std::to_string(micro * seq) + ") divisible by " + std::to_string(q) +
-             " (sequence parallelism: equal blocks of rows)";
+             (layout.sequence_parallel ? " (sequence parallelism: equal blocks of rows)"
+                                       : " (MoE layers: an equal share of the tokens per rank)");
     return "";
   case TensorMode::d2:
   case TensorMode::d3: {

@@ -187,10 +187,9 @@ StepMetrics Trainer::step() {
   sums_(2) = vote_.sigterm ? 1.0 : 0.0;
   sums_(3) = vote_.sigusr1 ? 1.0 : 0.0;
   sums_(4) = vote_.deadline ? 1.0 : 0.0;
-  // The MoE layers' load-balancing loss (trained on, reported apart from the loss), once
-  // per tensor-parallel group.
-  const double aux = model.take_aux_sum();
-  sums_(5) = grid.tp().rank() == 0 ? aux : 0.0;
+  // The MoE layers' load-balancing loss (trained on, reported apart from the loss): each
+  // rank's share of the tokens (the tensor-parallel ranks route a share each).
+  sums_(5) = model.take_aux_sum();
   vote_ = StopVotes{};
   if (grid.world().size() > 1)
     grid.world().all_reduce(HostExecSpace(),

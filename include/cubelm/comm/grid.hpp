@@ -15,9 +15,10 @@
 ///  - 3d: tp = q*q*q, t = a + q*(b + q*c); groups "tp.a", "tp.b", "tp.c" vary one
 ///        axis (ordered by it) and "tp.ab" (fixed c, order a + q*b), "tp.bc"
 ///        (fixed a, order b + q*c), "tp.ca" (fixed b, order c + q*a) are the planes.
-/// MoE layers with expert parallelism (ep > 1) fold the replicas: replica index
-/// c + cp * d = e + ep * r, "ep" holds the ranks of one r (ordered by e: the experts are
-/// spread over them) and "edp" those of one e (ordered by r: replicas of the same experts).
+/// MoE layers with expert parallelism (ep > 1) fold the tp ranks and the replicas: with
+/// f = ep / tp and replica index c + cp * d = x + f * r, "ep" holds the ep ranks of one
+/// r, ordered by e = t + tp * x (the experts are spread over them), and "edp" those of
+/// one e (ordered by r: replicas of the same experts).
 /// Across pipeline stages, "pp.ends" (embedding()) pairs stage 0 with stage pp-1.
 
 #include "cubelm/comm/group.hpp"

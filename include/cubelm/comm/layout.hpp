@@ -28,8 +28,8 @@ struct Layout {
   TensorMode mode = TensorMode::none;
   /// 1d only: the residual stream split over the tp ranks along its rows (tokens)
   bool sequence_parallel = false;
-  /// MoE layers: each group of dp * cp parameter replicas is ep groups of expert
-  /// parallelism (consecutive replica indices) times dp * cp / ep expert-data-parallel ones
+  /// MoE layers: the experts spread over ep ranks, the tp ranks of ep / tp consecutive
+  /// replicas (expert_replicas()); dp * cp * tp / ep expert-data-parallel copies of each
   int ep = 1;
   /// attention layers: each sequence split over cp ranks (context parallelism), which
   /// hold chunks c and 2 cp - 1 - c of its 2 cp chunks
@@ -38,6 +38,8 @@ struct Layout {
   int world_size() const { return dp * pp * cp * tp; }
   /// \brief The ranks of one (t, s) holding the same parameters: dp * cp.
   int replicas() const { return dp * cp; }
+  /// \brief The replicas an expert-parallel group spans: ep / tp (1 without experts spread).
+  int expert_replicas() const { return ep > 1 ? ep / tp : 1; }
   /// \brief Side of the tp grid: p (1d), q with q*q = tp (2d), q with q^3 = tp (3d), 1 (none).
   int side() const;
   /// \brief e.g. "tp=3d:8 pp=1 dp=1", "tp=1d:4+sp pp=1 dp=1" with sequence parallelism,
@@ -68,8 +70,8 @@ struct GridCoords {
   int a = 0;       ///< 3d
   int b = 0;       ///< 3d
   int c = 0;       ///< 3d
-  int ep = 0;      ///< index in the expert-parallel group: replica % ep
-  int edp = 0;     ///< index in the expert-data-parallel group: replica / ep
+  int ep = 0;      ///< index in the expert-parallel group: t + tp (replica % (ep / tp))
+  int edp = 0;     ///< index in the expert-data-parallel group: replica / (ep / tp)
 };
 
 /// \brief Coordinates of `world_rank` in `layout`.

@@ -258,9 +258,12 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
     layer = 12 * h * h / tp + 7 * h / tp + 6 * h, wte = v * h / tp, wpe = t * h, lnf = 2 * h;
     break;
   }
-  // An MoE layer holds the router and its E / ep experts instead of the MLP.
+  // An MoE layer holds the router and its E / ep experts whole (ep spans the tp ranks)
+  // instead of its block of the MLP, 8 H^2 / p + 4 H / p + H (1d; MoE layers exist in none
+  // and 1d only).
+  const std::int64_t mlp = 8 * h * h / tp + 4 * h / tp + h;
   const std::int64_t moe =
-      stage.moe_layers > 0 ? h * m.experts + (m.experts / stage.ep - 1) * parameters_per_expert(m)
+      stage.moe_layers > 0 ? h * m.experts + (m.experts / stage.ep) * parameters_per_expert(m) - mlp
                            : 0;
   return stage.layers * layer + stage.moe_layers * moe + (stage.first || stage.last ? wte : 0) +
          (stage.first ? wpe : 0) + (stage.last ? lnf : 0);
@@ -333,8 +336,10 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
     const bool sp = sequence_parallel && tp > 1;
     r = sp ? n / tp : n;
     extra = lns * 2 * r + when(in, n) + when(out, 5 * n + n * v / tp);
-    if (sp) // gamma, beta and the row-parallel biases: partial gradients; scratch blocks
-      extra += lns * 2 * h + stage.layers * 2 * h + when(lns > 0, r * h) + when(any || in, n * h);
+    if (sp) // gamma, beta and the row-parallel biases (an MoE layer has no b2): partial
+            // gradients; scratch blocks
+      extra += lns * 2 * h + (2 * stage.layers - stage.moe_layers) * h + when(lns > 0, r * h) +
+               when(any || in, n * h);
     break;
   }
   }
@@ -359,21 +364,26 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   // offsets and load fractions) replace the MLP's hidden, GELU and tanh (12 n hi); the mode
   // adds each layer's sort keys and probability means (doubles: 2 elements each) and scratch
   // shared by the layers. Rr = R without expert parallelism (tp::moe_received_rows).
+  // Under 1d tensor parallelism each rank routes nm = n / p of the tokens, and adds its
+  // share's output and input gradient (the output only without sequence parallelism) and
+  // each MoE layer's router gradient, summed over the tensor ranks.
   const std::int64_t mlp = 12 * n * hi, e = m.experts, k = m.top_k;
   const bool moe_here = stage.moe_layers > 0;
-  const std::int64_t rows = moe_here ? tp::moe_rows(m.capacity_factor, n, m.top_k, m.experts) : 0;
+  const std::int64_t shared = tp > 1 && moe_here ? 1 : 0, nm = n / (shared ? tp : 1);
+  const std::int64_t rows = moe_here ? tp::moe_rows(m.capacity_factor, nm, m.top_k, m.experts) : 0;
   const std::int64_t got =
-      moe_here ? tp::moe_received_rows(m.capacity_factor, n, m.top_k, m.experts, stage.ep) : 0;
+      moe_here ? tp::moe_received_rows(m.capacity_factor, nm, m.top_k, m.experts, stage.ep) : 0;
   const std::int64_t moved = stage.ep > 1 ? 1 : 0; // expert parallelism: inputs received
   const std::int64_t saved =
-      n * e + 3 * n * k + rows * (1 + h) + got * (12 + moved) * h + 2 * e + 1;
+      nm * e + 3 * nm * k + rows * (1 + h) + got * (12 + moved) * h + 2 * e + 1;
   const std::int64_t mlp_acts = stage.mlp_acts < 0 ? c : stage.mlp_acts;
   const std::int64_t acts = c * (layer - mlp) + mlp_acts * mlp + stage.moe_acts * saved;
   const std::int64_t redo =
       layer - when(stage.layers == stage.moe_layers, mlp) + when(stage.moe_layers > 0, saved);
   if (stage.moe_layers > 0)
-    extra +=
-        stage.moe_layers * (n * k + 2 * e) + 2 * rows * h + (4 + moved) * got * h + n * e + n * k;
+    extra += stage.moe_layers * (nm * k + 2 * e) + 2 * rows * h + (4 + moved) * got * h + nm * e +
+             nm * k +
+             shared * (stage.moe_layers * h * e + nm * h + (sequence_parallel ? 0 : nm * h));
   const std::int64_t per_slot = (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + acts) +
                                 when(out, n * ho + 2 * r);
   const std::int64_t once = n * ho + r * ho + 12 * n * hi + attention_once +

@@ -95,7 +95,7 @@ public:
 
   /// \brief The load-balancing loss of the MoE layers (docs/model.md) that the forwards
   /// since the last call added up: the sum over micro-batches and MoE layers of N x aux
-  /// (N the micro-batch's tokens on this rank), so that divided by the tokens of the
+  /// (N the micro-batch's tokens this rank routes), so that divided by the tokens of the
   /// step it is the mean over micro-batches; resets it. 0 without MoE layers. Waits for
   /// the device.
   double take_aux_sum();

@@ -184,9 +184,9 @@ public:
                                                   int batch, std::uint64_t seed, Ends ends) = 0;
   /// \brief Registers the router and the experts (names in `names`) and returns the MoE
   /// feed-forward for `rows` local rows of `hidden` features; w1 is initialised with
-  /// std_dev, w2 with proj_std. Only a tensor-parallel group of one rank has one so far,
-  /// with its experts spread over the grid's "ep" group when expert_size > 1 (the deck
-  /// refuses MoE models under tensor parallelism first).
+  /// std_dev, w2 with proj_std. 1d (and none) have one: the experts spread over the grid's
+  /// "ep" group when expert_size > 1, which under tensor parallelism spans the tensor ranks,
+  /// each routing a share of the tokens; the deck refuses MoE models in 2d and 3d first.
   virtual std::unique_ptr<MoE<T>> moe(Params<T>& params, const MoeNames& names,
                                       const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
                                       double std_dev, double proj_std, std::uint64_t seed) {
