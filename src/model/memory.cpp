@@ -62,8 +62,8 @@ Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int s) {
   mem.parameters = 4 * params;
   mem.gradients = mem.parameters;
   // Under ZeRO-1 each bucket is padded to a multiple of its group's size (the dp x cp
-  // replicas, or dp x cp / ep for the experts') and this rank keeps the moments of its piece of it,
-  // and the reduce-scattered gradient piece (groups of more than one rank).
+  // replicas, or dp x cp x tp / ep for the experts') and this rank keeps the moments of its
+  // piece of it, and the reduce-scattered gradient piece (groups of more than one rank).
   std::int64_t moments = params, pieces = 0;
   if (par.zero) {
     moments = 0;

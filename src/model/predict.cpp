@@ -361,7 +361,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     const auto& chunks = plan.layers_of[si];
     for (std::size_t k = 0; k < buckets.plan.size.size(); ++k) {
       const double size = static_cast<double>(buckets.plan.size[k]);
-      // The experts' buckets go over edp (dp x cp / ep ranks) with expert parallelism.
+      // The experts' buckets go over edp (dp x cp x tp / ep ranks) with expert parallelism.
       const bool expert = buckets.plan.expert[k] && layout.ep > 1;
       const int ranks = expert ? d / layout.expert_replicas() : d;
       const std::string group = expert ? "edp" : "dp";

@@ -356,7 +356,7 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
   }
 
   // Data parallelism: the stage's gradient buckets over the replicas (dp x cp ranks), and
-  // the tied wte over pp.ends; the experts' buckets go over edp (dp x cp / ep ranks) when
+  // the tied wte over pp.ends; the experts' buckets go over edp (dp x cp x tp / ep ranks) when
   // expert_size > 1.
   const bool zero = par.zero == 1;
   const int d = layout.replicas();
