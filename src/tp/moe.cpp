@@ -4,6 +4,8 @@
 //  - ExpertParallelMoE: the router here, experts / ep experts on each rank of the "ep"
 //    group; the rows of the (token, expert) pairs travel to the rank of their expert and
 //    back with all_to_all_v.
+//  - TokenShareMoE (1d tensor parallelism): each tensor rank routes its share of the
+//    tokens through an ExpertParallelMoE whose ep group spans the tensor ranks.
 //
 // Forward: logits = x Wr, softmax and top-k (kernels::moe_route), the pairs sorted by
 // expert into contiguous rows (moe_dispatch), the rows of x gathered, each expert's MLP
@@ -16,7 +18,9 @@
 #include "modes.hpp"
 #include "moe_experts.hpp"
 
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace cubelm::tp::detail {
 
