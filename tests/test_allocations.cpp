@@ -66,7 +66,7 @@ std::vector<std::string> layouts() {
   }
 }
 
-// MoE layouts (no tensor parallelism): expert parallelism, ZeRO-1, pipelines.
+// MoE layouts: expert parallelism, ZeRO-1, pipelines, 2d tensor parallelism.
 std::vector<std::string> moe_layouts() {
   switch (world_size()) {
   case 1:
@@ -75,9 +75,12 @@ std::vector<std::string> moe_layouts() {
     return {"data_size = 2\nexpert_size = 2", "data_size = 2\nexpert_size = 2\nzero = 1"};
   case 4:
     return {"data_size = 4\nexpert_size = 4\nrecompute = \"full\"",
-            "pipeline_size = 2\ndata_size = 2\nexpert_size = 2\nmicrobatches = 2\nzero = 1"};
+            "pipeline_size = 2\ndata_size = 2\nexpert_size = 2\nmicrobatches = 2\nzero = 1",
+            "tensor_mode = \"2d\"\ntensor_size = 4\nexpert_size = 4"};
   case 8:
-    return {"pipeline_size = 2\ndata_size = 4\nexpert_size = 2\nmicrobatches = 2\nzero = 1"};
+    return {"pipeline_size = 2\ndata_size = 4\nexpert_size = 2\nmicrobatches = 2\nzero = 1",
+            "tensor_mode = \"2d\"\ntensor_size = 4\ndata_size = 2\nexpert_size = 4\n"
+            "recompute = \"full\""};
   default:
     return {};
   }

@@ -86,9 +86,11 @@ std::vector<Case> cases() {
             {2, 2, 2, "none", 1, false, 0, 1, "gpipe", 1, 2, 1, "full"},
             {2, 2, 2, "none", 1, false, 4, 4, "1f1b", 1, 2, 1, "none"},
             {8, 1, 1, "none", 1, false, 0, 1, "1f1b", 1, 1, 0, "none"},
-            {2, 2, 1, "1d", 2, false, 4, 4, "1f1b", 1, 2, 0, "full"}};
-  case 16: // the cube (2 x 2 x 2 tensor ranks) twice; MoE over 1d 2 x cp 2 x dp 4
+            {2, 2, 1, "1d", 2, false, 4, 4, "1f1b", 1, 2, 0, "full"},
+            {2, 1, 1, "2d", 4, false, 4, 4, "1f1b", 1, 2, 0, "none"}};
+  case 16: // the cube (2 x 2 x 2 tensor ranks) twice, dense and MoE; MoE over 1d 2 x cp 2 x dp 4
     return {{2, 1, 1, "3d", 8, false, 0, 1, "1f1b", 1, 1, 0, "none", 4},
+            {2, 1, 1, "3d", 8, false, 8, 8, "1f1b", 1, 1, 0, "full", 4},
             {2, 4, 1, "1d", 2, false, 4, 4, "1f1b", 1, 1, 0, "none"}};
   default:
     return {};

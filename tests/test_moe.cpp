@@ -532,10 +532,16 @@ TEST(MoE, DeckRules) {
   EXPECT_EQ(error("experts = 4", "pipeline_size = 2\nmicrobatches = 2\ndata_size = 2\n"
                                  "expert_size = 2"),
             "no error");
-  e = error("experts = 4", "tensor_mode = \"2d\"\ntensor_size = 1");
-  EXPECT_TRUE(has(e, "parallel.tensor_mode = \"2d\": model.experts = 4 (an MoE model) runs "
-                     "with tensor_mode \"none\" or \"1d\""))
+  // 2d and 3d alike: the experts spread over all the tensor ranks.
+  e = error("experts = 4", "tensor_mode = \"2d\"\ntensor_size = 4");
+  EXPECT_TRUE(has(e, "parallel.expert_size = 1 (default): must be tensor_size = 4 times a "
+                     "divisor of data_size x context_size = 1 x 1 = 1") &&
+              has(e, "valid: 4"))
       << e;
+  EXPECT_EQ(error("experts = 4", "tensor_mode = \"2d\"\ntensor_size = 4\nexpert_size = 4"),
+            "no error");
+  EXPECT_EQ(error("experts = 8", "tensor_mode = \"3d\"\ntensor_size = 8\nexpert_size = 8"),
+            "no error");
   EXPECT_EQ(error("experts = 4\ntop_k = 4\nmoe_every = 2\ncapacity_factor = 1.5\naux_loss = 0"),
             "no error");
   EXPECT_EQ(error("experts = 1"), "no error");

@@ -321,11 +321,6 @@ Deck parse_deck(const std::string& text, const std::string& source) {
     par.fail("tensor_size", e.what());
   }
   par.at_least("expert_size", p.expert_size, 1);
-  if (m.experts > 1 && (p.tensor_mode == TensorMode::d2 || p.tensor_mode == TensorMode::d3))
-    par.fail("tensor_mode", "model.experts = " + std::to_string(m.experts) +
-                                " (an MoE model) runs with tensor_mode \"none\" or \"1d\": the "
-                                "MoE layers fold the 1d tensor-parallel ranks into expert "
-                                "parallelism (docs/grid.md); 2d and 3d MoE layers do not exist");
   {
     // The experts spread over tensor_size x r ranks, r a divisor of the replicas, and each
     // rank holds as many of them.

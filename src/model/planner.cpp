@@ -93,11 +93,11 @@ std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space)
             continue;
           const int dp = ranks / tp / pp / cp;
           // MoE layers: the experts spread over the tp ranks and ep / tp of the dp x cp
-          // replicas (1d or none only).
+          // replicas.
           const int ep = base.parallel.expert_size;
           const bool moe = model.experts > 1;
           if (batch % dp != 0 || (ep > 1 && (ep % tp != 0 || (dp * cp) % (ep / tp) != 0)) ||
-              (moe && (mode == TensorMode::d2 || mode == TensorMode::d3 || (tp > 1 && ep == 1))))
+              (moe && tp > 1 && ep == 1))
             continue;
           for (const int micro : divisors(batch / dp)) {
             const int sequences = batch / dp / micro;

@@ -250,7 +250,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   lookup.backward = kBackwardBytes * n * ho / memory_rate;
   add_comm(lookup, deck, UnitWork{true, false, 0, 0}, 0.5, where, machine);
   const bool recomputing = par.recompute == Recompute::full;
-  // An MoE layer (tensor parallelism 1d or none): attention (8 N H^2 + 4 N T H), the router
+  // An MoE layer: attention (8 N H^2 + 4 N T H), the router
   // (2 N H E) and k expert MLPs per token (16 k N H^2), all split over the tp ranks (each
   // routes N / tp tokens); with expert parallelism the rows go to their experts and back in
   // forward (with the row counts) and in backward, balanced routing assumed

@@ -66,17 +66,18 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
                T = cfg.seq_len, N = n_tokens;
   const double L = u.layers, F = u.recomputed, in = u.lookup ? 1 : 0, out = u.head ? 1 : 0;
   const double q = layout.side();
+  // MoE layers under tensor parallelism (docs/communication.md): each rank routes N / p
+  // tokens; the router's gradient (H E) is summed over the group once per layer and
+  // micro-batch, the load fractions (E) once per forward. M, MF: such layers, recomputed.
+  const double M = layout.tp > 1 ? u.moe : 0, MF = layout.tp > 1 ? u.moe_recomputed : 0;
+  const double E = cfg.experts;
+  t.size("tp", layout.tp);
+  t.add("tp", Kind::all_reduce, m * (2 * M + MF), m * (M * H * E + (M + MF) * E));
+  // Dense layers (with their MLP's linears), recomputed.
+  const double Ld = L - u.moe, Fd = F - u.moe_recomputed;
   switch (layout.mode) {
   case TensorMode::none:
   case TensorMode::d1: {
-    t.size("tp", layout.tp);
-    // MoE layers under tensor parallelism (docs/communication.md): each rank routes N / p
-    // tokens; the router's gradient (H E) is summed over the group once per layer and
-    // micro-batch, the load fractions (E) once per forward; without sequence parallelism
-    // the shares' outputs and input gradients are all-gathered (N H / p each).
-    const double M = layout.tp > 1 ? u.moe : 0, MF = layout.tp > 1 ? u.moe_recomputed : 0;
-    const double E = cfg.experts;
-    t.add("tp", Kind::all_reduce, m * (2 * M + MF), m * (M * H * E + (M + MF) * E));
     if (layout.sequence_parallel && layout.tp > 1) {
       // Each all-reduce of N H rows becomes a reduce-scatter and an all-gather of this
       // rank's N / p rows: the lookup's rows (and their gradient gathered), per layer
@@ -93,12 +94,13 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
             m * ((6 * L - M + 2 * out) * H + out * 3 * N));
       break;
     }
+    // Without sequence parallelism an MoE layer's shares' outputs and input gradients are
+    // all-gathered (N H / p each).
     t.add("tp", Kind::all_gather, m * (2 * M + MF), m * (2 * M + MF) * N * H / layout.tp);
     // lookup: the rows summed over the vocabulary slices; per layer two forward
     // (row-parallel outputs) and two backward (column-parallel input gradients), one of
-    // each for a layer whose MoE feed-forward replaces the MLP (MoE models have no tensor
-    // parallelism: a group of one rank, no bytes); head: the input gradient, and the loss's
-    // row maxima then (sum of exp, target).
+    // each for a layer whose MoE feed-forward replaces the MLP; head: the input gradient,
+    // and the loss's row maxima then (sum of exp, target).
     const double pairs = 4 * L - 2 * u.moe + 2 * F - u.moe_recomputed;
     t.add("tp", Kind::all_reduce, m * (in + pairs + 3 * out),
           m * ((in + pairs + out) * N * H + out * 3 * N));
@@ -107,25 +109,33 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
   case TensorMode::d2: {
     t.size("tp.row", static_cast<int>(q));
     t.size("tp.col", static_cast<int>(q));
-    const double R = N / q, LF = L + F;
+    const double R = N / q, LF = L + F, LFd = Ld + Fd;
     // Per layer, forward: X blocks along rows, W blocks along columns, the two
     // LayerNorms' statistics, biases and LayerNorm vectors gathered; backward: X and
     // W blocks again, dX and dW blocks reduced, the statistics' row sums, the vectors'
-    // gradients reduce-scattered.
-    t.add("tp.row", Kind::broadcast, m * (4 * q * LF + 4 * q * L + q * out),
-          m * (7 * R * H * (LF + L) + out * R * V));
-    t.add("tp.row", Kind::reduce, m * (4 * q * L + q * out), m * (7 * R * H * L + out * R * V));
+    // gradients reduce-scattered. Attention's linears (QKV, the projection: 2 H input
+    // features, 4 H^2 weights, 4 H of vectors with the LayerNorms' 4 H) in every layer, the
+    // MLP's (W1, W2: 5 H, 8 H^2, 5 H) in the dense ones.
+    t.add("tp.row", Kind::broadcast, m * (2 * q * (LF + L) + 2 * q * (LFd + Ld) + q * out),
+          m * (2 * R * H * (LF + L) + 5 * R * H * (LFd + Ld) + out * R * V));
+    t.add("tp.row", Kind::reduce, m * (2 * q * L + 2 * q * Ld + q * out),
+          m * (2 * R * H * L + 5 * R * H * Ld + out * R * V));
     t.add("tp.row", Kind::all_reduce, m * (4 * LF + 2 * L + 5 * out),
           m * (4 * R * LF + 4 * R * L + 7 * R * out));
-    t.add("tp.col", Kind::broadcast, m * (6 * q * (LF + L) + 2 * q * out),
-          m * (12 * H * H / q * (LF + L) + out * 2 * V * H / q));
-    t.add("tp.col", Kind::reduce, m * (6 * q * L + q * out),
-          m * (12 * H * H / q * L + out * V * H / q));
-    t.add("tp.col", Kind::all_gather, m * (10 * LF + 2 * out + in),
-          m * (13 * H / (q * q) * LF + out * 2 * H / (q * q) + in * R * H / q));
-    t.add("tp.col", Kind::reduce_scatter, m * (10 * L + 2 * out + in),
-          m * (13 * H / (q * q) * L + out * 2 * H / (q * q) + in * R * H / q));
+    t.add("tp.col", Kind::broadcast, m * (4 * q * (LF + L) + 2 * q * (LFd + Ld) + 2 * q * out),
+          m * (H * H / q * (4 * (LF + L) + 8 * (LFd + Ld)) + out * 2 * V * H / q));
+    t.add("tp.col", Kind::reduce, m * (4 * q * L + 2 * q * Ld + q * out),
+          m * (H * H / q * (4 * L + 8 * Ld) + out * V * H / q));
+    t.add("tp.col", Kind::all_gather, m * (8 * LF + 2 * LFd + 2 * out + in),
+          m * (H / (q * q) * (8 * LF + 5 * LFd) + out * 2 * H / (q * q) + in * R * H / q));
+    t.add("tp.col", Kind::reduce_scatter, m * (8 * L + 2 * Ld + 2 * out + in),
+          m * (H / (q * q) * (8 * L + 5 * Ld) + out * 2 * H / (q * q) + in * R * H / q));
     t.add("tp.col", Kind::all_reduce, m * out, m * out, 8); // the loss sum, a double
+    // An MoE layer's rows made whole over the row group and back: forward the input and
+    // the output, backward the input again, the output's gradient and the input's; each
+    // an [R, H / q] block of which (q - 1) / q goes to the other ranks.
+    t.add("tp.row", Kind::all_to_all, m * (5 * M + 2 * MF),
+          m * (5 * M + 2 * MF) * (q - 1) * R * H / (q * q));
     break;
   }
   case TensorMode::d3: {
@@ -135,27 +145,32 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
       t.size(g, static_cast<int>(q * q));
     const double R = N / (q * q), X = R * H / q, W = H * H / (q * q * q);
     // wte is gathered over B and its gradient reduce-scattered by the lookup, or by the
-    // head on a stage without the lookup.
+    // head on a stage without the lookup. Per layer: attention's linears (QKV, the
+    // projection) in every layer, the MLP's (W1, W2) in the dense ones (Ld, Fd).
     const double wte = u.lookup || u.head ? 1 : 0;
-    t.add("tp.a", Kind::all_gather, m * (2 * F + 6 * L + in + out),
-          m * X * (2 * F + 6 * L + in + out));
-    t.add("tp.a", Kind::reduce_scatter, m * (2 * F + 4 * L + in + out),
-          m * X * (2 * F + 4 * L + in + out));
+    t.add("tp.a", Kind::all_gather, m * (F + Fd + 3 * L + 3 * Ld + in + out),
+          m * X * (F + Fd + 3 * L + 3 * Ld + in + out));
+    t.add("tp.a", Kind::reduce_scatter, m * (F + Fd + 2 * L + 2 * Ld + in + out),
+          m * X * (F + Fd + 2 * L + 2 * Ld + in + out));
     t.add("tp.a", Kind::all_reduce, m * 2 * out, m * 3 * R * out);
-    t.add("tp.b", Kind::all_gather, m * (6 * F + 12 * L + wte),
-          m * (12 * W * F + 24 * W * L + wte * V * H / (q * q * q)));
-    t.add("tp.b", Kind::reduce_scatter, m * (6 * L + wte),
-          m * (12 * W * L + wte * V * H / (q * q * q)));
+    t.add("tp.b", Kind::all_gather, m * (4 * F + 2 * Fd + 8 * L + 4 * Ld + wte),
+          m * (W * (4 * F + 8 * Fd + 8 * L + 16 * Ld) + wte * V * H / (q * q * q)));
+    t.add("tp.b", Kind::reduce_scatter, m * (4 * L + 2 * Ld + wte),
+          m * (W * (4 * L + 8 * Ld) + wte * V * H / (q * q * q)));
     t.add("tp.b", Kind::all_reduce, m * in, m * in * T * H / q); // wpe's gradient
-    t.add("tp.c", Kind::all_gather, m * (2 * F + 8 * L + out),
-          m * (5 * X * F + 17 * X * L + out * R * V / q));
-    t.add("tp.c", Kind::reduce_scatter, m * (4 * F + 6 * L + out),
-          m * (7 * X * F + 12 * X * L + out * R * V / q));
+    t.add("tp.c", Kind::all_gather, m * (F + Fd + 5 * L + 3 * Ld + out),
+          m * (X * (F + 4 * Fd + 5 * L + 12 * Ld) + out * R * V / q));
+    t.add("tp.c", Kind::reduce_scatter, m * (3 * F + Fd + 4 * L + 2 * Ld + out),
+          m * (X * (3 * F + 4 * Fd + 4 * L + 8 * Ld) + out * R * V / q));
     t.add("tp.c", Kind::all_reduce, m * (4 * F + 6 * L + 3 * out),
           m * (4 * R * F + 8 * R * L + 4 * R * out));
-    t.add("tp.bc", Kind::all_reduce, m * 4 * L, m * 7 * H / q * L);
+    t.add("tp.bc", Kind::all_reduce, m * (3 * L + Ld), m * (3 * L + 4 * Ld) * H / q);
     t.add("tp.bc", Kind::all_reduce, m * out, m * out, 8); // the loss sum, a double
-    t.add("tp.ab", Kind::all_reduce, m * (6 * L + 2 * out), m * (6 * H / q * L + 2 * H / q * out));
+    t.add("tp.ab", Kind::all_reduce, m * (5 * L + Ld + 2 * out),
+          m * ((5 * L + Ld) * H / q + 2 * H / q * out));
+    // An MoE layer's rows made whole over the C axis and back (as in 2d: 5 exchanges per
+    // layer, 2 per recomputed one, of [R, H / q] blocks).
+    t.add("tp.c", Kind::all_to_all, m * (5 * M + 2 * MF), m * (5 * M + 2 * MF) * (q - 1) * X / q);
     break;
   }
   }
@@ -171,6 +186,11 @@ std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const M
   const std::int64_t n = matrix ? rows * e.shape[1] : e.shape[0];
   if (e.name == "wpe")
     return layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3 ? n / q : n;
+  // An MoE layer's router and experts are whole on a rank (replicated or spread over ep).
+  const std::string router = "/router";
+  if (e.expert >= 0 || (e.name.size() >= router.size() &&
+                        e.name.compare(e.name.size() - router.size(), router.size(), router) == 0))
+    return n;
   switch (layout.mode) {
   case TensorMode::d2:
     return n / (q * q);
@@ -178,12 +198,6 @@ std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const M
     return matrix ? n / (q * q * q) : n / q;
   case TensorMode::none:
   case TensorMode::d1: {
-    // An MoE layer's router and experts are whole on a rank (replicated or spread over ep).
-    const std::string router = "/router";
-    if (e.expert >= 0 ||
-        (e.name.size() >= router.size() &&
-         e.name.compare(e.name.size() - router.size(), router.size(), router) == 0))
-      return n;
     if (matrix)
       return n / p;
     // Column-parallel biases (bq, bk, bv, b1) are split; LayerNorms, bo and b2 replicated.

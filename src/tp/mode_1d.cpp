@@ -233,8 +233,7 @@ class Mode1D final : public ModeBase<T> {
 public:
   explicit Mode1D(const comm::ProcessGrid& grid)
       : ModeBase<T>(grid), group_(grid.tp()),
-        sequence_parallel_(grid.layout().sequence_parallel && grid.tp().size() > 1),
-        ep_(grid.layout().ep > 1 ? &grid.ep() : nullptr) {}
+        sequence_parallel_(grid.layout().sequence_parallel && grid.tp().size() > 1) {}
   const char* name() const override { return group_.size() == 1 ? "none" : "1d"; }
   int sequences(int batch) const override { return batch; }
   std::int64_t outer_rows(int batch, int seq) const override {
@@ -291,9 +290,9 @@ private:
   }
 
   using ModeBase<T>::ws_;
+  using ModeBase<T>::ep_;
   const comm::Group& group_;
   bool sequence_parallel_;
-  const comm::Group* ep_; // MoE layers' expert-parallel group (expert_size > 1)
 };
 
 } // namespace

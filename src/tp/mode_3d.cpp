@@ -343,8 +343,20 @@ public:
                                             ends);
   }
 
+  std::unique_ptr<MoE<T>> moe(Params<T>& params, const MoeNames& names, const MoeShape& shape,
+                              std::int64_t hidden, std::int64_t rows, double std_dev,
+                              double proj_std, std::uint64_t seed) override {
+    // Each rank routes a share of its rows, made whole over the C axis (the ranks holding
+    // the other features of its rows); the experts' group spans the tensor ranks
+    // (docs/grid.md#expert-parallelism).
+    return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_,
+                       this->context(), &tensor_, false, cube_.c);
+  }
+
 private:
   using ModeBase<T>::ws_;
+  using ModeBase<T>::tensor_;
+  using ModeBase<T>::ep_;
   Cube<T> cube_;
 };
 

@@ -6,6 +6,8 @@
 //    back with all_to_all_v.
 //  - TokenShareMoE (1d tensor parallelism): each tensor rank routes its share of the
 //    tokens through an ExpertParallelMoE whose ep group spans the tensor ranks.
+//  - FeatureShareMoE (2d, 3d): the same, each rank's share made whole rows by an
+//    all_to_all over the ranks that hold the other features of its rows.
 //
 // Forward: logits = x Wr, softmax and top-k (kernels::moe_route), the pairs sorted by
 // expert into contiguous rows (moe_dispatch), the rows of x gathered, each expert's MLP
@@ -26,18 +28,20 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch buffers shared by all MoE layers of the mode (1D uses 0 and 1 under sequence
-// parallelism).
+// Scratch buffers shared by all MoE layers of the mode (the modes' layers use 0 to 5).
 enum MoeScratch : std::size_t {
-  kExpertIn = 2,   // [R, H]: the gathered expert inputs
-  kExpertGrad = 3, // [R, H]: the expert outputs' gradient, then the inputs'
-  kHiddenGrad = 4, // [Rr, F]: the hidden layer's gradient, before and after GELU
-  kLogitGrad = 5,  // [N, E]: the router logits' gradient
-  kGateGrad = 6,   // [N, k]: the gates' gradient
-  kReceived = 7,   // [Rr, H] (expert parallelism): the outputs of the rows run here, then
+  kExpertIn = 6,   // [R, H]: the gathered expert inputs
+  kExpertGrad = 7, // [R, H]: the expert outputs' gradient, then the inputs'
+  kHiddenGrad = 8, // [Rr, F]: the hidden layer's gradient, before and after GELU
+  kLogitGrad = 9,  // [N, E]: the router logits' gradient
+  kGateGrad = 10,  // [N, k]: the gates' gradient
+  kReceived = 11,  // [Rr, H] (expert parallelism): the outputs of the rows run here, then
                    // their gradient and the inputs' gradient
-  kShareOut = 8,   // [N / p, H] (tensor parallelism): this rank's share of the output
-  kShareGrad = 9   // [N / p, H] (tensor parallelism): the gradient of its share of the input
+  kShareOut = 12,  // [N / p, H] (tensor parallelism): this rank's share of the output (2d, 3d:
+                   // then of the output's gradient)
+  kShareGrad = 13, // [N / p, H] (tensor parallelism): the gradient of its share of the input
+  kShareIn = 14,   // [N / p, H] (2d, 3d): its share of the input
+  kExchange = 15   // [R, H / c] (2d, 3d): blocks on their way to or from the feature group
 };
 
 // The router and the routing: what both MoE feed-forwards share. When the micro-batch's
@@ -357,23 +361,102 @@ private:
   std::int64_t share_, first_, hidden_;
 };
 
+// Under 2d and 3d tensor parallelism the LayerNorm's output (R rows) and the residual
+// stream hold a block of the features, H / c of them, the same R rows on the c ranks of
+// the `features` group (2d: the row group, 3d: the C axis) and other rows elsewhere. An
+// all_to_all over that group turns this rank's [R, H / c] into whole rows of its share,
+// rows [f R / c, (f + 1) R / c) with f its rank there: every rank of the tensor group
+// then routes its own N / p tokens through an expert-parallel MoE whose ep group spans
+// the tensor ranks. The share's output goes back the reverse way, into the rank's
+// [R, H / c] block of the residual stream. Backward exchanges the input again (it is not
+// kept), the output's gradient, and the input's gradient back: the exchanges are
+// permutations, so every gradient is complete in the rank's layout.
+template <class T>
+class FeatureShareMoE final : public MoE<T> {
+public:
+  FeatureShareMoE(std::unique_ptr<MoE<T>> inner, const comm::Group& features, std::int64_t rows,
+                  std::int64_t hidden, Workspace<T>& ws)
+      : inner_(std::move(inner)), features_(features), ws_(ws), rows_(rows),
+        share_(rows / features.size()), hidden_(hidden), block_(hidden / features.size()) {
+    for (const std::size_t k : {kShareIn, kShareOut, kShareGrad})
+      ws.reserve(k, share_ * hidden);
+    ws.reserve(kExchange, rows * block_);
+  }
+
+  kernels::MoeSaved<T> make_saved() const override { return inner_->make_saved(); }
+
+  void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
+               const Kokkos::View<double*, MemSpace>& aux) override {
+    const Mat<T> xs = ws_.scratch(kShareIn, share_, hidden_);
+    const Mat<T> ys = ws_.scratch(kShareOut, share_, hidden_);
+    to_share(exec, x, xs);
+    inner_->forward(exec, xs, ys, s, aux);
+    from_share(exec, ys, y);
+  }
+
+  void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
+                kernels::MoeSaved<T>& s, T grad_scale) override {
+    const Mat<T> xs = ws_.scratch(kShareIn, share_, hidden_);
+    const Mat<T> dys = ws_.scratch(kShareOut, share_, hidden_);
+    const Mat<T> dxs = ws_.scratch(kShareGrad, share_, hidden_);
+    to_share(exec, x, xs);
+    to_share(exec, dy, dys);
+    inner_->backward(exec, xs, dys, dxs, s, grad_scale);
+    from_share(exec, dxs, dx);
+  }
+
+private:
+  // Rows [f R / c, (f + 1) R / c) of `m` (R rows), or feature block f of `m` (H columns).
+  Mat<T> rows_of(const Mat<T>& m, int f) const {
+    return Kokkos::subview(m, std::make_pair(f * share_, (f + 1) * share_), Kokkos::ALL);
+  }
+  auto features_of(const Mat<T>& m, int f) const {
+    return Kokkos::subview(m, Kokkos::ALL, std::make_pair(f * block_, (f + 1) * block_));
+  }
+
+  // [R, H / c] here -> this rank's share, whole rows [R / c, H]: rank f' sends rows block
+  // f (contiguous) of its features block f'.
+  void to_share(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& share) {
+    const Mat<T> got = ws_.scratch(kExchange, rows_, block_);
+    features_.all_to_all(exec, x, got);
+    for (int f = 0; f < features_.size(); ++f)
+      Kokkos::deep_copy(exec, features_of(share, f), rows_of(got, f));
+  }
+
+  // The reverse: rank f gets back its features block of this share's rows.
+  void from_share(const ExecSpace& exec, const Mat<T>& share, const Mat<T>& x) {
+    const Mat<T> out = ws_.scratch(kExchange, rows_, block_);
+    for (int f = 0; f < features_.size(); ++f)
+      Kokkos::deep_copy(exec, rows_of(out, f), features_of(share, f));
+    features_.all_to_all(exec, out, x);
+  }
+
+  std::unique_ptr<MoE<T>> inner_;
+  const comm::Group& features_;
+  Workspace<T>& ws_;
+  std::int64_t rows_, share_, hidden_, block_;
+};
+
 } // namespace
 
 template <class T>
-std::unique_ptr<MoE<T>> make_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
-                                 const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
-                                 double std_dev, double proj_std, std::uint64_t seed,
-                                 const comm::Group* ep, const comm::Group* context,
-                                 const comm::Group* tensor, bool split) {
+std::unique_ptr<MoE<T>>
+make_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
+         std::int64_t hidden, std::int64_t rows, double std_dev, double proj_std,
+         std::uint64_t seed, const comm::Group* ep, const comm::Group* context,
+         const comm::Group* tensor, bool split, const comm::Group* features) {
   if (tensor != nullptr && tensor->size() > 1) {
     CUBELM_ASSERT(ep != nullptr && ep->size() % tensor->size() == 0,
                   "MoE layers under tensor parallelism spread their experts over the tensor "
                   "ranks: parallel.expert_size must be a multiple of tensor_size");
-    CUBELM_ASSERT(rows % tensor->size() == 0,
+    // The ranks holding the same rows: the whole group in 1d, the feature group in 2d/3d.
+    const int c = features != nullptr ? features->size() : tensor->size();
+    CUBELM_ASSERT(rows % c == 0 && hidden % c == 0,
                   "MoE layers under tensor parallelism need the tokens to split evenly");
-    auto inner = std::make_unique<ExpertParallelMoE<T>>(params, ws, names, shape, hidden,
-                                                        rows / tensor->size(), std_dev, proj_std,
-                                                        seed, *ep, tensor, context);
+    auto inner = std::make_unique<ExpertParallelMoE<T>>(
+        params, ws, names, shape, hidden, rows / c, std_dev, proj_std, seed, *ep, tensor, context);
+    if (features != nullptr)
+      return std::make_unique<FeatureShareMoE<T>>(std::move(inner), *features, rows, hidden, ws);
     return std::make_unique<TokenShareMoE<T>>(std::move(inner), *tensor, split, rows, hidden, ws);
   }
   if (ep != nullptr && ep->size() > 1)
@@ -387,10 +470,10 @@ template std::unique_ptr<MoE<float>> make_moe<float>(Params<float>&, Workspace<f
                                                      const MoeNames&, const MoeShape&, std::int64_t,
                                                      std::int64_t, double, double, std::uint64_t,
                                                      const comm::Group*, const comm::Group*,
-                                                     const comm::Group*, bool);
+                                                     const comm::Group*, bool, const comm::Group*);
 template std::unique_ptr<MoE<double>>
 make_moe<double>(Params<double>&, Workspace<double>&, const MoeNames&, const MoeShape&,
                  std::int64_t, std::int64_t, double, double, std::uint64_t, const comm::Group*,
-                 const comm::Group*, const comm::Group*, bool);
+                 const comm::Group*, const comm::Group*, bool, const comm::Group*);
 
 } // namespace cubelm::tp::detail

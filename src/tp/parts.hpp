@@ -82,8 +82,11 @@ public:
   std::int64_t workspace_bytes() const final { return ws_.bytes(); }
 
 protected:
-  explicit ModeBase(const comm::ProcessGrid& grid) : Mode<T>(grid) {}
+  explicit ModeBase(const comm::ProcessGrid& grid)
+      : Mode<T>(grid), tensor_(grid.tp()), ep_(grid.layout().ep > 1 ? &grid.ep() : nullptr) {}
   Workspace<T> ws_;
+  const comm::Group& tensor_; // the whole tensor-parallel group
+  const comm::Group* ep_;     // MoE layers' expert-parallel group (expert_size > 1)
 };
 
 /// A parameter block as a tensor-parallel layer uses it. Three sharings:

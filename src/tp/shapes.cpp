@@ -69,6 +69,11 @@ std::string check_shapes(const comm::Layout& layout, const ModelConfig& m, int m
       if (!divides(n, static_cast<std::int64_t>(q) * q))
         return std::string(name) + " = " + std::to_string(n) +
                " divisible by q^2 = " + std::to_string(q * q);
+    // MoE layers: the q ranks sharing a block of rows each route an equal share of them.
+    if (m.experts > 1 && !divides(static_cast<std::int64_t>(micro / rows) * seq, q))
+      return "the micro-batch's tokens on a rank (" + std::to_string(micro / rows) + " x " +
+             std::to_string(seq) + ") divisible by q = " + std::to_string(q) +
+             " (MoE layers: an equal share of the tokens per rank)";
     return "";
   }
   }

@@ -239,29 +239,29 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
                                         const StageShape& stage) {
   const std::int64_t h = m.hidden, v = tp::padded_vocab(m, comm::Layout{1, 1, tp, mode}),
                      t = m.seq_len;
-  std::int64_t layer = 0, wte = 0, wpe = 0, lnf = 0;
+  // mlp: the block of the MLP (W1, b1, W2, b2) among a layer's.
+  std::int64_t layer = 0, wte = 0, wpe = 0, lnf = 0, mlp = 0;
   switch (mode) {
   case TensorMode::d2: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     layer = (12 * h * h + 13 * h) / (q * q), wte = v * h / (q * q), wpe = t * h / q;
-    lnf = 2 * h / (q * q);
+    lnf = 2 * h / (q * q), mlp = (8 * h * h + 5 * h) / (q * q);
     break;
   }
   case TensorMode::d3: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     layer = 12 * h * h / (q * q * q) + 13 * h / q, wte = v * h / (q * q * q), wpe = t * h / q;
-    lnf = 2 * h / q;
+    lnf = 2 * h / q, mlp = 8 * h * h / (q * q * q) + 5 * h / q;
     break;
   }
   case TensorMode::none:
   case TensorMode::d1:
     layer = 12 * h * h / tp + 7 * h / tp + 6 * h, wte = v * h / tp, wpe = t * h, lnf = 2 * h;
+    mlp = 8 * h * h / tp + 4 * h / tp + h;
     break;
   }
   // An MoE layer holds the router and its E / ep experts whole (ep spans the tp ranks)
-  // instead of its block of the MLP, 8 H^2 / p + 4 H / p + H (1d; MoE layers exist in none
-  // and 1d only).
-  const std::int64_t mlp = 8 * h * h / tp + 4 * h / tp + h;
+  // instead of its block of the MLP.
   const std::int64_t moe =
       stage.moe_layers > 0 ? h * m.experts + (m.experts / stage.ep) * parameters_per_expert(m) - mlp
                            : 0;
@@ -298,36 +298,40 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   auto when = [](bool c, std::int64_t x) { return c ? x : std::int64_t(0); };
   std::int64_t n = big_n, ho = h, hi = h, heads = m.heads, seqs = micro, extra = 0;
   std::int64_t r = -1; // rows of the residual stream: n but with sequence parallelism
+  // The widest linear's features: the MLP's 4 H, or H on a stage whose layers are all MoE.
+  const std::int64_t wide = stage.layers > stage.moe_layers ? 4 : 1;
+  // Vectors of a layer's linears: 9 H (bq, bk, bv, bo, b1, b2), 4 H in an MoE layer.
+  const std::int64_t biases = 9 * stage.layers - 5 * stage.moe_layers;
   switch (mode) {
   case TensorMode::d2: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t split = q > 1 ? 1 : 0; // vectors: gathered block, partial, piece
     n = r = big_n / q, ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / q;
-    const std::int64_t w4 = 4 * h * h / (q * q), wv = v * h / (q * q);
+    const std::int64_t w4 = wide * h * h / (q * q), wv = v * h / (q * q);
     extra = lns * (2 * n + split * 2 * (2 * h / q + h / (q * q))) +
-            stage.layers * split * (2 * 9 * h / q + 9 * h / (q * q)) + when(in, big_n) +
+            biases * split * (2 * h / q + h / (q * q)) + when(in, big_n) +
             when(out, n * v / q + 5 * n) +
-            std::max(when(any, n * 4 * h / q), when(out, n * v / q)) +   // kAct
-            std::max(when(any, w4), when(out, wv)) +                     // kWeight
-            std::max({when(any, n * 4 * h / q), when(in, big_n * h / q), //
-                      when(out, n * v / q)}) +                           // kPartial
-            2 * std::max(when(any, w4), when(out, wv));                  // partial, sum
+            std::max(when(any, n * wide * h / q), when(out, n * v / q)) +   // kAct
+            std::max(when(any, w4), when(out, wv)) +                        // kWeight
+            std::max({when(any, n * wide * h / q), when(in, big_n * h / q), //
+                      when(out, n * v / q)}) +                              // kPartial
+            2 * std::max(when(any, w4), when(out, wv));                     // partial, sum
     break;
   }
   case TensorMode::d3: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t sum = q > 1 ? 1 : 0; // replicated vectors: a partial gradient
     n = r = big_n / (q * q), ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / (q * q);
-    const std::int64_t w4 = 4 * h * h / (q * q);
-    extra = lns * (2 * n + sum * 2 * h / q) + stage.layers * sum * 9 * h / q +
+    const std::int64_t w4 = wide * h * h / (q * q);
+    extra = lns * (2 * n + sum * 2 * h / q) + biases * sum * h / q +
             when(in, sum * t * h / q + n * q) + 2 * (v / q) * (h / q) +
             when(out, n * v / q + 5 * n) +
-            std::max(when(any, 4 * n * h), when(in || out, n * h)) +              // kInput
-            when(any, w4) +                                                       // kWeight
-            std::max({when(any, 4 * n * h), when(in, n * h), when(out, n * v)}) + // kOutput
-            std::max(when(any, 4 * n * h), when(out, n * h)) +                    // kInputGrad
-            when(any, w4) +                                                       // kWeightGrad
-            std::max(when(any, 4 * h * h / (q * q * q)), v * h / (q * q * q));    // kWeightBlock
+            std::max(when(any, wide * n * h), when(in || out, n * h)) +              // kInput
+            when(any, w4) +                                                          // kWeight
+            std::max({when(any, wide * n * h), when(in, n * h), when(out, n * v)}) + // kOutput
+            std::max(when(any, wide * n * h), when(out, n * h)) +                    // kInputGrad
+            when(any, w4) +                                                          // kWeightGrad
+            std::max(when(any, wide * h * h / (q * q * q)), v * h / (q * q * q));    // kWeightBlock
     break;
   }
   case TensorMode::none:
@@ -357,19 +361,22 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
                                               : 4 * n * hi + scores;
   const std::int64_t layer = 2 * n * ho + 16 * n * hi + scores + 4 * r;
   const std::int64_t c = stage.longest;
-  // MoE feed-forwards (no tensor parallelism, so n tokens of h features): a layer's saved
+  // MoE feed-forwards (the nm tokens a rank routes, of h features): a layer's saved
   // routing and expert activations (kernels::MoeSaved: probabilities, choices, gates,
   // slots, the R rows of this rank's pairs and their outputs, the Rr rows its experts run
   // on with their hidden layer, GELU and tanh (and, with expert parallelism, their inputs),
   // offsets and load fractions) replace the MLP's hidden, GELU and tanh (12 n hi); the mode
   // adds each layer's sort keys and probability means (doubles: 2 elements each) and scratch
   // shared by the layers. Rr = R without expert parallelism (tp::moe_received_rows).
-  // Under 1d tensor parallelism each rank routes nm = n / p of the tokens, and adds its
-  // share's output and input gradient (the output only without sequence parallelism) and
-  // each MoE layer's router gradient, summed over the tensor ranks.
+  // Under tensor parallelism each rank routes nm = N / p of the tokens, and adds each MoE
+  // layer's router gradient, summed over the tensor ranks, and its share's buffers: 1d its
+  // output (without sequence parallelism) and input gradient; 2d and 3d its input, output
+  // and input gradient, and the blocks exchanged over the feature group.
   const std::int64_t mlp = 12 * n * hi, e = m.experts, k = m.top_k;
   const bool moe_here = stage.moe_layers > 0;
-  const std::int64_t shared = tp > 1 && moe_here ? 1 : 0, nm = n / (shared ? tp : 1);
+  const std::int64_t shared = tp > 1 && moe_here ? 1 : 0, nm = shared ? big_n / tp : n;
+  const bool blocks = mode == TensorMode::d2 || mode == TensorMode::d3;
+  const std::int64_t share_buffers = blocks ? 4 : sequence_parallel ? 1 : 2;
   const std::int64_t rows = moe_here ? tp::moe_rows(m.capacity_factor, nm, m.top_k, m.experts) : 0;
   const std::int64_t got =
       moe_here ? tp::moe_received_rows(m.capacity_factor, nm, m.top_k, m.experts, stage.ep) : 0;
@@ -382,8 +389,7 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
       layer - when(stage.layers == stage.moe_layers, mlp) + when(stage.moe_layers > 0, saved);
   if (stage.moe_layers > 0)
     extra += stage.moe_layers * (nm * k + 2 * e) + 2 * rows * h + (4 + moved) * got * h + nm * e +
-             nm * k +
-             shared * (stage.moe_layers * h * e + nm * h + (sequence_parallel ? 0 : nm * h));
+             nm * k + shared * (stage.moe_layers * h * e + share_buffers * nm * h);
   const std::int64_t per_slot = (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + acts) +
                                 when(out, n * ho + 2 * r);
   const std::int64_t once = n * ho + r * ho + 12 * n * hi + attention_once +

@@ -183,19 +183,14 @@ public:
                                                   kernels::Positions pos, std::int64_t hidden,
                                                   int batch, std::uint64_t seed, Ends ends) = 0;
   /// \brief Registers the router and the experts (names in `names`) and returns the MoE
-  /// feed-forward for `rows` local rows of `hidden` features; w1 is initialised with
-  /// std_dev, w2 with proj_std. 1d (and none) have one: the experts spread over the grid's
-  /// "ep" group when expert_size > 1, which under tensor parallelism spans the tensor ranks,
-  /// each routing a share of the tokens; the deck refuses MoE models in 2d and 3d first.
+  /// feed-forward for `rows` local rows of `hidden` features (a LayerNorm's output in, the
+  /// residual stream's layout out); w1 is initialised with std_dev, w2 with proj_std. The
+  /// experts spread over the grid's "ep" group when expert_size > 1, which under tensor
+  /// parallelism spans the tensor ranks, each routing an equal share of the tokens whole
+  /// (docs/grid.md#expert-parallelism).
   virtual std::unique_ptr<MoE<T>> moe(Params<T>& params, const MoeNames& names,
                                       const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
-                                      double std_dev, double proj_std, std::uint64_t seed) {
-    (void)params, (void)names, (void)shape, (void)hidden, (void)rows, (void)std_dev, (void)proj_std,
-        (void)seed;
-    throw Error(std::string("model.experts > 1 under tensor_mode \"") + name() +
-                    "\": MoE layers under tensor parallelism are not available yet",
-                true);
-  }
+                                      double std_dev, double proj_std, std::uint64_t seed) = 0;
   /// \brief Bytes of the buffers the mode's layers allocated (saved statistics, gathered
   /// blocks, logits, scratch shared by all layers).
   virtual std::int64_t workspace_bytes() const = 0;
