@@ -307,6 +307,25 @@ TEST(ProcessGrid, ContextParallelLayoutsHaveTheRightGroups) {
           EXPECT_EQ(grid.ep().rank(), g.ep);
           EXPECT_EQ(members(grid.expert_dp()), edps);
         }
+        if (tp > 1 && f > 1) {
+          // Expert tensor parallelism: each tensor rank's experts over f replicas of its own.
+          Layout split = l;
+          split.etp = tp;
+          split.ep = f;
+          const ProcessGrid sg(split, Communicator::world());
+          const GridCoords& h = sg.coords();
+          EXPECT_EQ(h.ep, h.replica % f);
+          EXPECT_EQ(h.edp, h.replica / f);
+          std::vector<int> eps, edps;
+          const auto at = [&](int x) { return w(h.tp, x % cp, x / cp, h.pp); };
+          for (int e = 0; e < f; ++e)
+            eps.push_back(at(h.edp * f + e));
+          for (int r = 0; r < dp * cp / f; ++r)
+            edps.push_back(at(r * f + h.ep));
+          EXPECT_EQ(members(sg.ep()), eps);
+          EXPECT_EQ(sg.ep().rank(), h.ep);
+          EXPECT_EQ(members(sg.expert_dp()), edps);
+        }
         const auto names = grid.group_names();
         EXPECT_NE(std::find(names.begin(), names.end(), "cp"), names.end());
         ++tested;

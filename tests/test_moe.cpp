@@ -532,6 +532,26 @@ TEST(MoE, DeckRules) {
   EXPECT_EQ(error("experts = 4", "pipeline_size = 2\nmicrobatches = 2\ndata_size = 2\n"
                                  "expert_size = 2"),
             "no error");
+  // Expert tensor parallelism: 1 or tensor_size; the experts then spread over replicas only.
+  e = error("experts = 4", "tensor_mode = \"1d\"\ntensor_size = 2\nexpert_tensor_size = 3");
+  EXPECT_TRUE(has(e, "parallel.expert_tensor_size = 3: must be 1 (whole experts) or "
+                     "tensor_size = 2"))
+      << e;
+  e = error("", "tensor_mode = \"1d\"\ntensor_size = 2\nexpert_tensor_size = 2");
+  EXPECT_TRUE(has(e, "parallel.expert_tensor_size = 2: splits the experts of MoE layers: it "
+                     "needs model.experts > 1"))
+      << e;
+  EXPECT_EQ(error("experts = 4", "tensor_mode = \"1d\"\ntensor_size = 2\nexpert_tensor_size = 2"),
+            "no error");
+  e = error("experts = 4", "tensor_mode = \"1d\"\ntensor_size = 2\nexpert_tensor_size = 2\n"
+                           "data_size = 2\nexpert_size = 4");
+  EXPECT_TRUE(has(e, "parallel.expert_size = 4: must divide both data_size x context_size = 2 x "
+                     "1 = 2") &&
+              has(e, "each tensor rank's apart") && has(e, "valid: 1, 2"))
+      << e;
+  EXPECT_EQ(error("experts = 4", "tensor_mode = \"2d\"\ntensor_size = 4\nexpert_tensor_size = 4\n"
+                                 "data_size = 2\nexpert_size = 2"),
+            "no error");
   // 2d and 3d alike: the experts spread over all the tensor ranks.
   e = error("experts = 4", "tensor_mode = \"2d\"\ntensor_size = 4");
   EXPECT_TRUE(has(e, "parallel.expert_size = 1 (default): must be tensor_size = 4 times a "

@@ -34,6 +34,7 @@ struct Case {
   const char* mode = "1d";
   int experts = 4;
   int sequences = 2; // per micro-batch
+  bool etp = false;  // expert tensor parallelism: expert_tensor_size = tp
 };
 
 std::string describe(const Case& c) {
@@ -42,7 +43,7 @@ std::string describe(const Case& c) {
          std::to_string(c.microbatches) + (c.zero ? " zero" : "") + " recompute=" + c.recompute +
          " capacity=" + std::to_string(c.capacity_factor) + " tp" + std::to_string(c.tp) +
          (c.tp > 1 ? std::string(" ") + c.mode : "") + (c.sp ? "+sp" : "") + " E" +
-         std::to_string(c.experts) + " b" + std::to_string(c.sequences);
+         std::to_string(c.experts) + " b" + std::to_string(c.sequences) + (c.etp ? " etp" : "");
 }
 
 int global_batch(const Case& c) {
@@ -69,8 +70,10 @@ tensor_mode = ")" + std::string(c.tp > 1 ? c.mode : "none") +
                            "\nsequence_parallel = " + (c.sp ? "true" : "false") +
                            "\npipeline_size = " + std::to_string(c.pp) +
                            "\ndata_size = " + std::to_string(c.dp) +
-                           "\nexpert_size = " + std::to_string(c.ep) + "\nschedule = \"" +
-                           c.schedule + "\"\nvirtual_stages = " + std::to_string(c.virtual_stages) +
+                           "\nexpert_size = " + std::to_string(c.ep) +
+                           "\nexpert_tensor_size = " + std::to_string(c.etp ? c.tp : 1) +
+                           "\nschedule = \"" + c.schedule +
+                           "\"\nvirtual_stages = " + std::to_string(c.virtual_stages) +
                            "\nmicrobatches = " + std::to_string(c.microbatches) +
                            "\nzero = " + std::to_string(c.zero) + "\nrecompute = \"" + c.recompute +
                            R"("
@@ -108,7 +111,9 @@ std::vector<Case> cases() {
             {1, 2, 1, "1f1b", 1, 2, 1, "none"},
             {2, 1, 1, "1f1b", 1, 4, 0, "none"},
             {1, 1, 2, "1f1b", 1, 1, 0, "none", 0, 2},
-            {1, 1, 2, "1f1b", 1, 2, 0, "full", 0, 2, true}};
+            {1, 1, 2, "1f1b", 1, 2, 0, "full", 0, 2, true},
+            {1, 1, 1, "1f1b", 1, 1, 0, "none", 0, 2, false, "1d", 4, 2, true},
+            {1, 1, 1, "1f1b", 1, 2, 0, "full", 0, 2, true, "1d", 4, 2, true}};
   case 4:
     return {{1, 4, 4, "1f1b", 1, 1, 0, "none"},
             {1, 4, 2, "1f1b", 1, 2, 1, "full"},
@@ -117,7 +122,9 @@ std::vector<Case> cases() {
             {1, 2, 4, "1f1b", 1, 2, 0, "none", 0, 2},
             {1, 2, 2, "1f1b", 1, 1, 1, "none", 0, 2, true},
             {1, 1, 4, "1f1b", 1, 2, 0, "none", 0, 4, false, "2d"},
-            {1, 1, 4, "1f1b", 1, 1, 0, "full", 0, 4, false, "2d", 4, 4}};
+            {1, 1, 4, "1f1b", 1, 1, 0, "full", 0, 4, false, "2d", 4, 4},
+            {1, 2, 2, "1f1b", 1, 2, 1, "none", 0, 2, false, "1d", 4, 2, true},
+            {1, 1, 1, "1f1b", 1, 2, 0, "none", 0, 4, false, "2d", 4, 2, true}};
   case 8:
     return {{1, 8, 4, "1f1b", 1, 1, 1, "none"},
             {2, 4, 4, "layered", 1, 2, 1, "full"},
@@ -127,7 +134,9 @@ std::vector<Case> cases() {
             {1, 2, 4, "1f1b", 1, 2, 1, "none", 0, 4, false, "2d"},
             {2, 1, 4, "1f1b", 1, 2, 0, "full", 2.0, 4, false, "2d"}, // no token dropped
             {1, 1, 8, "1f1b", 1, 2, 0, "none", 0, 8, false, "3d", 8, 4},
-            {1, 1, 8, "1f1b", 1, 1, 0, "full", 0, 8, false, "3d", 8, 4}};
+            {1, 1, 8, "1f1b", 1, 1, 0, "full", 0, 8, false, "3d", 8, 4},
+            {1, 1, 1, "1f1b", 1, 1, 0, "none", 0, 8, false, "3d", 4, 4, true},
+            {2, 2, 2, "1f1b", 1, 2, 0, "none", 0, 2, true, "1d", 4, 2, true}};
   default:
     return {};
   }
@@ -203,7 +212,9 @@ TEST(MoEParallel, TrafficFollowsTheClosedForm) {
       // Half the row exchanges send this rank's pairs (at most its n tokens x top_k 2), half
       // send back those its experts took: from each other rank at most one per token and
       // expert held here.
-      const double n = c.sequences * 8.0 / c.tp; // tokens per micro-batch this rank routes
+      // Tokens per micro-batch this rank routes: its share, or with expert tensor
+      // parallelism the tensor group's.
+      const double n = c.sequences * 8.0 / (c.etp ? 1 : c.tp);
       const double here = std::min(2, c.experts / c.ep);
       const double most =
           counts_bytes + rows_calls / 2 * (n * 2 + (c.ep - 1) * n * here) * 16 * 4.0;
@@ -226,4 +237,15 @@ TEST(MoEParallel, CheckpointResumesOnOneProcess) {
   SCOPED_TRACE(describe(c));
   cubelm::testing::expect_resumes_on_one_process(deck(c), reference(c), "cubelm_test_moe_parallel_",
                                                  3, 3);
+}
+
+// With expert tensor parallelism each rank saves its slices of the experts (and rank 0 of
+// the tensor group b2); one process reads them whole and resumes with the same losses.
+TEST(MoEParallel, ExpertTensorCheckpointResumesOnOneProcess) {
+  const auto all = cases();
+  const auto c = std::find_if(all.begin(), all.end(), [](const Case& x) { return x.etp; });
+  ASSERT_NE(c, all.end()) << "test_moe_parallel has expert tensor parallel layouts at 2, 4, 8";
+  SCOPED_TRACE(describe(*c));
+  cubelm::testing::expect_resumes_on_one_process(deck(*c), reference(*c),
+                                                 "cubelm_test_moe_parallel_etp_", 3, 3);
 }

@@ -119,9 +119,12 @@ std::string maps_line(const Deck& deck) {
           : m.moe_every == 2 ? "nd"
           : m.moe_every == 3 ? "rd"
                              : "th")
-      << " layer) expert tp 1 x ep " << p.expert_size << " x expert dp "
-      << replicas * p.tensor_size / p.expert_size << ": " << m.experts / p.expert_size << " expert"
-      << (m.experts / p.expert_size == 1 ? "" : "s") << " per rank\n";
+      << " layer) expert tp " << p.expert_tensor_size << " x ep " << p.expert_size
+      << " x expert dp " << replicas * p.tensor_size / p.expert_tensor_size / p.expert_size << ": "
+      << m.experts / p.expert_size << " expert" << (m.experts / p.expert_size == 1 ? "" : "s")
+      << (p.expert_tensor_size > 1 ? " (1/" + std::to_string(p.expert_tensor_size) + " of each)"
+                                   : std::string())
+      << " per rank\n";
   return out.str();
 }
 
@@ -176,7 +179,9 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
       << ", \"virtual_stages\": " << p.virtual_stages << ", \"microbatches\": " << p.microbatches
       << ", \"zero\": " << p.zero
       << ", \"sequence_parallel\": " << (p.sequence_parallel ? "true" : "false")
-      << ", \"expert_size\": " << p.expert_size << ", \"context_size\": " << p.context_size
+      << ", \"expert_size\": " << p.expert_size
+      << ", \"expert_tensor_size\": " << p.expert_tensor_size
+      << ", \"context_size\": " << p.context_size
       << ", \"recompute\": " << text(recompute_name(p.recompute))
       << "}, \"world\": " << layout.world_size()
       << ", \"parameters\": " << model::parameter_count(deck.model)

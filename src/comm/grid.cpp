@@ -34,9 +34,8 @@ ProcessGrid::ProcessGrid(const Layout& layout, const Communicator& world, CommOp
   if (layout_.cp > 1) // same t, d and s, ordered by c
     cp_.emplace(make("cp", g.tp + layout_.tp * (g.dp + layout_.dp * g.pp), g.cp));
   if (layout_.ep > 1) {
-    // Same s; ep: same r = replica / (ep / tp), every t; edp: same index e in ep.
-    ep_.emplace(make("ep", g.pp + layout_.pp * g.edp, g.ep));
-    edp_.emplace(make("edp", g.pp + layout_.pp * g.ep, g.edp));
+    ep_.emplace(make("ep", ep_color(layout_, g), g.ep));
+    edp_.emplace(make("edp", edp_color(layout_, g), g.edp));
   }
   const int q = layout_.side();
   if (layout_.mode == TensorMode::d2) {

@@ -15,6 +15,7 @@ Layout layout_of(const ParallelConfig& parallel) {
   l.mode = parallel.tensor_mode;
   l.sequence_parallel = parallel.sequence_parallel;
   l.ep = parallel.expert_size;
+  l.etp = parallel.expert_tensor_size;
   l.cp = parallel.context_size;
   return l;
 }
@@ -88,6 +89,8 @@ std::string Layout::describe() const {
     out << " cp=" << cp;
   if (ep > 1)
     out << " ep=" << ep;
+  if (etp > 1)
+    out << " etp=" << etp;
   return out.str();
 }
 
@@ -98,7 +101,23 @@ void Layout::validate() const {
     if (value < 1)
       refuse(std::string("parallel.") + key + " = " + std::to_string(value) +
              ": a grid dimension must be at least 1");
-  if (ep < 1 || (ep > 1 && (ep % tp != 0 || replicas() % (ep / tp) != 0))) {
+  if (etp != 1 && etp != tp)
+    refuse("parallel.expert_tensor_size = " + std::to_string(etp) +
+           ": the experts' hidden layers split over all the tensor ranks or none, so it must be "
+           "1 or tensor_size = " +
+           std::to_string(tp));
+  if (etp > 1 && (ep < 1 || replicas() % ep != 0)) {
+    std::string valid;
+    for (int r = 1; r <= replicas(); ++r)
+      if (replicas() % r == 0)
+        valid += (valid.empty() ? "" : ", ") + std::to_string(r);
+    refuse("parallel.expert_size = " + std::to_string(ep) +
+           ": with expert_tensor_size = tensor_size the expert-parallel groups are carved out of "
+           "the replicas of the parameters, so expert_size must divide data_size x "
+           "context_size = " +
+           std::to_string(replicas()) + " (valid: " + valid + ")");
+  }
+  if (etp == 1 && (ep < 1 || (ep > 1 && (ep % tp != 0 || replicas() % (ep / tp) != 0)))) {
     // The valid sizes: tp times the divisors of the replicas.
     std::string valid;
     for (int r = 1; r <= replicas(); ++r)
@@ -181,9 +200,23 @@ GridCoords coords_of(const Layout& layout, int world_rank) {
     g.c = g.tp / (q * q);
   }
   const int fold = layout.expert_replicas();
-  g.ep = layout.ep > 1 ? g.tp + layout.tp * (g.replica % fold) : 0;
+  if (layout.ep > 1)
+    g.ep = layout.etp > 1 ? g.replica % fold : g.tp + layout.tp * (g.replica % fold);
   g.edp = g.replica / fold;
   return g;
+}
+
+int ep_color(const Layout& layout, const GridCoords& g) {
+  // Same s and r = replica / expert_replicas(), every t (with expert tensor parallelism
+  // the same t).
+  const int t = layout.etp > 1 ? g.tp : 0;
+  return g.pp + layout.pp * (g.edp + layout.expert_copies() * t);
+}
+
+int edp_color(const Layout& layout, const GridCoords& g) {
+  // Same s and index e in ep (with expert tensor parallelism the same t).
+  const int t = layout.etp > 1 ? g.tp : 0;
+  return g.pp + layout.pp * (g.ep + layout.ep * t);
 }
 
 int world_rank_of(const Layout& layout, int dp, int pp, int tp, int cp) {

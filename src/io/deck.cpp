@@ -276,6 +276,7 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   par.get("zero", p.zero);
   par.get("sequence_parallel", p.sequence_parallel);
   par.get("expert_size", p.expert_size);
+  par.get("expert_tensor_size", p.expert_tensor_size);
   par.get("context_size", p.context_size);
   std::string recompute = recompute_name(p.recompute);
   par.choice("recompute", recompute, {"none", "full"});
@@ -315,16 +316,38 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   }
   try {
     comm::Layout sizes = comm::layout_of(p);
-    sizes.ep = 1; // expert_size's rules are checked below, under its own key
+    sizes.ep = sizes.etp = 1; // the experts' rules are checked below, under their own keys
     sizes.validate();
   } catch (const Error& e) {
     par.fail("tensor_size", e.what());
   }
   par.at_least("expert_size", p.expert_size, 1);
   {
-    // The experts spread over tensor_size x r ranks, r a divisor of the replicas, and each
-    // rank holds as many of them.
-    const int tp = p.tensor_size, replicas = p.data_size * p.context_size;
+    const int tp = p.tensor_size, etp = p.expert_tensor_size;
+    if (etp != 1 && etp != tp)
+      par.fail("expert_tensor_size",
+               "must be 1 (whole experts) or tensor_size = " + std::to_string(tp) +
+                   " (each expert's hidden layer split over the tensor ranks)",
+               std::to_string(etp));
+    else if (etp > 1 && m.experts <= 1)
+      par.fail("expert_tensor_size",
+               "splits the experts of MoE layers: it needs model.experts > 1 (model.experts = " +
+                   std::to_string(m.experts) + "); use expert_tensor_size = 1",
+               std::to_string(etp));
+    else if (etp > 1 && (4LL * m.hidden) % tp != 0)
+      par.fail("expert_tensor_size",
+               "splits each expert's 4 x model.hidden = " + std::to_string(4LL * m.hidden) +
+                   " hidden features over tensor_size = " + std::to_string(tp) +
+                   ", which must divide them",
+               std::to_string(etp));
+  }
+  {
+    // The experts spread over tensor_size x r ranks, r a divisor of the replicas (with
+    // expert tensor parallelism over r ranks of one tensor rank), and each rank holds as
+    // many of them.
+    const int replicas = p.data_size * p.context_size;
+    const bool split = p.expert_tensor_size > 1 && p.expert_tensor_size == p.tensor_size;
+    const int tp = split ? 1 : p.tensor_size;
     std::string valid = tp == 1 ? "1" : "";
     for (int r = 1; r <= replicas; ++r)
       if (replicas % r == 0 && m.experts % (tp * r) == 0 && tp * r > 1)
@@ -345,8 +368,11 @@ Deck parse_deck(const std::string& text, const std::string& source) {
       par.fail("expert_size",
                "must divide both " + replicas_text +
                    " (the expert-parallel groups are carved out of the replicas of the "
-                   "parameters) and model.experts = " +
-                   std::to_string(m.experts) +
+                   "parameters" +
+                   (split ? std::string(", each tensor rank's apart: expert_tensor_size = "
+                                        "tensor_size")
+                          : std::string()) +
+                   ") and model.experts = " + std::to_string(m.experts) +
                    " (each rank holds as many experts); valid: " + valid,
                std::to_string(e));
     else if (m.experts > 1 && tp > 1 &&

@@ -55,6 +55,7 @@ Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int s) {
     for (const int l : chunk)
       shape.moe_layers += deck.model.moe_layer(l) ? 1 : 0;
   shape.ep = par.expert_size;
+  shape.etp = par.expert_tensor_size;
   shape.cp = par.context_size;
   const std::int64_t params =
       parameters_per_rank(deck.model, par.tensor_mode, par.tensor_size, shape);

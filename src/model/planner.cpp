@@ -93,11 +93,13 @@ std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space)
             continue;
           const int dp = ranks / tp / pp / cp;
           // MoE layers: the experts spread over the tp ranks and ep / tp of the dp x cp
-          // replicas.
+          // replicas, or with expert tensor parallelism (a deck's expert_tensor_size > 1:
+          // the experts split over every tp > 1) over ep of them.
           const int ep = base.parallel.expert_size;
-          const bool moe = model.experts > 1;
-          if (batch % dp != 0 || (ep > 1 && (ep % tp != 0 || (dp * cp) % (ep / tp) != 0)) ||
-              (moe && tp > 1 && ep == 1))
+          const bool moe = model.experts > 1, etp = base.parallel.expert_tensor_size > 1 && tp > 1;
+          if (batch % dp != 0 || (etp && (dp * cp) % ep != 0) ||
+              (!etp && ep > 1 && (ep % tp != 0 || (dp * cp) % (ep / tp) != 0)) ||
+              (moe && !etp && tp > 1 && ep == 1))
             continue;
           for (const int micro : divisors(batch / dp)) {
             const int sequences = batch / dp / micro;
@@ -123,6 +125,7 @@ std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space)
                       ParallelConfig& p = d.parallel;
                       p.tensor_mode = mode;
                       p.tensor_size = tp;
+                      p.expert_tensor_size = etp ? tp : 1;
                       p.pipeline_size = pp;
                       p.data_size = dp;
                       p.context_size = cp;

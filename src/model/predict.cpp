@@ -32,14 +32,14 @@ std::vector<std::pair<std::string, long>> group_keys(const comm::Layout& l, int 
     keys.emplace_back("pp.ends", c.tp + l.tp * static_cast<long>(c.replica));
   if (l.cp > 1) // same (t, d, s)
     keys.emplace_back("cp", c.tp + l.tp * (c.dp + static_cast<long>(l.dp) * c.pp));
-  if (l.ep > 1) { // the MoE layers' fold of tp and the replicas: same s and r, or e
-    keys.emplace_back("ep", c.pp + static_cast<long>(l.pp) * c.edp);
-    keys.emplace_back("edp", c.pp + static_cast<long>(l.pp) * c.ep);
+  if (l.ep > 1) { // the MoE layers' fold of tp and the replicas
+    keys.emplace_back("ep", comm::ep_color(l, c));
+    keys.emplace_back("edp", comm::edp_color(l, c));
   }
+  keys.emplace_back("tp", base); // the whole tensor group (2d and 3d: the MoE layers')
   switch (l.mode) {
   case TensorMode::none:
   case TensorMode::d1:
-    keys.emplace_back("tp", base);
     break;
   case TensorMode::d2:
     keys.emplace_back("tp.row", base * q + c.row);
@@ -260,8 +260,10 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     const double k = cfg.top_k, flops = (8 * N * H * H + 4 * N * T * H + 2 * N * H * cfg.experts +
                                          16 * k * N * H * H) /
                                         tp;
+    // The tokens a rank routes: its share, or the group's with expert tensor parallelism.
+    const double routed = layout.etp > 1 ? N : N / tp;
     const double kept = static_cast<double>(tp::moe_rows(
-        cfg.capacity_factor, static_cast<std::int64_t>(N / tp), cfg.top_k, cfg.experts));
+        cfg.capacity_factor, static_cast<std::int64_t>(routed), cfg.top_k, cfg.experts));
     const double moe_saved = 2 * n * ho + 4 * n * hi + scores + 4 * r + 13 * kept * H;
     moe_layer.forward = flops / rate + kForwardBytes * moe_saved / memory_rate;
     moe_layer.backward = 2 * flops / rate + kBackwardBytes * moe_saved / memory_rate;

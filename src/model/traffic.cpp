@@ -66,13 +66,24 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
                T = cfg.seq_len, N = n_tokens;
   const double L = u.layers, F = u.recomputed, in = u.lookup ? 1 : 0, out = u.head ? 1 : 0;
   const double q = layout.side();
-  // MoE layers under tensor parallelism (docs/communication.md): each rank routes N / p
-  // tokens; the router's gradient (H E) is summed over the group once per layer and
-  // micro-batch, the load fractions (E) once per forward. M, MF: such layers, recomputed.
+  // MoE layers under tensor parallelism (docs/communication.md): each rank holds a share
+  // of N / p tokens. It routes them: the router's gradient (H E) is summed over the group
+  // once per layer and micro-batch, the load fractions (E) once per forward. Or with expert
+  // tensor parallelism the shares are all-gathered (forward, again backward and when
+  // recomputed, with the output's gradient backward), the partial outputs and input
+  // gradients reduce-scattered, and the gates' gradient (N k) summed over the group.
+  // M, MF: such layers, recomputed.
   const double M = layout.tp > 1 ? u.moe : 0, MF = layout.tp > 1 ? u.moe_recomputed : 0;
   const double E = cfg.experts;
   t.size("tp", layout.tp);
-  t.add("tp", Kind::all_reduce, m * (2 * M + MF), m * (M * H * E + (M + MF) * E));
+  if (layout.etp > 1) {
+    const double share = N * H / layout.tp;
+    t.add("tp", Kind::all_gather, m * (3 * M + MF), m * (3 * M + MF) * share);
+    t.add("tp", Kind::reduce_scatter, m * (2 * M + MF), m * (2 * M + MF) * share);
+    t.add("tp", Kind::all_reduce, m * M, m * M * N * cfg.top_k);
+  } else {
+    t.add("tp", Kind::all_reduce, m * (2 * M + MF), m * (M * H * E + (M + MF) * E));
+  }
   // Dense layers (with their MLP's linears), recomputed.
   const double Ld = L - u.moe, Fd = F - u.moe_recomputed;
   switch (layout.mode) {
@@ -186,10 +197,16 @@ std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const M
   const std::int64_t n = matrix ? rows * e.shape[1] : e.shape[0];
   if (e.name == "wpe")
     return layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3 ? n / q : n;
-  // An MoE layer's router and experts are whole on a rank (replicated or spread over ep).
-  const std::string router = "/router";
-  if (e.expert >= 0 || (e.name.size() >= router.size() &&
-                        e.name.compare(e.name.size() - router.size(), router.size(), router) == 0))
+  const auto ends = [&](const char* s) {
+    const std::string tail(s);
+    return e.name.size() >= tail.size() &&
+           e.name.compare(e.name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  // An MoE layer's router and experts are whole on a rank (replicated or spread over ep);
+  // with expert tensor parallelism the experts' w1, b1 and w2 are split over the tp ranks.
+  if (e.expert >= 0)
+    return layout.etp > 1 && !ends("/b2") ? n / p : n;
+  if (ends("/router"))
     return n;
   switch (layout.mode) {
   case TensorMode::d2:
@@ -201,11 +218,6 @@ std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const M
     if (matrix)
       return n / p;
     // Column-parallel biases (bq, bk, bv, b1) are split; LayerNorms, bo and b2 replicated.
-    const auto ends = [&](const char* s) {
-      const std::string tail(s);
-      return e.name.size() >= tail.size() &&
-             e.name.compare(e.name.size() - tail.size(), tail.size(), tail) == 0;
-    };
     return ends("/bq") || ends("/bk") || ends("/bv") || ends("/b1") ? n / p : n;
   }
   }
@@ -358,10 +370,12 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
   if (layout.ep > 1) {
     const double moe = u.moe, moe_redo = u.moe_recomputed;
     const double p = layout.ep;
-    // The tokens this rank routes: its share under (1d) tensor parallelism.
-    const double rows = static_cast<double>(
-        tp::moe_rows(deck.model.capacity_factor, static_cast<std::int64_t>(n_tokens / layout.tp),
-                     deck.model.top_k, deck.model.experts));
+    // The tokens this rank routes: its share under tensor parallelism, or the tensor
+    // group's with expert tensor parallelism.
+    const double routed = layout.etp > 1 ? n_tokens : n_tokens / layout.tp;
+    const double rows = static_cast<double>(tp::moe_rows(deck.model.capacity_factor,
+                                                         static_cast<std::int64_t>(routed),
+                                                         deck.model.top_k, deck.model.experts));
     const double tokens = (p - 1) / p * rows * deck.model.hidden;
     t.size("ep", layout.ep);
     const double counts = m * (moe + moe_redo), exchanges = m * (4 * moe + 2 * moe_redo);

@@ -281,7 +281,7 @@ public:
     // Under tensor parallelism each rank routes a share of the tokens, its experts'
     // group spanning the tensor ranks (docs/grid.md#expert-parallelism).
     return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_,
-                       this->context(), &group_, sequence_parallel_);
+                       this->context(), &group_, sequence_parallel_, nullptr, expert_tensor_);
   }
 
 private:
@@ -291,6 +291,7 @@ private:
 
   using ModeBase<T>::ws_;
   using ModeBase<T>::ep_;
+  using ModeBase<T>::expert_tensor_;
   const comm::Group& group_;
   bool sequence_parallel_;
 };

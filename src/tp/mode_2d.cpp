@@ -285,13 +285,14 @@ public:
     // the other features of its rows); the experts' group spans the tensor ranks
     // (docs/grid.md#expert-parallelism).
     return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_,
-                       this->context(), &tensor_, false, &grid_.row);
+                       this->context(), &tensor_, false, &grid_.row, expert_tensor_);
   }
 
 private:
   using ModeBase<T>::ws_;
   using ModeBase<T>::tensor_;
   using ModeBase<T>::ep_;
+  using ModeBase<T>::expert_tensor_;
   Grid2D<T> grid_;
 };
 

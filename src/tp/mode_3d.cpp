@@ -350,13 +350,14 @@ public:
     // the other features of its rows); the experts' group spans the tensor ranks
     // (docs/grid.md#expert-parallelism).
     return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_,
-                       this->context(), &tensor_, false, cube_.c);
+                       this->context(), &tensor_, false, cube_.c, expert_tensor_);
   }
 
 private:
   using ModeBase<T>::ws_;
   using ModeBase<T>::tensor_;
   using ModeBase<T>::ep_;
+  using ModeBase<T>::expert_tensor_;
   Cube<T> cube_;
 };
 

@@ -8,6 +8,8 @@
 //    tokens through an ExpertParallelMoE whose ep group spans the tensor ranks.
 //  - FeatureShareMoE (2d, 3d): the same, each rank's share made whole rows by an
 //    all_to_all over the ranks that hold the other features of its rows.
+//  - ExpertTensorMoE (expert tensor parallelism): inside either, the shares gathered and
+//    routed alike by every tensor rank through its slices of the experts.
 //
 // Forward: logits = x Wr, softmax and top-k (kernels::moe_route), the pairs sorted by
 // expert into contiguous rows (moe_dispatch), the rows of x gathered, each expert's MLP
@@ -41,7 +43,11 @@ enum MoeScratch : std::size_t {
                    // then of the output's gradient)
   kShareGrad = 13, // [N / p, H] (tensor parallelism): the gradient of its share of the input
   kShareIn = 14,   // [N / p, H] (2d, 3d): its share of the input
-  kExchange = 15   // [R, H / c] (2d, 3d): blocks on their way to or from the feature group
+  kExchange = 15,  // [R, H / c] (2d, 3d): blocks on their way to or from the feature group
+  kGroupIn = 16,   // [N, H] (expert tensor parallelism): the tensor group's tokens
+  kGroupOut = 17,  // [N, H] (expert tensor parallelism): their partial output, then the
+                   // output's gradient
+  kGroupGrad = 18  // [N, H] (expert tensor parallelism): the input's partial gradient
 };
 
 // The router and the routing: what both MoE feed-forwards share. When the micro-batch's
@@ -52,13 +58,20 @@ enum MoeScratch : std::size_t {
 // the number of shares. Each rank adds N f_e P_e with its own P_e: summed over the shares
 // that is the single process's N_all aux. Under tensor parallelism the router is
 // replicated over `tensor` and its gradient, each rank's share's, summed over it.
+// With expert tensor parallelism (`etp`: the tensor ranks, each holding a slice of every
+// expert's hidden layer) every rank of `etp` routes the same tokens alike: the gates'
+// gradient, partial sums of the slices, is all-reduced over it, the router's gradient is
+// then the same everywhere (replicated, not summed), and the aux loss and the input's
+// gradient through the router are counted on rank 0 of `etp` only.
 template <class T>
 class Router {
 public:
   Router(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
          std::int64_t hidden, std::int64_t rows, double std_dev, std::uint64_t seed,
-         const comm::Group* tensor, const comm::Group* context)
-      : ws_(ws), shape_(shape), rows_(rows) {
+         const comm::Group* tensor, const comm::Group* context, const comm::Group* etp = nullptr)
+      : ws_(ws), shape_(shape), rows_(rows),
+        etp_(etp != nullptr && etp->size() > 1 ? etp : nullptr),
+        leader_(etp_ == nullptr || etp_->rank() == 0) {
     for (const comm::Group* g : {tensor, context})
       if (g != nullptr && g->size() > 1) {
         shares_groups_.push_back(g);
@@ -74,6 +87,8 @@ public:
     Param<T> router = make_param<T>(names.router, {h, e}, {0, 0}, {h, e}, std_dev, 0, seed);
     if (tensor != nullptr && tensor->size() > 1)
       router_.emplace(Shared<T>::replicated(params, std::move(router), *tensor, tensor, ws));
+    else if (etp_ != nullptr)
+      router_.emplace(Shared<T>::replicated(params, std::move(router), *etp_, nullptr, ws));
     else
       router_.emplace(Shared<T>::owned(params, std::move(router)));
     capacity_ = moe_capacity(shape.capacity_factor, rows, shape.top_k, shape.experts);
@@ -100,7 +115,7 @@ public:
 
   void aux_loss(const ExecSpace& exec, const kernels::MoeSaved<T>& s,
                 const Kokkos::View<double*, MemSpace>& aux) {
-    if (aux.extent(0) > 0 && shape_.aux_loss > 0)
+    if (aux.extent(0) > 0 && shape_.aux_loss > 0 && leader_)
       kernels::moe_aux_loss<T>(
           exec, s.probs, s.fraction,
           shape_.aux_loss * shape_.experts * static_cast<double>(rows_) / shares_, means_, aux);
@@ -112,12 +127,17 @@ public:
                 const Mat<T>& dgate, const Mat<T>& dx, T grad_scale) {
     using namespace kernels;
     const Mat<T> dlogits = ws_.scratch(kLogitGrad, rows_, shape_.experts);
+    if (etp_ != nullptr)
+      etp_->all_reduce(exec, dgate);
     // d(N aux)/d p[t,e] = aux_loss E f_e (docs/model.md), scaled like the loss sum.
     const T aux_scale = static_cast<T>(shape_.aux_loss * shape_.experts / shares_) * grad_scale;
     moe_route_backward<T>(exec, s.probs, s.choice, s.gate, dgate, s.fraction, aux_scale, dlogits);
     gemm<T>(exec, true, false, T(1), x, dlogits, T(1), router_->grad_mat(exec));
     router_->reduce(exec);
-    gemm<T>(exec, false, true, T(1), dlogits, router_->param().mat(), T(0), dx);
+    if (leader_)
+      gemm<T>(exec, false, true, T(1), dlogits, router_->param().mat(), T(0), dx);
+    else
+      Kokkos::deep_copy(exec, dx, T(0));
   }
 
   Mat<T> dgate() const { return ws_.scratch(kGateGrad, rows_, shape_.top_k); }
@@ -126,6 +146,8 @@ private:
   Workspace<T>& ws_;
   MoeShape shape_;
   std::int64_t rows_, capacity_ = -1;
+  const comm::Group* etp_; // expert tensor parallelism: the ranks routing the same tokens
+  bool leader_;            // counts the aux loss and the router's input gradient
   std::vector<const comm::Group*> shares_groups_; // over which s.fraction is summed
   int shares_ = 1;                                // the shares summed in s.fraction
   std::optional<Shared<T>> router_;
@@ -139,19 +161,21 @@ class LocalMoE final : public MoE<T> {
 public:
   LocalMoE(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
            std::int64_t hidden, std::int64_t rows, double std_dev, double proj_std,
-           std::uint64_t seed, const comm::Group* context)
-      : ws_(ws), router_(params, ws, names, shape, hidden, rows, std_dev, seed, nullptr, context),
-        experts_(params, names, 0, shape.experts, hidden, 4 * hidden, std_dev, proj_std, seed),
-        shape_(shape), hidden_(hidden), rows_(rows) {
+           std::uint64_t seed, const comm::Group* context, const comm::Group* etp)
+      : ws_(ws),
+        router_(params, ws, names, shape, hidden, rows, std_dev, seed, nullptr, context, etp),
+        experts_(params, ws, names, 0, shape.experts, hidden, 4 * hidden, std_dev, proj_std, seed,
+                 etp),
+        shape_(shape), hidden_(hidden), ffn_(experts_.ffn()), rows_(rows) {
     expert_rows_ = moe_rows(shape.capacity_factor, rows, shape.top_k, shape.experts);
     ws.reserve(kExpertIn, expert_rows_ * hidden);
     ws.reserve(kExpertGrad, expert_rows_ * hidden);
-    ws.reserve(kHiddenGrad, expert_rows_ * 4 * hidden);
+    ws.reserve(kHiddenGrad, expert_rows_ * ffn_);
   }
 
   kernels::MoeSaved<T> make_saved() const override {
     return kernels::MoeSaved<T>::make(rows_, shape_.experts, shape_.top_k, expert_rows_, hidden_,
-                                      4 * hidden_);
+                                      ffn_);
   }
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
@@ -169,7 +193,7 @@ public:
     const std::int64_t used = s.host_offsets(shape_.experts);
     const Mat<T> xin = ws_.scratch(kExpertIn, expert_rows_, hidden_);
     const Mat<T> dout = ws_.scratch(kExpertGrad, expert_rows_, hidden_);
-    const Mat<T> dhid = ws_.scratch(kHiddenGrad, expert_rows_, 4 * hidden_);
+    const Mat<T> dhid = ws_.scratch(kHiddenGrad, expert_rows_, ffn_);
     const Mat<T> dgate = router_.dgate();
     kernels::moe_combine_backward<T>(exec, dy, s.out, s.slot, s.gate, s.pairs, used, dout, dgate);
     kernels::moe_gather<T>(exec, x, s.pairs, used, xin); // re-gathered, not kept
@@ -192,7 +216,7 @@ private:
   Router<T> router_;
   ExpertBank<T> experts_;
   MoeShape shape_;
-  std::int64_t hidden_, rows_, expert_rows_ = 0;
+  std::int64_t hidden_, ffn_, rows_, expert_rows_ = 0;
   std::vector<ExpertRows> segments_;
 };
 
@@ -206,12 +230,14 @@ public:
   ExpertParallelMoE(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
                     const MoeShape& shape, std::int64_t hidden, std::int64_t rows, double std_dev,
                     double proj_std, std::uint64_t seed, const comm::Group& ep,
-                    const comm::Group* tensor, const comm::Group* context)
+                    const comm::Group* tensor, const comm::Group* context,
+                    const comm::Group* etp = nullptr)
       : ws_(ws), ep_(ep),
-        router_(params, ws, names, shape, hidden, rows, std_dev, seed, tensor, context),
-        experts_(params, names, ep.rank() * (shape.experts / ep.size()), shape.experts / ep.size(),
-                 hidden, 4 * hidden, std_dev, proj_std, seed),
-        shape_(shape), hidden_(hidden), rows_(rows), here_(shape.experts / ep.size()) {
+        router_(params, ws, names, shape, hidden, rows, std_dev, seed, tensor, context, etp),
+        experts_(params, ws, names, ep.rank() * (shape.experts / ep.size()),
+                 shape.experts / ep.size(), hidden, 4 * hidden, std_dev, proj_std, seed, etp),
+        shape_(shape), hidden_(hidden), ffn_(experts_.ffn()), rows_(rows),
+        here_(shape.experts / ep.size()) {
     CUBELM_ASSERT(shape.experts % ep.size() == 0,
                   "model.experts must be a multiple of parallel.expert_size");
     expert_rows_ = moe_rows(shape.capacity_factor, rows, shape.top_k, shape.experts);
@@ -219,7 +245,7 @@ public:
         moe_received_rows(shape.capacity_factor, rows, shape.top_k, shape.experts, ep.size());
     ws.reserve(kExpertIn, expert_rows_ * hidden);
     ws.reserve(kExpertGrad, expert_rows_ * hidden);
-    ws.reserve(kHiddenGrad, received_ * 4 * hidden);
+    ws.reserve(kHiddenGrad, received_ * ffn_);
     ws.reserve(kReceived, received_ * hidden);
     send_counts_ = Kokkos::View<int*, Kokkos::HostSpace>("cubelm::moe_send_counts", shape.experts);
     const auto p = static_cast<std::size_t>(ep.size());
@@ -229,7 +255,7 @@ public:
 
   kernels::MoeSaved<T> make_saved() const override {
     return kernels::MoeSaved<T>::make(rows_, shape_.experts, shape_.top_k, expert_rows_, hidden_,
-                                      4 * hidden_, ep_.size(), received_);
+                                      ffn_, ep_.size(), received_);
   }
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
@@ -257,7 +283,7 @@ public:
     const std::int64_t got = counts(s);
     const Mat<T> dout = ws_.scratch(kExpertGrad, expert_rows_, hidden_);
     const Mat<T> dreceived = ws_.scratch(kReceived, received_, hidden_);
-    const Mat<T> dhid = ws_.scratch(kHiddenGrad, received_, 4 * hidden_);
+    const Mat<T> dhid = ws_.scratch(kHiddenGrad, received_, ffn_);
     const Mat<T> dgate = router_.dgate();
     kernels::moe_combine_backward<T>(exec, dy, s.out, s.slot, s.gate, s.pairs, used, dout, dgate);
     ep_.all_to_all_v(exec, dout, to_, dreceived, from_);
@@ -297,11 +323,57 @@ private:
   Router<T> router_;
   ExpertBank<T> experts_;
   MoeShape shape_;
-  std::int64_t hidden_, rows_, expert_rows_ = 0, received_ = 0;
+  std::int64_t hidden_, ffn_, rows_, expert_rows_ = 0, received_ = 0;
   int here_; // experts on this rank
   Kokkos::View<int*, Kokkos::HostSpace> send_counts_;
   std::vector<std::size_t> to_, from_;
   std::vector<ExpertRows> segments_;
+};
+
+// Expert tensor parallelism: every expert's hidden layer split over the tensor ranks
+// (w1's columns, b1 and w2's rows; b2 whole, added by rank 0). Each rank holds an equal
+// share of the group's tokens; the shares are all-gathered, every rank routes all of them
+// alike through its slices of the experts (`inner`), and the partial outputs are
+// reduce-scattered back into the shares. Backward gathers the input again and the
+// output's gradient, and reduce-scatters the input's partial gradient.
+template <class T>
+class ExpertTensorMoE final : public MoE<T> {
+public:
+  ExpertTensorMoE(std::unique_ptr<MoE<T>> inner, const comm::Group& tensor, std::int64_t share,
+                  std::int64_t hidden, Workspace<T>& ws)
+      : inner_(std::move(inner)), tensor_(tensor), ws_(ws), all_(share * tensor.size()),
+        hidden_(hidden) {
+    for (const std::size_t k : {kGroupIn, kGroupOut, kGroupGrad})
+      ws.reserve(k, all_ * hidden);
+  }
+
+  kernels::MoeSaved<T> make_saved() const override { return inner_->make_saved(); }
+
+  void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
+               const Kokkos::View<double*, MemSpace>& aux) override {
+    const Mat<T> xa = ws_.scratch(kGroupIn, all_, hidden_);
+    const Mat<T> ya = ws_.scratch(kGroupOut, all_, hidden_);
+    tensor_.all_gather(exec, x, xa);
+    inner_->forward(exec, xa, ya, s, aux);
+    tensor_.reduce_scatter(exec, ya, y);
+  }
+
+  void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
+                kernels::MoeSaved<T>& s, T grad_scale) override {
+    const Mat<T> xa = ws_.scratch(kGroupIn, all_, hidden_);
+    const Mat<T> dya = ws_.scratch(kGroupOut, all_, hidden_);
+    const Mat<T> dxa = ws_.scratch(kGroupGrad, all_, hidden_);
+    tensor_.all_gather(exec, x, xa);
+    tensor_.all_gather(exec, dy, dya);
+    inner_->backward(exec, xa, dya, dxa, s, grad_scale);
+    tensor_.reduce_scatter(exec, dxa, dx);
+  }
+
+private:
+  std::unique_ptr<MoE<T>> inner_;
+  const comm::Group& tensor_;
+  Workspace<T>& ws_;
+  std::int64_t all_, hidden_;
 };
 
 // Under 1d tensor parallelism every rank of the group holds the same tokens (the
@@ -444,36 +516,53 @@ std::unique_ptr<MoE<T>>
 make_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
          std::int64_t hidden, std::int64_t rows, double std_dev, double proj_std,
          std::uint64_t seed, const comm::Group* ep, const comm::Group* context,
-         const comm::Group* tensor, bool split, const comm::Group* features) {
+         const comm::Group* tensor, bool split, const comm::Group* features, bool expert_tensor) {
+  const bool spread = ep != nullptr && ep->size() > 1;
   if (tensor != nullptr && tensor->size() > 1) {
-    CUBELM_ASSERT(ep != nullptr && ep->size() % tensor->size() == 0,
-                  "MoE layers under tensor parallelism spread their experts over the tensor "
-                  "ranks: parallel.expert_size must be a multiple of tensor_size");
     // The ranks holding the same rows: the whole group in 1d, the feature group in 2d/3d.
     const int c = features != nullptr ? features->size() : tensor->size();
     CUBELM_ASSERT(rows % c == 0 && hidden % c == 0,
                   "MoE layers under tensor parallelism need the tokens to split evenly");
-    auto inner = std::make_unique<ExpertParallelMoE<T>>(
-        params, ws, names, shape, hidden, rows / c, std_dev, proj_std, seed, *ep, tensor, context);
+    const std::int64_t share = rows / c;
+    std::unique_ptr<MoE<T>> inner;
+    if (expert_tensor) {
+      CUBELM_ASSERT(4 * hidden % tensor->size() == 0,
+                    "expert tensor parallelism splits 4 x model.hidden over tensor_size");
+      const std::int64_t all = share * tensor->size();
+      std::unique_ptr<MoE<T>> routed;
+      if (spread)
+        routed =
+            std::make_unique<ExpertParallelMoE<T>>(params, ws, names, shape, hidden, all, std_dev,
+                                                   proj_std, seed, *ep, nullptr, context, tensor);
+      else
+        routed = std::make_unique<LocalMoE<T>>(params, ws, names, shape, hidden, all, std_dev,
+                                               proj_std, seed, context, tensor);
+      inner = std::make_unique<ExpertTensorMoE<T>>(std::move(routed), *tensor, share, hidden, ws);
+    } else {
+      CUBELM_ASSERT(spread && ep->size() % tensor->size() == 0,
+                    "MoE layers under tensor parallelism spread their experts over the tensor "
+                    "ranks: parallel.expert_size must be a multiple of tensor_size");
+      inner = std::make_unique<ExpertParallelMoE<T>>(params, ws, names, shape, hidden, share,
+                                                     std_dev, proj_std, seed, *ep, tensor, context);
+    }
     if (features != nullptr)
       return std::make_unique<FeatureShareMoE<T>>(std::move(inner), *features, rows, hidden, ws);
     return std::make_unique<TokenShareMoE<T>>(std::move(inner), *tensor, split, rows, hidden, ws);
   }
-  if (ep != nullptr && ep->size() > 1)
+  if (spread)
     return std::make_unique<ExpertParallelMoE<T>>(params, ws, names, shape, hidden, rows, std_dev,
                                                   proj_std, seed, *ep, nullptr, context);
   return std::make_unique<LocalMoE<T>>(params, ws, names, shape, hidden, rows, std_dev, proj_std,
-                                       seed, context);
+                                       seed, context, nullptr);
 }
 
-template std::unique_ptr<MoE<float>> make_moe<float>(Params<float>&, Workspace<float>&,
-                                                     const MoeNames&, const MoeShape&, std::int64_t,
-                                                     std::int64_t, double, double, std::uint64_t,
-                                                     const comm::Group*, const comm::Group*,
-                                                     const comm::Group*, bool, const comm::Group*);
+template std::unique_ptr<MoE<float>>
+make_moe<float>(Params<float>&, Workspace<float>&, const MoeNames&, const MoeShape&, std::int64_t,
+                std::int64_t, double, double, std::uint64_t, const comm::Group*, const comm::Group*,
+                const comm::Group*, bool, const comm::Group*, bool);
 template std::unique_ptr<MoE<double>>
 make_moe<double>(Params<double>&, Workspace<double>&, const MoeNames&, const MoeShape&,
                  std::int64_t, std::int64_t, double, double, std::uint64_t, const comm::Group*,
-                 const comm::Group*, const comm::Group*, bool, const comm::Group*);
+                 const comm::Group*, const comm::Group*, bool, const comm::Group*, bool);
 
 } // namespace cubelm::tp::detail

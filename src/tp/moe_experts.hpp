@@ -1,8 +1,8 @@
 #pragma once
 // The experts of an MoE feed-forward that one rank holds, and their matrix products on
-// rows grouped by expert: shared by the MoE of one rank (moe_local.cpp), which holds
-// every expert, and the expert-parallel one (moe_expert_parallel.cpp), which holds
-// experts / ep of them.
+// rows grouped by expert: shared by the MoE of one rank (moe.cpp's LocalMoE), which holds
+// every expert, and the expert-parallel one (ExpertParallelMoE), which holds experts / ep
+// of them; with expert tensor parallelism a slice of each expert's hidden layer.
 
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/elementwise.hpp"
@@ -24,26 +24,47 @@ class ExpertBank {
 public:
   /// Registers experts [first, first + count) of `names` (global indices) with GPT-2's
   /// MLP shape [hidden, ffn], [ffn], [ffn, hidden], [hidden], marked as experts' tensors.
-  ExpertBank(Params<T>& params, const MoeNames& names, int first, int count, std::int64_t hidden,
-             std::int64_t ffn, double std_dev, double proj_std, std::uint64_t seed) {
+  /// With expert tensor parallelism (`etp` of more than one rank) rank t of it holds
+  /// hidden-layer features [t f, (t + 1) f), f = ffn / etp: those columns of w1 and b1 and
+  /// rows of w2; b2 is replicated over `etp` and added by its rank 0, so that the ranks'
+  /// outputs are partial sums.
+  ExpertBank(Params<T>& params, Workspace<T>& ws, const MoeNames& names, int first, int count,
+             std::int64_t hidden, std::int64_t ffn, double std_dev, double proj_std,
+             std::uint64_t seed, const comm::Group* etp = nullptr) {
     CUBELM_ASSERT(first >= 0 && count >= 1 && first + count <= static_cast<int>(names.w1.size()),
                   "experts " + std::to_string(first) + " + " + std::to_string(count) +
                       " outside the layer's " + std::to_string(names.w1.size()));
-    auto add = [&](const std::string& name, std::vector<std::int64_t> dims, double sd) {
-      const std::vector<std::int64_t> zero(dims.size(), 0);
+    const bool split = etp != nullptr && etp->size() > 1;
+    const std::int64_t f = split ? ffn / etp->size() : ffn, f0 = split ? etp->rank() * f : 0;
+    ffn_ = f;
+    leader_ = !split || etp->rank() == 0;
+    auto add = [&](const std::string& name, std::vector<std::int64_t> dims,
+                   std::vector<std::int64_t> offset, std::vector<std::int64_t> local, double sd) {
       Param<T>& p =
-          Shared<T>::owned(params, make_param<T>(name, dims, zero, dims, sd, 0, seed)).param();
+          Shared<T>::owned(params, make_param<T>(name, dims, offset, local, sd, 0, seed)).param();
       p.expert = true;
       return &p;
     };
     for (int i = first; i < first + count; ++i) {
       const auto k = static_cast<std::size_t>(i);
-      w1_.push_back(add(names.w1[k], {hidden, ffn}, std_dev));
-      b1_.push_back(add(names.b1[k], {ffn}, 0));
-      w2_.push_back(add(names.w2[k], {ffn, hidden}, proj_std));
-      b2_.push_back(add(names.b2[k], {hidden}, 0));
+      w1_.push_back(add(names.w1[k], {hidden, ffn}, {0, f0}, {hidden, f}, std_dev));
+      b1_.push_back(add(names.b1[k], {ffn}, {f0}, {f}, 0));
+      w2_.push_back(add(names.w2[k], {ffn, hidden}, {f0, 0}, {f, hidden}, proj_std));
+      if (split) {
+        Param<T>& b2 = Shared<T>::replicated(
+                           params, make_param<T>(names.b2[k], {hidden}, {0}, {hidden}, 0, 0, seed),
+                           *etp, nullptr, ws)
+                           .param();
+        b2.expert = true;
+        b2_.push_back(&b2);
+      } else {
+        b2_.push_back(add(names.b2[k], {hidden}, {0}, {hidden}, 0));
+      }
     }
   }
+
+  /// The hidden-layer features held here (ffn, or ffn / etp).
+  std::int64_t ffn() const { return ffn_; }
 
   /// out = gelu(xin w1 + b1) w2 + b2 on each segment's rows with its expert; h, g and th
   /// keep the hidden layer, its GELU and tanh. `used`: the rows the segments cover, from 0.
@@ -60,7 +81,8 @@ public:
     for (const ExpertRows& r : segments) {
       const Mat<T> o = rows(out, r);
       gemm<T>(exec, false, false, T(1), rows(g, r), w2_[idx(r)]->mat(), T(0), o);
-      bias_add<T>(exec, o, b2_[idx(r)]->value);
+      if (leader_)
+        bias_add<T>(exec, o, b2_[idx(r)]->value);
     }
   }
 
@@ -96,6 +118,8 @@ private:
   }
 
   std::vector<Param<T>*> w1_, b1_, w2_, b2_;
+  std::int64_t ffn_ = 0;
+  bool leader_ = true; // adds b2
 };
 
 } // namespace cubelm::tp::detail

@@ -83,10 +83,12 @@ public:
 
 protected:
   explicit ModeBase(const comm::ProcessGrid& grid)
-      : Mode<T>(grid), tensor_(grid.tp()), ep_(grid.layout().ep > 1 ? &grid.ep() : nullptr) {}
+      : Mode<T>(grid), tensor_(grid.tp()), ep_(grid.layout().ep > 1 ? &grid.ep() : nullptr),
+        expert_tensor_(grid.layout().etp > 1) {}
   Workspace<T> ws_;
   const comm::Group& tensor_; // the whole tensor-parallel group
   const comm::Group* ep_;     // MoE layers' expert-parallel group (expert_size > 1)
+  bool expert_tensor_;        // MoE layers' experts split over tensor_ (expert_tensor_size)
 };
 
 /// A parameter block as a tensor-parallel layer uses it. Three sharings:

@@ -29,8 +29,11 @@ struct Layout {
   /// 1d only: the residual stream split over the tp ranks along its rows (tokens)
   bool sequence_parallel = false;
   /// MoE layers: the experts spread over ep ranks, the tp ranks of ep / tp consecutive
-  /// replicas (expert_replicas()); dp * cp * tp / ep expert-data-parallel copies of each
+  /// replicas (expert_replicas()); dp * cp * tp / ep expert-data-parallel copies of each.
+  /// With etp = tp: ep consecutive replicas of one tensor rank, dp * cp / ep copies.
   int ep = 1;
+  /// MoE layers: each expert's hidden layer split over etp tensor ranks, 1 or tp
+  int etp = 1;
   /// attention layers: each sequence split over cp ranks (context parallelism), which
   /// hold chunks c and 2 cp - 1 - c of its 2 cp chunks
   int cp = 1;
@@ -38,8 +41,13 @@ struct Layout {
   int world_size() const { return dp * pp * cp * tp; }
   /// \brief The ranks of one (t, s) holding the same parameters: dp * cp.
   int replicas() const { return dp * cp; }
-  /// \brief The replicas an expert-parallel group spans: ep / tp (1 without experts spread).
-  int expert_replicas() const { return ep > 1 ? ep / tp : 1; }
+  /// \brief The replicas an expert-parallel group spans: ep / tp, or ep with expert tensor
+  /// parallelism (1 without experts spread).
+  int expert_replicas() const { return ep > 1 ? (etp > 1 ? ep : ep / tp) : 1; }
+  /// \brief Copies of each expert (slice): the expert-data-parallel group's size.
+  int expert_copies() const {
+    return etp > 1 ? replicas() / expert_replicas() : replicas() * tp / ep;
+  }
   /// \brief Side of the tp grid: p (1d), q with q*q = tp (2d), q with q^3 = tp (3d), 1 (none).
   int side() const;
   /// \brief e.g. "tp=3d:8 pp=1 dp=1", "tp=1d:4+sp pp=1 dp=1" with sequence parallelism,
@@ -70,12 +78,17 @@ struct GridCoords {
   int a = 0;       ///< 3d
   int b = 0;       ///< 3d
   int c = 0;       ///< 3d
-  int ep = 0;      ///< index in the expert-parallel group: t + tp (replica % (ep / tp))
-  int edp = 0;     ///< index in the expert-data-parallel group: replica / (ep / tp)
+  int ep = 0;      ///< index in the expert-parallel group: t + tp (replica % (ep / tp)), or
+                   ///< replica % ep with expert tensor parallelism
+  int edp = 0;     ///< index in the expert-data-parallel group: replica / expert_replicas()
 };
 
 /// \brief Coordinates of `world_rank` in `layout`.
 GridCoords coords_of(const Layout& layout, int world_rank);
+/// \brief The MoE layers' groups (ep > 1): ranks of equal ep_color form an "ep" group
+/// (ordered by GridCoords::ep), of equal edp_color an "edp" group (ordered by edp).
+int ep_color(const Layout& layout, const GridCoords& g);
+int edp_color(const Layout& layout, const GridCoords& g);
 /// \brief The world rank at grid position (d, s, t, c) = (dp, pp, tp, cp index).
 int world_rank_of(const Layout& layout, int dp, int pp, int tp, int cp = 0);
 /// \brief tp index of 3d coordinates (a, b, c).

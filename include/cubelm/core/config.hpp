@@ -76,10 +76,14 @@ struct ParallelConfig {
   int microbatches = 1;
   int zero = 0;
   bool sequence_parallel = false;
-  /// MoE layers: the experts spread over this many ranks of each group of parameter
-  /// replicas (expert parallelism; docs/grid.md); must divide data_size x context_size
-  /// and model.experts
+  /// MoE layers: the experts spread over this many ranks (expert parallelism;
+  /// docs/grid.md): tensor_size times a divisor of data_size x context_size, or with
+  /// expert_tensor_size = tensor_size a divisor of data_size x context_size; it divides
+  /// model.experts
   int expert_size = 1;
+  /// MoE layers: each expert's hidden layer split over this many tensor ranks (expert
+  /// tensor parallelism): 1 (whole experts) or tensor_size
+  int expert_tensor_size = 1;
   /// attention layers: each sequence split over this many ranks (context parallelism;
   /// docs/grid.md), in 2 x context_size chunks of model.seq_len / (2 x context_size)
   int context_size = 1;

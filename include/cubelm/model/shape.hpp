@@ -215,6 +215,8 @@ struct StageShape {
   int moe_acts = 0;
   int mlp_acts = -1;
   int ep = 1; ///< expert parallelism: each rank holds experts / ep experts of an MoE layer
+  /// expert tensor parallelism (1 or tp): each rank holds 1 / etp of an expert's hidden layer
+  int etp = 1;
   int cp = 1; ///< context parallelism: each rank holds seq_len / cp tokens of a sequence
   /// \brief The whole model on one stage, one slot.
   static StageShape whole(const ModelConfig& m) {
@@ -260,11 +262,13 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
     mlp = 8 * h * h / tp + 4 * h / tp + h;
     break;
   }
-  // An MoE layer holds the router and its E / ep experts whole (ep spans the tp ranks)
-  // instead of its block of the MLP.
+  // An MoE layer holds the router and its E / ep experts whole (ep spans the tp ranks),
+  // or with expert tensor parallelism their slices (w1, b1, w2 split over the tp ranks, b2
+  // whole), instead of its block of the MLP.
+  const std::int64_t expert =
+      stage.etp > 1 && tp > 1 ? 8 * h * h / tp + 4 * h / tp + h : parameters_per_expert(m);
   const std::int64_t moe =
-      stage.moe_layers > 0 ? h * m.experts + (m.experts / stage.ep) * parameters_per_expert(m) - mlp
-                           : 0;
+      stage.moe_layers > 0 ? h * m.experts + (m.experts / stage.ep) * expert - mlp : 0;
   return stage.layers * layer + stage.moe_layers * moe + (stage.first || stage.last ? wte : 0) +
          (stage.first ? wpe : 0) + (stage.last ? lnf : 0);
 }
@@ -368,28 +372,34 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   // offsets and load fractions) replace the MLP's hidden, GELU and tanh (12 n hi); the mode
   // adds each layer's sort keys and probability means (doubles: 2 elements each) and scratch
   // shared by the layers. Rr = R without expert parallelism (tp::moe_received_rows).
-  // Under tensor parallelism each rank routes nm = N / p of the tokens, and adds each MoE
-  // layer's router gradient, summed over the tensor ranks, and its share's buffers: 1d its
-  // output (without sequence parallelism) and input gradient; 2d and 3d its input, output
-  // and input gradient, and the blocks exchanged over the feature group.
+  // Under tensor parallelism each rank holds a share of nm = N / p of the tokens, and adds
+  // its share's buffers: 1d its output (without sequence parallelism) and input gradient;
+  // 2d and 3d its input, output and input gradient, and the blocks exchanged over the
+  // feature group. It routes its share (nr = nm) and adds each MoE layer's router gradient,
+  // summed over the tensor ranks; or with expert tensor parallelism it routes the group's
+  // nr = N tokens through experts of f = 4 H / p hidden features (4 H without), gathered
+  // into three buffers of N rows (input, output, input gradient).
   const std::int64_t mlp = 12 * n * hi, e = m.experts, k = m.top_k;
   const bool moe_here = stage.moe_layers > 0;
   const std::int64_t shared = tp > 1 && moe_here ? 1 : 0, nm = shared ? big_n / tp : n;
+  const std::int64_t split = shared && stage.etp > 1 ? 1 : 0;
+  const std::int64_t nr = split ? big_n : nm, f = 4 * h / (split ? tp : 1);
   const bool blocks = mode == TensorMode::d2 || mode == TensorMode::d3;
   const std::int64_t share_buffers = blocks ? 4 : sequence_parallel ? 1 : 2;
-  const std::int64_t rows = moe_here ? tp::moe_rows(m.capacity_factor, nm, m.top_k, m.experts) : 0;
+  const std::int64_t rows = moe_here ? tp::moe_rows(m.capacity_factor, nr, m.top_k, m.experts) : 0;
   const std::int64_t got =
-      moe_here ? tp::moe_received_rows(m.capacity_factor, nm, m.top_k, m.experts, stage.ep) : 0;
+      moe_here ? tp::moe_received_rows(m.capacity_factor, nr, m.top_k, m.experts, stage.ep) : 0;
   const std::int64_t moved = stage.ep > 1 ? 1 : 0; // expert parallelism: inputs received
   const std::int64_t saved =
-      nm * e + 3 * nm * k + rows * (1 + h) + got * (12 + moved) * h + 2 * e + 1;
+      nr * e + 3 * nr * k + rows * (1 + h) + got * (3 * f + moved * h) + 2 * e + 1;
   const std::int64_t mlp_acts = stage.mlp_acts < 0 ? c : stage.mlp_acts;
   const std::int64_t acts = c * (layer - mlp) + mlp_acts * mlp + stage.moe_acts * saved;
   const std::int64_t redo =
       layer - when(stage.layers == stage.moe_layers, mlp) + when(stage.moe_layers > 0, saved);
   if (stage.moe_layers > 0)
-    extra += stage.moe_layers * (nm * k + 2 * e) + 2 * rows * h + (4 + moved) * got * h + nm * e +
-             nm * k + shared * (stage.moe_layers * h * e + share_buffers * nm * h);
+    extra += stage.moe_layers * (nr * k + 2 * e) + 2 * rows * h + got * (f + moved * h) + nr * e +
+             nr * k + shared * ((1 - split) * stage.moe_layers * h * e + share_buffers * nm * h) +
+             split * 3 * nr * h;
   const std::int64_t per_slot = (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + acts) +
                                 when(out, n * ho + 2 * r);
   const std::int64_t once = n * ho + r * ho + 12 * n * hi + attention_once +
