@@ -76,10 +76,18 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
   const double M = layout.tp > 1 ? u.moe : 0, MF = layout.tp > 1 ? u.moe_recomputed : 0;
   const double E = cfg.experts;
   t.size("tp", layout.tp);
+  // Under 1d without sequence parallelism the tokens are replicated already: the partial
+  // outputs and input gradients are all-reduced instead (N H each).
+  const bool replicated = (layout.mode == TensorMode::none || layout.mode == TensorMode::d1) &&
+                          !layout.sequence_parallel;
   if (layout.etp > 1) {
     const double share = N * H / layout.tp;
-    t.add("tp", Kind::all_gather, m * (3 * M + MF), m * (3 * M + MF) * share);
-    t.add("tp", Kind::reduce_scatter, m * (2 * M + MF), m * (2 * M + MF) * share);
+    if (replicated) {
+      t.add("tp", Kind::all_reduce, m * (2 * M + MF), m * (2 * M + MF) * N * H);
+    } else {
+      t.add("tp", Kind::all_gather, m * (3 * M + MF), m * (3 * M + MF) * share);
+      t.add("tp", Kind::reduce_scatter, m * (2 * M + MF), m * (2 * M + MF) * share);
+    }
     t.add("tp", Kind::all_reduce, m * M, m * M * N * cfg.top_k);
   } else {
     t.add("tp", Kind::all_reduce, m * (2 * M + MF), m * (M * H * E + (M + MF) * E));
@@ -106,8 +114,9 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
       break;
     }
     // Without sequence parallelism an MoE layer's shares' outputs and input gradients are
-    // all-gathered (N H / p each).
-    t.add("tp", Kind::all_gather, m * (2 * M + MF), m * (2 * M + MF) * N * H / layout.tp);
+    // all-gathered (N H / p each; with expert tensor parallelism all-reduced, above).
+    if (layout.etp == 1)
+      t.add("tp", Kind::all_gather, m * (2 * M + MF), m * (2 * M + MF) * N * H / layout.tp);
     // lookup: the rows summed over the vocabulary slices; per layer two forward
     // (row-parallel outputs) and two backward (column-parallel input gradients), one of
     // each for a layer whose MoE feed-forward replaces the MLP; head: the input gradient,

@@ -9,7 +9,9 @@
 //  - FeatureShareMoE (2d, 3d): the same, each rank's share made whole rows by an
 //    all_to_all over the ranks that hold the other features of its rows.
 //  - ExpertTensorMoE (expert tensor parallelism): inside either, the shares gathered and
-//    routed alike by every tensor rank through its slices of the experts.
+//    routed alike by every tensor rank through its slices of the experts; under 1d
+//    without sequence parallelism ReplicatedExpertTensorMoE routes the replicated rows
+//    directly and all-reduces the partial outputs.
 //
 // Forward: logits = x Wr, softmax and top-k (kernels::moe_route), the pairs sorted by
 // expert into contiguous rows (moe_dispatch), the rows of x gathered, each expert's MLP
@@ -376,6 +378,35 @@ private:
   std::int64_t all_, hidden_;
 };
 
+// Expert tensor parallelism under 1d without sequence parallelism: the tokens are
+// replicated over the tensor ranks already, so every rank routes all of them through its
+// slices of the experts (`inner`) and the partial outputs, and backward the input's
+// partial gradients, are all-reduced (Megatron's layout).
+template <class T>
+class ReplicatedExpertTensorMoE final : public MoE<T> {
+public:
+  ReplicatedExpertTensorMoE(std::unique_ptr<MoE<T>> inner, const comm::Group& tensor)
+      : inner_(std::move(inner)), tensor_(tensor) {}
+
+  kernels::MoeSaved<T> make_saved() const override { return inner_->make_saved(); }
+
+  void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
+               const Kokkos::View<double*, MemSpace>& aux) override {
+    inner_->forward(exec, x, y, s, aux);
+    tensor_.all_reduce(exec, y);
+  }
+
+  void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
+                kernels::MoeSaved<T>& s, T grad_scale) override {
+    inner_->backward(exec, x, dy, dx, s, grad_scale);
+    tensor_.all_reduce(exec, dx);
+  }
+
+private:
+  std::unique_ptr<MoE<T>> inner_;
+  const comm::Group& tensor_;
+};
+
 // Under 1d tensor parallelism every rank of the group holds the same tokens (the
 // LayerNorm's output, N rows); rank t routes its share, rows [t N/p, (t + 1) N/p), through
 // an expert-parallel MoE whose ep group spans the tensor ranks. The output of the shares
@@ -537,6 +568,9 @@ make_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeSh
       else
         routed = std::make_unique<LocalMoE<T>>(params, ws, names, shape, hidden, all, std_dev,
                                                proj_std, seed, context, tensor);
+      // 1d without sequence parallelism: the rows are the group's tokens already.
+      if (features == nullptr && !split)
+        return std::make_unique<ReplicatedExpertTensorMoE<T>>(std::move(routed), *tensor);
       inner = std::make_unique<ExpertTensorMoE<T>>(std::move(routed), *tensor, share, hidden, ws);
     } else {
       CUBELM_ASSERT(spread && ep->size() % tensor->size() == 0,

@@ -378,14 +378,18 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   // feature group. It routes its share (nr = nm) and adds each MoE layer's router gradient,
   // summed over the tensor ranks; or with expert tensor parallelism it routes the group's
   // nr = N tokens through experts of f = 4 H / p hidden features (4 H without), gathered
-  // into three buffers of N rows (input, output, input gradient).
+  // into three buffers of N rows (input, output, input gradient) but under 1d without
+  // sequence parallelism, where its rows are those N tokens.
   const std::int64_t mlp = 12 * n * hi, e = m.experts, k = m.top_k;
   const bool moe_here = stage.moe_layers > 0;
   const std::int64_t shared = tp > 1 && moe_here ? 1 : 0, nm = shared ? big_n / tp : n;
   const std::int64_t split = shared && stage.etp > 1 ? 1 : 0;
   const std::int64_t nr = split ? big_n : nm, f = 4 * h / (split ? tp : 1);
   const bool blocks = mode == TensorMode::d2 || mode == TensorMode::d3;
-  const std::int64_t share_buffers = blocks ? 4 : sequence_parallel ? 1 : 2;
+  // 1d without sequence parallelism and with expert tensor parallelism: the replicated
+  // rows are routed directly, no share and no gathered buffers.
+  const std::int64_t direct = split && !blocks && !sequence_parallel ? 1 : 0;
+  const std::int64_t share_buffers = direct ? 0 : blocks ? 4 : sequence_parallel ? 1 : 2;
   const std::int64_t rows = moe_here ? tp::moe_rows(m.capacity_factor, nr, m.top_k, m.experts) : 0;
   const std::int64_t got =
       moe_here ? tp::moe_received_rows(m.capacity_factor, nr, m.top_k, m.experts, stage.ep) : 0;
@@ -399,7 +403,7 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   if (stage.moe_layers > 0)
     extra += stage.moe_layers * (nr * k + 2 * e) + 2 * rows * h + got * (f + moved * h) + nr * e +
              nr * k + shared * ((1 - split) * stage.moe_layers * h * e + share_buffers * nm * h) +
-             split * 3 * nr * h;
+             split * (1 - direct) * 3 * nr * h;
   const std::int64_t per_slot = (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + acts) +
                                 when(out, n * ho + 2 * r);
   const std::int64_t once = n * ho + r * ho + 12 * n * hi + attention_once +
