@@ -30,6 +30,9 @@ MODELS = {
     "tiny": ("tiny", dict(vocab_size=256, seq_len=32, hidden=64, heads=8, layers=2)),
     "small": ("small (perf/bench_train's small model)",
               dict(vocab_size=8192, seq_len=128, hidden=256, heads=8, layers=4)),
+    "small-moe": ("small MoE (the small model, every MLP an MoE of 8 experts, top 2)",
+                  dict(vocab_size=8192, seq_len=128, hidden=256, heads=8, layers=4, experts=8,
+                       top_k=2)),
 }
 
 GPT2_RANKS = [4, 8, 16, 27, 64]
@@ -59,6 +62,14 @@ SETS = {
                         data=dict(synthetic_tokens=262144),
                         text="a campaign for one workstation or node: 16 sequences per step at "
                              "1-8 ranks, 20 steps"),
+    "moe-workstation": dict(models=["small-moe"], ranks=[1, 2, 4, 8], batch=lambda ranks: 16,
+                            micro=16, train=dict(steps=20, seed=1234),
+                            optimizer=dict(lr=3e-3, min_lr=3e-4, warmup_steps=2),
+                            log=dict(interval=5, metrics="metrics.jsonl"),
+                            data=dict(synthetic_tokens=262144),
+                            text="the workstation campaign of an MoE model: 16 sequences per step "
+                                 "at 1-8 ranks, 20 steps, the tensor ranks folded into expert "
+                                 "parallelism (expert_size = tensor_size)"),
 }
 
 MODE_NAMES = {"none": "no tensor parallelism", "1d": "1D (Megatron) tensor parallelism",
@@ -84,6 +95,8 @@ def tensor_sizes(mode, ranks):
 def model_misfit(mode, t, q, m):
     """Why the model cannot be split this way (the rules of docs/training.md), or None."""
     H, a = m["hidden"], m["heads"]
+    if m.get("experts", 0) > 1 and m["experts"] % t:
+        return f"experts {m['experts']} % {t} != 0 (one expert group over the tensor ranks)"
     if mode in ("1d", "1d+sp"):
         if a % t:
             return f"heads {a} % {t} != 0"
@@ -124,6 +137,8 @@ def choose_layout(mode, ranks, m, batch, micro_target):
         p = {"tensor_mode": mode.replace("+sp", ""), "tensor_size": t}
         if mode == "1d+sp":
             p["sequence_parallel"] = True
+        if m.get("experts", 0) > 1:  # the MoE layers fold the tensor ranks into ep
+            p["expert_size"] = t
         if d > 1:
             p["data_size"] = d
         if share // micro > 1:
@@ -141,6 +156,8 @@ def layout_words(p, ranks):
         words += f" x dp {p['data_size']}"
     if p.get("microbatches", 1) > 1:
         words += f", {p['microbatches']} micro-batches"
+    if p.get("expert_size", 1) > 1:
+        words += f"; MoE layers ep {p['expert_size']}"
     return words
 
 
