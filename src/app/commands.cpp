@@ -105,7 +105,6 @@ std::string maps_line(const Deck& deck) {
     return "";
   std::ostringstream out;
   const int ranks = p.tensor_size * p.context_size * p.data_size;
-  const int replicas = p.context_size * p.data_size;
   out << "maps       per pipeline stage, " << ranks << " rank" << (ranks == 1 ? "" : "s")
       << ": attention" << (m.experts > 1 ? " and dense" : "") << " layers tp " << p.tensor_size
       << " x cp " << p.context_size << " x dp " << p.data_size;
@@ -120,8 +119,8 @@ std::string maps_line(const Deck& deck) {
           : m.moe_every == 3 ? "rd"
                              : "th")
       << " layer) expert tp " << p.expert_tensor_size << " x ep " << p.expert_size
-      << " x expert dp " << replicas * p.tensor_size / p.expert_tensor_size / p.expert_size << ": "
-      << m.experts / p.expert_size << " expert" << (m.experts / p.expert_size == 1 ? "" : "s")
+      << " x expert dp " << comm::layout_of(p).expert_copies() << ": " << m.experts / p.expert_size
+      << " expert" << (m.experts / p.expert_size == 1 ? "" : "s")
       << (p.expert_tensor_size > 1 ? " (1/" + std::to_string(p.expert_tensor_size) + " of each)"
                                    : std::string())
       << " per rank\n";

@@ -332,6 +332,18 @@ private:
   std::vector<ExpertRows> segments_;
 };
 
+// An MoE feed-forward that hands its rows, rearranged, to another (`inner_`), which keeps
+// the micro-batch's buffers.
+template <class T>
+class WrappedMoE : public MoE<T> {
+public:
+  kernels::MoeSaved<T> make_saved() const override { return inner_->make_saved(); }
+
+protected:
+  explicit WrappedMoE(std::unique_ptr<MoE<T>> inner) : inner_(std::move(inner)) {}
+  std::unique_ptr<MoE<T>> inner_;
+};
+
 // Expert tensor parallelism: every expert's hidden layer split over the tensor ranks
 // (w1's columns, b1 and w2's rows; b2 whole, added by rank 0). Each rank holds an equal
 // share of the group's tokens; the shares are all-gathered, every rank routes all of them
@@ -339,17 +351,17 @@ private:
 // reduce-scattered back into the shares. Backward gathers the input again and the
 // output's gradient, and reduce-scatters the input's partial gradient.
 template <class T>
-class ExpertTensorMoE final : public MoE<T> {
+class ExpertTensorMoE final : public WrappedMoE<T> {
+  using WrappedMoE<T>::inner_;
+
 public:
   ExpertTensorMoE(std::unique_ptr<MoE<T>> inner, const comm::Group& tensor, std::int64_t share,
                   std::int64_t hidden, Workspace<T>& ws)
-      : inner_(std::move(inner)), tensor_(tensor), ws_(ws), all_(share * tensor.size()),
+      : WrappedMoE<T>(std::move(inner)), tensor_(tensor), ws_(ws), all_(share * tensor.size()),
         hidden_(hidden) {
     for (const std::size_t k : {kGroupIn, kGroupOut, kGroupGrad})
       ws.reserve(k, all_ * hidden);
   }
-
-  kernels::MoeSaved<T> make_saved() const override { return inner_->make_saved(); }
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
                const Kokkos::View<double*, MemSpace>& aux) override {
@@ -372,7 +384,6 @@ public:
   }
 
 private:
-  std::unique_ptr<MoE<T>> inner_;
   const comm::Group& tensor_;
   Workspace<T>& ws_;
   std::int64_t all_, hidden_;
@@ -383,12 +394,12 @@ private:
 // slices of the experts (`inner`) and the partial outputs, and backward the input's
 // partial gradients, are all-reduced (Megatron's layout).
 template <class T>
-class ReplicatedExpertTensorMoE final : public MoE<T> {
+class ReplicatedExpertTensorMoE final : public WrappedMoE<T> {
+  using WrappedMoE<T>::inner_;
+
 public:
   ReplicatedExpertTensorMoE(std::unique_ptr<MoE<T>> inner, const comm::Group& tensor)
-      : inner_(std::move(inner)), tensor_(tensor) {}
-
-  kernels::MoeSaved<T> make_saved() const override { return inner_->make_saved(); }
+      : WrappedMoE<T>(std::move(inner)), tensor_(tensor) {}
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
                const Kokkos::View<double*, MemSpace>& aux) override {
@@ -403,7 +414,6 @@ public:
   }
 
 private:
-  std::unique_ptr<MoE<T>> inner_;
   const comm::Group& tensor_;
 };
 
@@ -416,18 +426,18 @@ private:
 // column-parallel linear's), or with sequence parallelism as this rank's partial sum (its
 // share's rows, zero elsewhere), which the LayerNorm reduce-scatters.
 template <class T>
-class TokenShareMoE final : public MoE<T> {
+class TokenShareMoE final : public WrappedMoE<T> {
+  using WrappedMoE<T>::inner_;
+
 public:
   TokenShareMoE(std::unique_ptr<MoE<T>> inner, const comm::Group& tensor, bool split,
                 std::int64_t rows, std::int64_t hidden, Workspace<T>& ws)
-      : inner_(std::move(inner)), tensor_(tensor), split_(split), ws_(ws),
+      : WrappedMoE<T>(std::move(inner)), tensor_(tensor), split_(split), ws_(ws),
         share_(rows / tensor.size()), first_(tensor.rank() * share_), hidden_(hidden) {
     if (!split_)
       ws.reserve(kShareOut, share_ * hidden);
     ws.reserve(kShareGrad, share_ * hidden);
   }
-
-  kernels::MoeSaved<T> make_saved() const override { return inner_->make_saved(); }
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
                const Kokkos::View<double*, MemSpace>& aux) override {
@@ -457,7 +467,6 @@ private:
     return Kokkos::subview(m, std::make_pair(first_, first_ + share_), Kokkos::ALL);
   }
 
-  std::unique_ptr<MoE<T>> inner_;
   const comm::Group& tensor_;
   bool split_;
   Workspace<T>& ws_;
@@ -475,18 +484,18 @@ private:
 // kept), the output's gradient, and the input's gradient back: the exchanges are
 // permutations, so every gradient is complete in the rank's layout.
 template <class T>
-class FeatureShareMoE final : public MoE<T> {
+class FeatureShareMoE final : public WrappedMoE<T> {
+  using WrappedMoE<T>::inner_;
+
 public:
   FeatureShareMoE(std::unique_ptr<MoE<T>> inner, const comm::Group& features, std::int64_t rows,
                   std::int64_t hidden, Workspace<T>& ws)
-      : inner_(std::move(inner)), features_(features), ws_(ws), rows_(rows),
+      : WrappedMoE<T>(std::move(inner)), features_(features), ws_(ws), rows_(rows),
         share_(rows / features.size()), hidden_(hidden), block_(hidden / features.size()) {
     for (const std::size_t k : {kShareIn, kShareOut, kShareGrad})
       ws.reserve(k, share_ * hidden);
     ws.reserve(kExchange, rows * block_);
   }
-
-  kernels::MoeSaved<T> make_saved() const override { return inner_->make_saved(); }
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, kernels::MoeSaved<T>& s,
                const Kokkos::View<double*, MemSpace>& aux) override {
@@ -534,7 +543,6 @@ private:
     features_.all_to_all(exec, out, x);
   }
 
-  std::unique_ptr<MoE<T>> inner_;
   const comm::Group& features_;
   Workspace<T>& ws_;
   std::int64_t rows_, share_, hidden_, block_;
