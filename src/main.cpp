@@ -33,9 +33,25 @@ int report(const std::exception& e, bool collective, int rank, int world) {
   return 1;
 }
 
+// The rank a launcher gave this process, read before MPI is up: mpiexec (Open MPI,
+// MPICH, PMIx) and srun export it. 0 when started alone.
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0')
+      return std::atoi(v);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  // `cubelm --version` needs neither MPI nor a device: it answers before either is
+  // brought up, so that it also runs where a CUDA build finds no GPU.
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    if (launcher_rank() == 0)
+      std::printf("%s", cubelm::app::version_text().c_str());
+    return 0;
+  }
   // `cubelm check --json` prints one JSON object on stdout: Kokkos' start-up warnings
   // (which go to stdout too) are switched off for it.
   // `cubelm plan` uses no device at all: its output stays free of them too.

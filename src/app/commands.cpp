@@ -3,6 +3,7 @@
 #include "cubelm/app/plan.hpp"
 #include "cubelm/app/training.hpp"
 #include "cubelm/core/compat.hpp"
+#include "cubelm/core/device.hpp"
 #include "cubelm/core/format.hpp"
 #include "cubelm/core/memory_check.hpp"
 #include "cubelm/core/memory_info.hpp"
@@ -82,7 +83,8 @@ std::string version_text() {
       << Kokkos::DefaultHostExecutionSpace::name() << ")\n"
       << "  BLAS         " << kernels::blas_threading() << "\n"
       << "  MPI          " << mpi_library() << "\n"
-      << "  HDF5         " << h5_major << "." << h5_minor << "." << h5_release << " (parallel)\n";
+      << "  HDF5         " << h5_major << "." << h5_minor << "." << h5_release << " (parallel)\n"
+      << "  Device       " << device_summary() << "\n";
 #ifdef CUBELM_ENABLE_NCCL
   int nccl = 0;
   ncclGetVersion(&nccl);

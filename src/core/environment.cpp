@@ -1,5 +1,6 @@
 #include "cubelm/core/environment.hpp"
 
+#include "cubelm/core/device.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/placement.hpp"
 
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -45,6 +47,28 @@ int pick_device() {
   int devices = 0;
   CUBELM_CUDA_CHECK(cudaGetDeviceCount(&devices));
   return devices > 0 ? local_rank % devices : 0;
+}
+
+// A CUDA build where some rank has no usable GPU (no driver, no device, a driver
+// too old for the runtime): every rank learns it through one all-reduce, the
+// lowest such rank says why, and the whole job ends with exit status 2 before
+// Kokkos would abort each rank on its own with less to say.
+void require_devices(int rank, int size) {
+  std::string why;
+  const int mine = usable_devices(&why) > 0 ? size : rank;
+  int first_without = size;
+  CUBELM_MPI_CHECK(MPI_Allreduce(&mine, &first_without, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (first_without == size)
+    return;
+  if (rank == first_without) {
+    std::fprintf(stderr,
+                 "cubelm: rank %d: error: this is a CUDA build of cubelm and it finds no usable "
+                 "GPU (%s); run it on a GPU node, or build the CPU variant (cmake --preset cpu)\n",
+                 rank, why.c_str());
+    std::fflush(stderr);
+  }
+  MPI_Finalize();
+  std::exit(2);
 }
 #endif
 
@@ -98,6 +122,7 @@ Environment::Environment(int& argc, char**& argv) {
         args.push_back(argv[i]);
     std::string device_arg;
 #ifdef KOKKOS_ENABLE_CUDA
+    require_devices(rank_, size_);
     if (!has_device_argument(argc, argv)) {
       device_arg = "--kokkos-device-id=" + std::to_string(pick_device());
       args.push_back(device_arg.data());
