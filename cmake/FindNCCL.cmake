@@ -5,7 +5,9 @@ FindNCCL
 Finds the NVIDIA Collective Communications Library.
 
 Hints: ``NCCL_ROOT`` (CMake or environment variable), ``NCCL_HOME``,
-``CUDA_HOME`` and the CUDA toolkit's own directories.
+``CUDA_HOME``, the CUDA toolkit's own directories, and the ``nvidia-nccl-cu*``
+Python wheel of the ``python3`` on PATH (``site-packages/nvidia/nccl``), which
+ships ``libnccl.so.2`` without the unversioned link.
 
 Result: the imported target ``NCCL::NCCL`` and ``NCCL_FOUND``,
 ``NCCL_INCLUDE_DIR``, ``NCCL_LIBRARY``, ``NCCL_VERSION``.
@@ -16,10 +18,18 @@ if(CUDAToolkit_LIBRARY_ROOT)
   list(APPEND _nccl_hints ${CUDAToolkit_LIBRARY_ROOT})
 endif()
 list(APPEND _nccl_hints /usr/local/cuda)
+find_program(_nccl_python NAMES python3)
+if(_nccl_python)
+  execute_process(COMMAND ${_nccl_python} -c "import nvidia.nccl as n; print(n.__path__[0])"
+                  OUTPUT_VARIABLE _nccl_wheel OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(_nccl_wheel)
+    list(APPEND _nccl_hints ${_nccl_wheel})
+  endif()
+endif()
 
 find_path(NCCL_INCLUDE_DIR NAMES nccl.h HINTS ${_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS}
           PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY NAMES nccl HINTS ${_nccl_hints} ${CUDAToolkit_LIBRARY_DIR}
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_hints} ${CUDAToolkit_LIBRARY_DIR}
              PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu)
 
 if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
@@ -41,4 +51,4 @@ if(NCCL_FOUND AND NOT TARGET NCCL::NCCL)
   set_target_properties(NCCL::NCCL PROPERTIES IMPORTED_LOCATION "${NCCL_LIBRARY}"
                                               INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
 endif()
-mark_as_advanced(NCCL_INCLUDE_DIR NCCL_LIBRARY)
+mark_as_advanced(NCCL_INCLUDE_DIR NCCL_LIBRARY _nccl_python)
