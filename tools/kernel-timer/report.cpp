@@ -201,25 +201,26 @@ std::uint64_t kernel_calls(const Report& report) {
 const char* fencing_note(Fencing fencing) {
   switch (fencing) {
   case Fencing::requested:
-    return "note: each time runs from a kernel's begin callback to its end callback on the host "
-           "clock. Kokkos fences\n"
-           "      the device before every callback (global fencing, which this library asks "
-           "for), so on a GPU a\n"
-           "      kernel's time is its launch and its run, one kernel at a time. Work outside "
-           "Kokkos' patterns\n"
-           "      (cuBLAS, NCCL) counts only in a region around it; CUDA_LAUNCH_BLOCKING=1 makes "
-           "that synchronous too.";
+    return "note: each time is the host clock from a kernel's begin callback to its end callback.\n"
+           "      Kokkos fences the device before every callback (global fencing, which this\n"
+           "      library asks for), so on a GPU a kernel's time is its launch and its run, one\n"
+           "      kernel at a time. Work outside Kokkos' patterns (cuBLAS, NCCL) counts only in a\n"
+           "      region around it; CUDA_LAUNCH_BLOCKING=1 makes all of it synchronous too.\n";
   case Fencing::declined:
-    return "note: CUBELM_KERNEL_TIMER_FENCE=0: Kokkos does not fence around kernels. On a GPU "
-           "launches are\n"
-           "      asynchronous and these are launch times, not kernel times, unless "
-           "CUDA_LAUNCH_BLOCKING=1.";
+    return "note: CUBELM_KERNEL_TIMER_FENCE=0: Kokkos does not fence around kernels. On a GPU\n"
+           "      launches are asynchronous, and these host times are launch times, not kernel\n"
+           "      times, unless CUDA_LAUNCH_BLOCKING=1.\n";
   case Fencing::unannounced:
     break;
   }
-  return "note: Kokkos did not negotiate fencing with this library (a Kokkos before 3.4?). On a "
-         "GPU launches are\n"
-         "      asynchronous: these are kernel times only with CUDA_LAUNCH_BLOCKING=1.";
+  return "note: Kokkos did not negotiate fencing with this library (a Kokkos before 3.4?). On a\n"
+         "      GPU launches are asynchronous: these host times are kernel times only with\n"
+         "      CUDA_LAUNCH_BLOCKING=1.\n";
+}
+
+// Seconds as a reader wants them: "12.345 s" or "1.234 ms".
+std::string duration(double s) {
+  return s >= 1 ? fixed("%.3f s", s) : fixed("%.3f ms", s * 1e3);
 }
 
 std::string table_rows(const std::vector<const Entry*>& rows, std::size_t top, double share_of) {
@@ -298,15 +299,15 @@ std::string format_table(const Report& report, std::size_t top) {
 
   std::string out = "cubelm kernel timer: ";
   out += report.rank.empty() ? "" : "rank " + report.rank + ", ";
-  out += "pid " + std::to_string(report.pid) + ", " + fixed("%.3f", report.wall_s) +
-         " s from Kokkos' initialize to " +
+  out += "pid " + std::to_string(report.pid) + ", " + duration(report.wall_s) +
+         " from Kokkos' initialize to " +
          (report.finalized ? "its finalize" : "the exit (Kokkos::finalize was not reached)") + "\n";
-  out += std::string(fencing_note(report.fencing)) + "\n";
+  out += fencing_note(report.fencing);
   if (report.unmatched > 0)
     out += "warning: " + std::to_string(report.unmatched) +
            " end or pop callbacks without a begin or push were ignored\n";
   out += "kernels: " + std::to_string(kernel_calls(report)) + " launches of " +
-         std::to_string(kernels.size()) + " kernels, " + fixed("%.3f", kernels_s) + " s in all (" +
+         std::to_string(kernels.size()) + " kernels, " + duration(kernels_s) + " in all (" +
          fixed("%.1f", report.wall_s > 0 ? 100.0 * kernels_s / report.wall_s : 0.0) +
          "% of the run); " + top_words(top, kernels.size()) + ", share of the kernels' time:\n";
   out += table_rows(kernels, top, kernels_s);
