@@ -102,6 +102,8 @@ void gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, co
   if (s.count == 0 || s.m == 0 || s.n == 0)
     return;
   CUBELM_ASSERT(s.k > 0, "gemm_batched: products over an empty inner dimension");
+  static const std::string region("cubelm::gemm_batched");
+  const detail::ProfileRegion profile(region);
   if constexpr (std::is_same_v<T, float>)
     if (gemm_precision() == Precision::bf16) {
       detail::bf16_gemm_batched(exec, trans_a, trans_b, alpha, a, b, beta, c, s);

@@ -37,6 +37,8 @@ void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { cc(i, j) *= beta; });
     return;
   }
+  static const std::string region("cubelm::gemm");
+  const detail::ProfileRegion profile(region);
   if constexpr (std::is_same_v<T, float>)
     if (gemm_precision() == Precision::bf16) {
       detail::bf16_gemm(exec, trans_a, trans_b, alpha, a, b, beta, c);

@@ -6,6 +6,7 @@
 #include "cubelm/kernels/blas.hpp"
 
 #include <cstddef>
+#include <string>
 
 namespace cubelm::kernels::detail {
 
@@ -20,6 +21,18 @@ struct BatchShape {
 /// The shape of a batched product of [count, rows, cols] extents; checks that they agree.
 BatchShape batch_shape(bool trans_a, bool trans_b, const std::size_t a[3], const std::size_t b[3],
                        const std::size_t c[3]);
+
+/// A Kokkos Tools region around one product: the products of cuBLAS and of the host
+/// BLAS are not Kokkos kernels, and a profiling tool sees them only in a region
+/// (docs/kernels.md, "Timing kernels"). Without a tool loaded it costs a test of a
+/// null callback; `name` is a static string, so nothing is allocated per product.
+class ProfileRegion {
+public:
+  explicit ProfileRegion(const std::string& name) { Kokkos::Profiling::pushRegion(name); }
+  ~ProfileRegion() { Kokkos::Profiling::popRegion(); }
+  ProfileRegion(const ProfileRegion&) = delete;
+  ProfileRegion& operator=(const ProfileRegion&) = delete;
+};
 
 /// KokkosBlas::gemm, on `exec` where Kokkos Kernels allows it (core/compat.hpp).
 template <class T>
