@@ -33,8 +33,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 # shellcheck source=../scripts/lib.sh
 source "$root/scripts/lib.sh"
-if ! py=$(cubelm_python torch h5py numpy 2>&1); then
-  echo "SKIP: $py"
+if ! py=$(cubelm_python torch h5py numpy 2>/dev/null); then
+  echo "SKIP: no Python 3.11+ that imports torch, h5py and numpy (tried: ${CUBELM_PYTHON:-python3 /usr/bin/python3});" \
+       "on Debian: apt-get install python3-torch python3-h5py, or set CUBELM_PYTHON"
   exit 77
 fi
 echo "python: $py ($("$py" -c 'import torch; print("torch", torch.__version__)'))"
