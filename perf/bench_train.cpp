@@ -4,6 +4,22 @@
 //   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=true build/cpu/perf/bench_train
 // Counters: GFLOP/s (2 n^3 per gemm; model FLOPs 6 N + 12 L H T per token for
 // a step) and tok/s. Compare a step's GFLOP/s with the 1024^3 sgemm rate.
+//
+// GPT-2 124M rows (BM_TrainStepGPT2/fp32, /tf32, /bf16: L=12, H=768, a=12, T=1024,
+// V=50257 padded to 50304, train.precision as named) time the same step at GPU
+// scale, in wall-clock time, after two untimed steps. They are registered only
+// where they are wanted: by default in a build whose Kokkos execution space is a
+// device (CUDA), never by default in a CPU build (a step takes minutes there);
+// CUBELM_BENCH_GPT2=1 (or --gpt2) registers them anywhere, CUBELM_BENCH_GPT2=0
+// nowhere. Their settings:
+//   --gpt2-batch=B or CUBELM_BENCH_GPT2_BATCH=B     sequences per step (default 8)
+//   --gpt2-steps=S or CUBELM_BENCH_GPT2_STEPS=S     timed steps (default 5)
+//   --peak-tflops=P                                 peak for MFU, every precision
+//   CUBELM_BENCH_PEAK_TFLOPS_{FP32,TF32,BF16}=P     peak for MFU by precision
+// Counters: tok/s, GFLOP/s (the model FLOPs above), params_M, batch, and MFU (the
+// GFLOP/s over the peak, a fraction) when a peak is given. perf/torch_gpt2.py
+// times PyTorch on the same model and FLOP count (docs/perf-runs.md), e.g.
+//   build/cuda/perf/bench_train --benchmark_filter=GPT2 --peak-tflops=989
 
 #include "cubelm/core/environment.hpp"
 #include "cubelm/kernels/blas.hpp"
@@ -13,7 +29,12 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -74,6 +95,94 @@ void BM_TrainStepTiny(benchmark::State& state) {
   train_step(state, deck_text(2, 64, 4, 64, 256, 8));
 }
 
+// GPT-2 124M at GPU scale (the header says when these rows exist).
+struct Gpt2Options {
+  bool enabled = !std::is_same<cubelm::ExecSpace::memory_space, Kokkos::HostSpace>::value;
+  int batch = 8;
+  int steps = 5;
+  double peak_tflops = 0;           // --peak-tflops: every precision
+  double peak_by_precision[3] = {}; // CUBELM_BENCH_PEAK_TFLOPS_{FP32,TF32,BF16}
+};
+Gpt2Options g_gpt2;
+
+const char* const kPrecisions[3] = {"fp32", "tf32", "bf16"};
+
+int positive_env(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+}
+
+void BM_TrainStepGPT2(benchmark::State& state, int precision) {
+  const Gpt2Options& o = g_gpt2;
+  const std::string text =
+      "[model]\nvocab_size = 50257\nseq_len = 1024\nhidden = 768\nheads = 12\nlayers = 12\n"
+      "[train]\nglobal_batch = " +
+      std::to_string(o.batch) + "\nsteps = 1000\nprecision = \"" + kPrecisions[precision] +
+      "\"\n[data]\nsynthetic_tokens = 200000\n[log]\npeak_gflops = 1.0\n";
+  const cubelm::Deck deck = cubelm::io::parse_deck(text, "bench");
+  cubelm::train::Trainer trainer(deck);
+  trainer.step(); // warm-up: allocations, library handles, first touch
+  trainer.step();
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    trainer.step();
+    Kokkos::fence(); // every kernel of the step done inside the timed loop
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double tokens = static_cast<double>(deck.train.global_batch) * deck.model.seq_len;
+  const double flops = cubelm::model::flops_per_token(deck.model) * tokens;
+  state.counters["tok/s"] =
+      benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["params_M"] = cubelm::model::parameter_count(deck.model) / 1e6;
+  state.counters["batch"] = o.batch;
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : o.peak_by_precision[precision];
+  if (peak > 0 && seconds > 0) // a fraction, not a rate: the loop's own wall-clock time
+    state.counters["MFU"] =
+        flops * static_cast<double>(state.iterations()) / seconds / (peak * 1e12);
+}
+
+// Reads the GPT-2 settings from the environment and from argv (removing the flags
+// that are ours), and registers the rows when they are enabled.
+void gpt2_setup(int& argc, char** argv) {
+  Gpt2Options& o = g_gpt2;
+  if (const char* v = std::getenv("CUBELM_BENCH_GPT2"))
+    o.enabled = std::strcmp(v, "0") != 0 && *v != '\0';
+  o.batch = positive_env("CUBELM_BENCH_GPT2_BATCH", o.batch);
+  o.steps = positive_env("CUBELM_BENCH_GPT2_STEPS", o.steps);
+  const char* names[3] = {"CUBELM_BENCH_PEAK_TFLOPS_FP32", "CUBELM_BENCH_PEAK_TFLOPS_TF32",
+                          "CUBELM_BENCH_PEAK_TFLOPS_BF16"};
+  for (int p = 0; p < 3; ++p)
+    if (const char* v = std::getenv(names[p]))
+      o.peak_by_precision[p] = std::max(0.0, std::atof(v));
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strcmp(a, "--gpt2") == 0)
+      o.enabled = true;
+    else if (std::strncmp(a, "--gpt2-batch=", 13) == 0)
+      o.batch = std::max(1, std::atoi(a + 13));
+    else if (std::strncmp(a, "--gpt2-steps=", 13) == 0)
+      o.steps = std::max(1, std::atoi(a + 13));
+    else if (std::strncmp(a, "--peak-tflops=", 14) == 0)
+      o.peak_tflops = std::max(0.0, std::atof(a + 14));
+    else
+      argv[kept++] = argv[i];
+  }
+  argc = kept;
+  argv[argc] = nullptr;
+  if (!o.enabled)
+    return;
+  for (int p = 0; p < 3; ++p)
+    benchmark::RegisterBenchmark((std::string("BM_TrainStepGPT2/") + kPrecisions[p]).c_str(),
+                                 BM_TrainStepGPT2, p)
+        ->Iterations(o.steps)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+}
+
 BENCHMARK(BM_GemmKokkosKernels)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GemmOpenBLAS)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepTiny)->Unit(benchmark::kMillisecond)->MinTime(2.0);
@@ -83,6 +192,7 @@ BENCHMARK(BM_TrainStepSmall)->Unit(benchmark::kMillisecond)->MinTime(5.0);
 
 int main(int argc, char** argv) {
   cubelm::Environment env(argc, argv);
+  gpt2_setup(argc, argv);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   return 0;
