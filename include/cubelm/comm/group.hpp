@@ -5,8 +5,9 @@
 /// Every operation takes the execution space instance first. Views must be
 /// contiguous; their elements are treated as one flat array in memory order.
 /// Host-accessible memory goes through MPI. Device memory goes through NCCL
-/// when cubelm is built with it, otherwise through MPI: directly when
-/// GPU-aware MPI is switched on (CommOptions), else staged through a host copy.
+/// when cubelm is built with it and no two members of the group compute on one
+/// GPU (shares_device()), otherwise through MPI: directly when GPU-aware MPI is
+/// switched on (CommOptions), else staged through a host copy.
 /// Each call adds its modelled bytes sent to the group's TrafficCounters.
 ///
 /// isend, irecv, iall_reduce, ireduce_scatter, iall_gather, iall_to_all and
@@ -40,6 +41,7 @@
 #include "cubelm/comm/traffic.hpp"
 #include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/compat.hpp"
+#include "cubelm/core/devices.hpp"
 #include "cubelm/core/error.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -51,11 +53,13 @@
 
 namespace cubelm::comm {
 
-/// \brief How device memory is moved; read once per process grid.
+/// \brief How device memory is moved; read once per process grid (and by default
+/// for every Group) from the environment.
 struct CommOptions {
   /// Hand device pointers to MPI (only for an MPI library built with CUDA support).
   bool gpu_aware_mpi = false;
-  /// Use NCCL for device memory when cubelm was built with it.
+  /// Use NCCL for device memory when cubelm was built with it, in every group whose
+  /// members are on distinct GPUs (see Group::shares_device).
   bool use_nccl = true;
   /// NCCL: run the non-blocking operations on a communication stream of each group
   /// (overlapping the execution space's kernels), else on the execution space's stream.
@@ -64,6 +68,9 @@ struct CommOptions {
   /// so that the communication time of the metrics (comm/wait_time.hpp) is the call's
   /// own on a GPU too; costs the overlap of those calls with computation.
   bool fence_timing = false;
+  /// For tests: the GPU of every world rank, in place of cubelm::world_devices()
+  /// (which Environment gathered); decides which groups share a GPU.
+  std::vector<DeviceKey> devices;
   /// \brief Defaults overridden by CUBELM_GPU_AWARE_MPI=1, CUBELM_USE_NCCL=0,
   /// CUBELM_COMM_STREAM=0 and CUBELM_FENCE_TIMERS=1.
   static CommOptions from_environment();
@@ -123,14 +130,29 @@ private:
 /// \brief A named communicator with collectives on Views and traffic accounting.
 class Group {
 public:
+  /// \brief Host memory through MPI; device memory through NCCL (stream-ordered), or
+  /// through MPI on device pointers (GPU-aware MPI) or on a host copy (staged).
+  enum class Route { host, nccl, gpu_aware_mpi, staged };
+
+  /// \brief Collective over `comm` (every member constructs it). Decides from the
+  /// members' GPUs (options.devices, else cubelm::world_devices()) whether NCCL can
+  /// span them; world rank 0 says once per process when ranks share GPUs.
   Group(std::string name, Communicator comm, std::shared_ptr<TrafficCounters> traffic,
-        CommOptions options = {});
+        CommOptions options = CommOptions::from_environment());
 
   const std::string& name() const { return name_; }
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
   const Communicator& communicator() const { return comm_; }
   const TrafficCounters& traffic() const { return *traffic_; }
+
+  /// \brief True when two members of this group compute on one GPU: NCCL refuses
+  /// them one communicator, so device memory goes through MPI (docs/communication.md).
+  bool shares_device() const { return shares_device_; }
+  /// \brief The route of the collectives (and blocking send/recv) on device memory:
+  /// Route::nccl when cubelm is built with NCCL, options.use_nccl holds and no two
+  /// members share a GPU; else gpu_aware_mpi or staged, as options.gpu_aware_mpi says.
+  Route device_collective_route() const { return device_route(true); }
 
   /// \brief In-place reduction of `data` over the group.
   template <class Exec, class V>
@@ -281,10 +303,6 @@ public:
 
 private:
   friend class Batch; // comm/batch.hpp: point-to-point transfers posted together
-
-  /// Host memory through MPI; device memory through NCCL (stream-ordered), or
-  /// through MPI on device pointers (GPU-aware MPI) or on a host copy (staged).
-  enum class Route { host, nccl, gpu_aware_mpi, staged };
 
   /// The route of a View of type V; `nccl_ok` is false for operations that
   /// always go through MPI (non-blocking point-to-point, see the file comment).
@@ -537,6 +555,7 @@ private:
   Communicator comm_;
   std::shared_ptr<TrafficCounters> traffic_;
   CommOptions options_;
+  bool shares_device_ = false; // two members on one GPU: no NCCL
   std::shared_ptr<Backend> host_backend_;
   // Created on first use by a collective call on device memory (all ranks of
   // the group make that call, so the lazy NCCL initialisation is collective too).
