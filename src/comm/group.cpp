@@ -61,6 +61,7 @@ CommOptions CommOptions::from_environment() {
   options.use_nccl = env_flag("CUBELM_USE_NCCL", options.use_nccl);
   options.comm_stream = env_flag("CUBELM_COMM_STREAM", options.comm_stream);
   options.fence_timing = env_flag("CUBELM_FENCE_TIMERS", options.fence_timing);
+  options.stage_host_memory = env_flag("CUBELM_STAGE_HOST_MEMORY", options.stage_host_memory);
   return options;
 }
 
