@@ -422,8 +422,9 @@ void run_every_operation(const Group& g) {
   g.reduce(exec, filled<double>(n, [&](std::size_t i) { return value(r, i); }), sum, 0);
   for (std::size_t i = 0; i < n; ++i) {
     EXPECT_EQ(to_host(b)[i], value(p - 1, i));
-    if (r == 0)
+    if (r == 0) {
       EXPECT_EQ(to_host(sum)[i], to_host(a)[i]);
+    }
   }
 
   if (p < 2)
@@ -493,8 +494,9 @@ TEST(SharedDevices, StagedRouteGivesTheSameResultsAndReusesItsBuffers) {
     // Device memory: staged wherever two members share the GPU (all of them here).
     EXPECT_EQ(g->device_collective_route(), expected_route(g->size() > 1, o));
     run_every_operation(*g); // warm: the group's staging buffers are made
-    if (g->size() > 1)
+    if (g->size() > 1) {
       EXPECT_GT(g->staging().buffers(), 0u);
+    }
     const std::size_t warm = g->staging().buffers();
     g_stage_allocations = 0;
     Kokkos::Tools::Experimental::set_allocate_data_callback(count_stage);
