@@ -96,6 +96,13 @@ bool Group::stream_ordered_device() const {
 #endif
 }
 
+void Group::connect_device() const {
+  if (size() > 1 && device_route(true) == Route::nccl) {
+    const watchdog::Scope waiting(watch_name_, "connect");
+    (void)backend(Route::nccl);
+  }
+}
+
 Group::Route Group::device_route(bool nccl_ok) const {
   if (nccl_ok && stream_ordered_device())
     return Route::nccl;

@@ -120,6 +120,9 @@ public:
   /// Route::nccl when cubelm is built with NCCL, options.use_nccl holds and no two
   /// members share a GPU; else gpu_aware_mpi or staged, as options.gpu_aware_mpi says.
   Route device_collective_route() const { return device_route(true); }
+  /// \brief Collective over the group: creates its NCCL communicator now when its
+  /// device collectives go through NCCL (else on the first one); nothing otherwise.
+  void connect_device() const;
   /// \brief The host buffers of the staged route (tests: they are reused).
   const detail::StagingPool& staging() const { return staging_; }
 
@@ -529,8 +532,9 @@ private:
   bool shares_device_ = false; // two members on one GPU: no NCCL
   std::shared_ptr<Backend> host_backend_;
   detail::StagingPool staging_; // host copies of the staged route, reused
-  // Created on first use by a collective call on device memory (all ranks of
-  // the group make that call, so the lazy NCCL initialisation is collective too).
+  // Created by connect_device() (ProcessGrid does it for its groups) or on first use
+  // by a collective call on device memory (all ranks of the group make that call, so
+  // the lazy NCCL initialisation is collective too).
   mutable std::shared_ptr<Backend> device_backend_;
 };
 
