@@ -25,10 +25,12 @@ set(CUBELM_LAYERS
 # deck validation, plans and memory estimates build and run without a device.
 set(CUBELM_KOKKOS_FREE
   include/cubelm/core/config.hpp
+  include/cubelm/core/devices.hpp
   include/cubelm/core/error.hpp
   include/cubelm/core/memory_info.hpp
   include/cubelm/core/random.hpp
   include/cubelm/core/stop.hpp
+  include/cubelm/comm/devices.hpp
   include/cubelm/comm/layout.hpp
   include/cubelm/plan/messages.hpp
   include/cubelm/plan/schedule.hpp

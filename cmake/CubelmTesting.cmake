@@ -39,6 +39,25 @@ function(cubelm_add_mpi_test)
   endforeach()
 endfunction()
 
+# cubelm_add_mpi_test_run(NAME <name> SUFFIX <suffix> RANKS <n...> ENVIRONMENT <VAR=value...>)
+#
+# Runs the program of an earlier cubelm_add_mpi_test once more per rank count, as
+# <name>_<suffix>_<n>ranks, with extra environment variables.
+function(cubelm_add_mpi_test_run)
+  cmake_parse_arguments(ARG "" "NAME;SUFFIX" "RANKS;ENVIRONMENT" ${ARGN})
+  foreach(n IN LISTS ARG_RANKS)
+    set(test_name ${ARG_NAME}_${ARG_SUFFIX}_${n}ranks)
+    add_test(NAME ${test_name}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
+                     $<TARGET_FILE:${ARG_NAME}> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${test_name} PROPERTIES
+      ENVIRONMENT "${CUBELM_TEST_ENVIRONMENT};${ARG_ENVIRONMENT}"
+      PROCESSORS ${n}
+      TIMEOUT 300
+      LABELS "mpi;${CUBELM_DEVICE_LABEL}")
+  endforeach()
+endfunction()
+
 # cubelm_add_cli_test(NAME <name> COMMAND <args...> [PASS <regex>] [FAIL <regex>] [WILL_FAIL])
 #
 # Runs the `cubelm` program (or any command) and checks its output.

@@ -9,6 +9,13 @@
 // (ShardedGPT::detach_input). The pool only grows when more sends are in flight at
 // once than ever before, which depends on timing; each such growth is one allocation,
 // and the pool never holds more buffers than the step sends input gradients.
+//
+// test_allocations_staged runs the same with CUBELM_STAGE_HOST_MEMORY=1: every
+// collective and transfer through host copies in its group's staging buffers, the
+// route of device memory where ranks share a GPU. Those buffers are reused; for the
+// same reason as above, the pp group's pool takes one more buffer when more of the
+// pipeline's transfers are in flight at once than ever before, counted exactly, and
+// it never holds more than a step's transfers. No other group's pool grows.
 
 #include "cubelm/core/error.hpp"
 #include "cubelm/io/deck.hpp"
@@ -117,6 +124,8 @@ void expect_no_allocations(const std::vector<std::string>& all, const std::strin
     train::Trainer trainer(deck);
     trainer.step(); // the first step may allocate what it keeps
     const int pooled = trainer.model().pooled_inputs();
+    const comm::detail::StagingPool& pp_staging = trainer.grid().pp().staging();
+    const auto pp_buffers = static_cast<int>(pp_staging.buffers());
     g_allocations.clear();
     g_counting = true;
     for (int s = 0; s < 3; ++s)
@@ -125,12 +134,17 @@ void expect_no_allocations(const std::vector<std::string>& all, const std::strin
     const int grown = trainer.model().pooled_inputs() - pooled;
     if (grown > 0 && g_allocations["cubelm::stream"] == grown)
       g_allocations.erase("cubelm::stream");
+    const int staged = static_cast<int>(pp_staging.buffers()) - pp_buffers;
+    if (staged > 0 && g_allocations["cubelm::comm::stage"] == staged)
+      g_allocations.erase("cubelm::comm::stage");
     std::string found;
     for (const auto& [label, n] : g_allocations)
       found += " " + label + " x" + std::to_string(n);
     EXPECT_TRUE(g_allocations.empty()) << "allocations in steps 2-4:" << found;
     const int sends = deck.parallel.microbatches * deck.parallel.virtual_stages;
     EXPECT_LE(trainer.model().pooled_inputs(), sends);
+    // pp's staging buffers: at most the transfers of a step (sends and receives, both ways).
+    EXPECT_LE(static_cast<int>(pp_staging.buffers()), 4 * sends);
   }
   Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
 }

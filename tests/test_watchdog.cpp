@@ -21,8 +21,12 @@ using namespace cubelm::comm;
 
 namespace {
 
+// fence_timing: a blocking call on device memory that NCCL only enqueues is waited for
+// inside the call's watched scope, as the early ranks' waits below need.
 Group world_group(const std::string& name) {
-  return Group(name, Communicator::world(), std::make_shared<TrafficCounters>());
+  CommOptions options = CommOptions::from_environment();
+  options.fence_timing = true;
+  return Group(name, Communicator::world(), std::make_shared<TrafficCounters>(), options);
 }
 
 // What a second thread of this rank sees as the wait in progress while `op` runs,
@@ -136,16 +140,31 @@ TEST(Watchdog, BlockingCallsAreWatchedWaits) {
     Request r = g.iall_reduce(exec, v);
     r.wait();
   });
-  // Point to point: rank 0 waits for the last rank's message.
+  // Point to point: rank 0 waits for the last rank's message. Device memory sent with
+  // send goes through NCCL and with isend through MPI: pair send with recv and isend
+  // with irecv (docs/communication.md).
   const int last = g.size() - 1;
-  const watchdog::Wait seen = seen_during(g, [&] {
-    if (g.rank() == 0)
-      g.irecv(exec, v, last).wait();
-    else if (g.rank() == last)
-      g.send(exec, v, 0);
-  });
-  if (g.rank() == 0)
-    EXPECT_WAIT(seen, "wd", "irecv");
+  const auto point_to_point = [&](bool blocking) {
+    return seen_during(g, [&] {
+      if (g.rank() == 0) {
+        if (blocking)
+          g.recv(exec, v, last);
+        else
+          g.irecv(exec, v, last).wait();
+      } else if (g.rank() == last) {
+        if (blocking)
+          g.send(exec, v, 0);
+        else
+          g.isend(exec, v, 0).wait();
+      }
+    });
+  };
+  const watchdog::Wait blocking = point_to_point(true);
+  const watchdog::Wait nonblocking = point_to_point(false);
+  if (g.rank() == 0) {
+    EXPECT_WAIT(blocking, "wd", "recv");
+    EXPECT_WAIT(nonblocking, "wd", "irecv");
+  }
   EXPECT_EQ(watchdog::current().group, nullptr);
 }
 

@@ -3,7 +3,7 @@
 #include "cubelm/app/plan.hpp"
 #include "cubelm/app/training.hpp"
 #include "cubelm/core/compat.hpp"
-#include "cubelm/core/device.hpp"
+#include "cubelm/core/devices.hpp"
 #include "cubelm/core/format.hpp"
 #include "cubelm/core/memory_check.hpp"
 #include "cubelm/core/memory_info.hpp"

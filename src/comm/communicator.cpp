@@ -38,4 +38,21 @@ Communicator Communicator::split(int color, int key) const {
   return Communicator(part);
 }
 
+std::vector<int> Communicator::world_ranks() const {
+  CUBELM_ASSERT(comm_, "world_ranks of a null communicator");
+  MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  CUBELM_MPI_CHECK(MPI_Comm_group(*comm_, &mine));
+  CUBELM_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> ranks(static_cast<std::size_t>(size_)), out(ranks.size());
+  for (int r = 0; r < size_; ++r)
+    ranks[static_cast<std::size_t>(r)] = r;
+  CUBELM_MPI_CHECK(MPI_Group_translate_ranks(mine, size_, ranks.data(), world, out.data()));
+  CUBELM_MPI_CHECK(MPI_Group_free(&mine));
+  CUBELM_MPI_CHECK(MPI_Group_free(&world));
+  for (int& r : out)
+    if (r == MPI_UNDEFINED)
+      r = -1;
+  return out;
+}
+
 } // namespace cubelm::comm

@@ -50,6 +50,15 @@ ProcessGrid::ProcessGrid(const Layout& layout, const Communicator& world, CommOp
     plane_[1].emplace(make("tp.bc", tp_block * q + g.a, g.b + q * g.c));
     plane_[2].emplace(make("tp.ca", tp_block * q + g.b, g.c + q * g.a));
   }
+  // Every NCCL communicator now, in the same order on every rank, rather than on each
+  // group's first device collective inside a step: creating one is collective, can
+  // take seconds, and ranks reaching two groups in different orders would deadlock.
+  // world and metrics carry host memory only (the step's sums, the timings).
+  for (const std::optional<Group>* g :
+       {&tp_, &row_, &col_, &axis_[0], &axis_[1], &axis_[2], &plane_[0], &plane_[1], &plane_[2],
+        &cp_, &dp_, &pp_, &embedding_, &ep_, &edp_})
+    if (g->has_value())
+      (*g)->connect_device();
 }
 
 std::vector<std::string> ProcessGrid::group_names() const {

@@ -1,7 +1,11 @@
 #include "cubelm/comm/group.hpp"
 
+#include "cubelm/comm/devices.hpp"
+
 #include "backends.hpp"
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,6 +19,40 @@ bool env_flag(const char* name, bool fallback) {
   return !(std::strcmp(value, "0") == 0 || std::strcmp(value, "false") == 0 ||
            std::strcmp(value, "no") == 0 || std::strcmp(value, "off") == 0);
 }
+
+// The GPU of each member of `comm` (an unknown one for a rank that `devices` does not
+// list: it shares no GPU).
+std::vector<DeviceKey> member_devices(const Communicator& comm,
+                                      const std::vector<DeviceKey>& devices) {
+  std::vector<DeviceKey> members;
+  for (const int r : comm.world_ranks())
+    members.push_back(r >= 0 && static_cast<std::size_t>(r) < devices.size()
+                          ? devices[static_cast<std::size_t>(r)]
+                          : DeviceKey());
+  return members;
+}
+
+// Once per process, on world rank 0 and only where it changes a route: which ranks
+// share GPUs, so that groups spanning them leave NCCL for MPI.
+void report_shared_devices(const std::vector<DeviceKey>& devices, const CommOptions& options) {
+#ifdef CUBELM_ENABLE_NCCL
+  static std::atomic<bool> said{false};
+  if (!options.use_nccl || said.load())
+    return;
+  int world_rank = 0;
+  CUBELM_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  if (world_rank != 0)
+    return;
+  const std::vector<SharedDevice> shared = shared_devices(devices);
+  if (shared.empty() || said.exchange(true))
+    return;
+  std::fprintf(stderr, "%s\n", describe_shared_devices(shared, options.gpu_aware_mpi).c_str());
+  std::fflush(stderr);
+#else
+  (void)devices, (void)options; // no NCCL: no route changes
+#endif
+}
+
 } // namespace
 
 CommOptions CommOptions::from_environment() {
@@ -23,6 +61,7 @@ CommOptions CommOptions::from_environment() {
   options.use_nccl = env_flag("CUBELM_USE_NCCL", options.use_nccl);
   options.comm_stream = env_flag("CUBELM_COMM_STREAM", options.comm_stream);
   options.fence_timing = env_flag("CUBELM_FENCE_TIMERS", options.fence_timing);
+  options.stage_host_memory = env_flag("CUBELM_STAGE_HOST_MEMORY", options.stage_host_memory);
   return options;
 }
 
@@ -33,14 +72,35 @@ Group::Group(std::string name, Communicator comm, std::shared_ptr<TrafficCounter
       host_backend_(detail::make_mpi_backend(comm_)) {
   CUBELM_ASSERT(comm_, "group '" + name_ + "' needs a communicator");
   CUBELM_ASSERT(traffic_, "group '" + name_ + "' needs traffic counters");
+  // Every member reads the same table of the world's GPUs, so all of them take the
+  // same route, before any device collective.
+  const std::vector<DeviceKey>& devices =
+      options_.devices.empty() ? world_devices() : options_.devices;
+  if (!options_.devices.empty()) {
+    int world_size = 0;
+    CUBELM_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+    CUBELM_ASSERT(options_.devices.size() == static_cast<std::size_t>(world_size),
+                  "group '" + name_ + "': CommOptions::devices lists " +
+                      std::to_string(options_.devices.size()) + " ranks, the world has " +
+                      std::to_string(world_size));
+  }
+  shares_device_ = !shared_devices(member_devices(comm_, devices)).empty();
+  report_shared_devices(devices, options_);
 }
 
 bool Group::stream_ordered_device() const {
 #ifdef CUBELM_ENABLE_NCCL
-  return options_.use_nccl;
+  return options_.use_nccl && !shares_device_;
 #else
   return false;
 #endif
+}
+
+void Group::connect_device() const {
+  if (size() > 1 && device_route(true) == Route::nccl) {
+    const watchdog::Scope waiting(watch_name_, "connect");
+    (void)backend(Route::nccl);
+  }
 }
 
 Group::Route Group::device_route(bool nccl_ok) const {

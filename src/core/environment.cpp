@@ -1,9 +1,10 @@
 #include "cubelm/core/environment.hpp"
 
-#include "cubelm/core/device.hpp"
+#include "cubelm/core/devices.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/placement.hpp"
 
+#include "device_table.hpp"
 #include "node.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -93,6 +94,53 @@ std::vector<int> launch_cpus() {
   return allowed_cpus();
 }
 
+// Every rank's GPU (core/devices.hpp), gathered once over the world: the node is
+// the world rank of the first rank sharing this rank's memory, the GPU its PCI bus
+// id, which is how NCCL tells GPUs apart ("Duplicate GPU detected" compares the
+// bus ids of ranks on one host). The device number would not do: with a
+// CUDA_VISIBLE_DEVICES of their own, ranks on different GPUs all use device 0.
+std::vector<DeviceKey> gather_devices(int world_rank, int world_size) {
+  struct Record {
+    int node;
+    int ordinal;
+    char device[32];
+    char host[64];
+  };
+  Record mine{};
+  mine.node = world_rank;
+  mine.ordinal = -1;
+  {
+    const NodeComm node; // ordered by world rank: local rank 0 is the node's first
+    CUBELM_MPI_CHECK(MPI_Bcast(&mine.node, 1, MPI_INT, 0, node.raw()));
+  }
+#ifdef KOKKOS_ENABLE_CUDA
+  CUBELM_CUDA_CHECK(cudaGetDevice(&mine.ordinal));
+  CUBELM_CUDA_CHECK(
+      cudaDeviceGetPCIBusId(mine.device, static_cast<int>(sizeof(mine.device)), mine.ordinal));
+  mine.device[sizeof(mine.device) - 1] = '\0';
+#endif
+  char host[MPI_MAX_PROCESSOR_NAME] = {0};
+  int length = 0;
+  CUBELM_MPI_CHECK(MPI_Get_processor_name(host, &length));
+  std::memcpy(mine.host, host,
+              std::min(static_cast<std::size_t>(std::max(length, 0)), sizeof(mine.host) - 1));
+
+  std::vector<Record> all(static_cast<std::size_t>(world_size));
+  CUBELM_MPI_CHECK(MPI_Allgather(&mine, static_cast<int>(sizeof(Record)), MPI_BYTE, all.data(),
+                                 static_cast<int>(sizeof(Record)), MPI_BYTE, MPI_COMM_WORLD));
+  const auto text = [](const char* chars, std::size_t size) {
+    return std::string(chars, std::find(chars, chars + size, '\0'));
+  };
+  std::vector<DeviceKey> devices(all.size());
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    devices[r].node = all[r].node;
+    devices[r].ordinal = all[r].ordinal;
+    devices[r].device = text(all[r].device, sizeof(all[r].device));
+    devices[r].node_name = text(all[r].host, sizeof(all[r].host));
+  }
+  return devices;
+}
+
 } // namespace
 
 Environment::Environment(int& argc, char**& argv) {
@@ -141,6 +189,8 @@ Environment::Environment(int& argc, char**& argv) {
     if (!is_kokkos_argument(argv[i]))
       argv[kept++] = argv[i];
   argc = kept;
+
+  set_world_devices(gather_devices(rank_, size_));
 }
 
 std::vector<std::string> Environment::placement_warnings() const {

@@ -98,7 +98,7 @@ private:
     group_.check_peer(peer, what);
     using T = typename V::non_const_value_type;
     const Group::Route route = group_.route_for<V>(matching_ == Matching::in_order);
-    detail::Staged<V> buf(data, route == Group::Route::staged, false);
+    detail::Staged<V> buf(data, group_.staging_, route == Group::Route::staged, false);
     Entry e;
     e.transfer.send = sending;
     e.transfer.data = buf.data();

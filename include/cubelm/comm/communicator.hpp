@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 namespace cubelm::comm {
 
@@ -24,6 +25,10 @@ public:
 
   /// \brief MPI_Comm_split: ranks with equal `color` form one communicator, ordered by `key`.
   Communicator split(int color, int key) const;
+
+  /// \brief The MPI_COMM_WORLD rank of each member, in this communicator's rank order
+  /// (-1 for a member outside MPI_COMM_WORLD). Not collective.
+  std::vector<int> world_ranks() const;
 
   int rank() const { return rank_; }
   int size() const { return size_; }

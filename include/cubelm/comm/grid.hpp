@@ -34,6 +34,9 @@ namespace cubelm::comm {
 /// \brief The communicators of one rank's grid position, with shared traffic counters.
 class ProcessGrid {
 public:
+  /// \brief Collective over `world`: splits it into the groups, then creates the NCCL
+  /// communicators of those that carry device memory through NCCL, in one order on
+  /// every rank (docs/communication.md).
   ProcessGrid(const Layout& layout, const Communicator& world,
               CommOptions options = CommOptions::from_environment());
 

@@ -5,8 +5,10 @@
 /// Every operation takes the execution space instance first. Views must be
 /// contiguous; their elements are treated as one flat array in memory order.
 /// Host-accessible memory goes through MPI. Device memory goes through NCCL
-/// when cubelm is built with it, otherwise through MPI: directly when
-/// GPU-aware MPI is switched on (CommOptions), else staged through a host copy.
+/// when cubelm is built with it and no two members of the group compute on one
+/// GPU (shares_device()), otherwise through MPI: directly when GPU-aware MPI is
+/// switched on (CommOptions), else staged through a host copy in the group's
+/// reused staging buffers (comm/staging.hpp).
 /// Each call adds its modelled bytes sent to the group's TrafficCounters.
 ///
 /// isend, irecv, iall_reduce, ireduce_scatter, iall_gather, iall_to_all and
@@ -37,9 +39,11 @@
 #include "cubelm/comm/backend.hpp"
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/comm/request.hpp"
+#include "cubelm/comm/staging.hpp"
 #include "cubelm/comm/traffic.hpp"
 #include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/compat.hpp"
+#include "cubelm/core/devices.hpp"
 #include "cubelm/core/error.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -51,11 +55,13 @@
 
 namespace cubelm::comm {
 
-/// \brief How device memory is moved; read once per process grid.
+/// \brief How device memory is moved; read once per process grid (and by default
+/// for every Group) from the environment.
 struct CommOptions {
   /// Hand device pointers to MPI (only for an MPI library built with CUDA support).
   bool gpu_aware_mpi = false;
-  /// Use NCCL for device memory when cubelm was built with it.
+  /// Use NCCL for device memory when cubelm was built with it, in every group whose
+  /// members are on distinct GPUs (see Group::shares_device).
   bool use_nccl = true;
   /// NCCL: run the non-blocking operations on a communication stream of each group
   /// (overlapping the execution space's kernels), else on the execution space's stream.
@@ -64,8 +70,15 @@ struct CommOptions {
   /// so that the communication time of the metrics (comm/wait_time.hpp) is the call's
   /// own on a GPU too; costs the overlap of those calls with computation.
   bool fence_timing = false;
+  /// For tests: host memory takes the route of device memory without NCCL or GPU-aware
+  /// MPI, through host copies in the group's staging buffers, so that CPU runs check
+  /// that route's results and its allocations.
+  bool stage_host_memory = false;
+  /// For tests: the GPU of every world rank, in place of cubelm::world_devices()
+  /// (which Environment gathered); decides which groups share a GPU.
+  std::vector<DeviceKey> devices;
   /// \brief Defaults overridden by CUBELM_GPU_AWARE_MPI=1, CUBELM_USE_NCCL=0,
-  /// CUBELM_COMM_STREAM=0 and CUBELM_FENCE_TIMERS=1.
+  /// CUBELM_COMM_STREAM=0, CUBELM_FENCE_TIMERS=1 and CUBELM_STAGE_HOST_MEMORY=1.
   static CommOptions from_environment();
 };
 
@@ -79,58 +92,39 @@ void require_contiguous(const V& view, const std::string& group, const char* op)
                     "' is not contiguous");
 }
 
-/// A View seen as a flat buffer, with a host copy when it must be staged.
-template <class V>
-class Staged {
-  using value_type = typename V::value_type;
-  using T = std::remove_const_t<value_type>;
-  using Flat =
-      Kokkos::View<value_type*, typename V::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  using HostFlat = Kokkos::View<T*, Kokkos::HostSpace>;
-
-public:
-  Staged(const V& view, bool stage, bool copy_in) : flat_(view.data(), view.span()) {
-    if (stage && view.span() > 0) {
-      host_ = HostFlat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::comm::stage"),
-                       view.span());
-      if (copy_in)
-        Kokkos::deep_copy(host_, flat_);
-    }
-  }
-  /// Copies the View into a staged host copy (made without copying in).
-  void copy_in() const {
-    if (host_.data() != nullptr)
-      Kokkos::deep_copy(host_, flat_);
-  }
-  void* data() const {
-    return host_.data() != nullptr ? static_cast<void*>(host_.data())
-                                   : const_cast<void*>(static_cast<const void*>(flat_.data()));
-  }
-  /// Copies a staged result back to the original View.
-  void copy_back() const {
-    if constexpr (!std::is_const_v<value_type>)
-      if (host_.data() != nullptr)
-        Kokkos::deep_copy(flat_, host_);
-  }
-
-private:
-  Flat flat_;
-  HostFlat host_;
-};
-
 } // namespace detail
 
 /// \brief A named communicator with collectives on Views and traffic accounting.
 class Group {
 public:
+  /// \brief Host memory through MPI; device memory through NCCL (stream-ordered), or
+  /// through MPI on device pointers (GPU-aware MPI) or on a host copy (staged).
+  enum class Route { host, nccl, gpu_aware_mpi, staged };
+
+  /// \brief Collective over `comm` (every member constructs it). Decides from the
+  /// members' GPUs (options.devices, else cubelm::world_devices()) whether NCCL can
+  /// span them; world rank 0 says once per process when ranks share GPUs.
   Group(std::string name, Communicator comm, std::shared_ptr<TrafficCounters> traffic,
-        CommOptions options = {});
+        CommOptions options = CommOptions::from_environment());
 
   const std::string& name() const { return name_; }
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
   const Communicator& communicator() const { return comm_; }
   const TrafficCounters& traffic() const { return *traffic_; }
+
+  /// \brief True when two members of this group compute on one GPU: NCCL refuses
+  /// them one communicator, so device memory goes through MPI (docs/communication.md).
+  bool shares_device() const { return shares_device_; }
+  /// \brief The route of the collectives (and blocking send/recv) on device memory:
+  /// Route::nccl when cubelm is built with NCCL, options.use_nccl holds and no two
+  /// members share a GPU; else gpu_aware_mpi or staged, as options.gpu_aware_mpi says.
+  Route device_collective_route() const { return device_route(true); }
+  /// \brief Collective over the group: creates its NCCL communicator now when its
+  /// device collectives go through NCCL (else on the first one); nothing otherwise.
+  void connect_device() const;
+  /// \brief The host buffers of the staged route (tests: they are reused).
+  const detail::StagingPool& staging() const { return staging_; }
 
   /// \brief In-place reduction of `data` over the group.
   template <class Exec, class V>
@@ -282,17 +276,15 @@ public:
 private:
   friend class Batch; // comm/batch.hpp: point-to-point transfers posted together
 
-  /// Host memory through MPI; device memory through NCCL (stream-ordered), or
-  /// through MPI on device pointers (GPU-aware MPI) or on a host copy (staged).
-  enum class Route { host, nccl, gpu_aware_mpi, staged };
-
   /// The route of a View of type V; `nccl_ok` is false for operations that
   /// always go through MPI (non-blocking point-to-point, see the file comment).
   template <class V>
   Route route_for(bool nccl_ok = true) const {
     constexpr bool host_ok =
         Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename V::memory_space>::accessible;
-    return host_ok ? Route::host : device_route(nccl_ok);
+    if (host_ok)
+      return options_.stage_host_memory ? Route::staged : Route::host;
+    return device_route(nccl_ok);
   }
   Route device_route(bool nccl_ok) const;
   bool stream_ordered_device() const;
@@ -391,7 +383,7 @@ private:
   template <class Exec, class V, class F>
   Request post_one(const Exec& exec, const V& data, Route route, bool copy_in, bool copy_out,
                    const char* what, F&& call) const {
-    detail::Staged<V> buf(data, route == Route::staged, copy_in);
+    detail::Staged<V> buf(data, staging_, route == Route::staged, copy_in);
     prepare(exec, route);
     return make_request(
         watched_call(exec, route, what,
@@ -417,8 +409,8 @@ private:
       return Request();
     }
     const Route route = route_for<VS>();
-    detail::Staged<VS> in(send, route == Route::staged, true);
-    detail::Staged<VR> out(recv, route == Route::staged && receives, partial);
+    detail::Staged<VS> in(send, staging_, route == Route::staged, true);
+    detail::Staged<VR> out(recv, staging_, route == Route::staged && receives, partial);
     prepare(exec, route);
     return make_request(watched_call(exec, route, what,
                                      [&] {
@@ -537,9 +529,12 @@ private:
   Communicator comm_;
   std::shared_ptr<TrafficCounters> traffic_;
   CommOptions options_;
+  bool shares_device_ = false; // two members on one GPU: no NCCL
   std::shared_ptr<Backend> host_backend_;
-  // Created on first use by a collective call on device memory (all ranks of
-  // the group make that call, so the lazy NCCL initialisation is collective too).
+  detail::StagingPool staging_; // host copies of the staged route, reused
+  // Created by connect_device() (ProcessGrid does it for its groups) or on first use
+  // by a collective call on device memory (all ranks of the group make that call, so
+  // the lazy NCCL initialisation is collective too).
   mutable std::shared_ptr<Backend> device_backend_;
 };
 

@@ -12,7 +12,9 @@ namespace cubelm {
 /// Construct exactly one, first thing in main, and keep every communicator,
 /// View and file handle inside a scope that ends before it does. In a CUDA
 /// build each rank is given GPU (node-local rank mod GPUs per node) unless the
-/// command line already names one with --kokkos-device-id.
+/// command line already names one with --kokkos-device-id. Construction also
+/// gathers every rank's node and GPU once (cubelm::world_devices(), core/devices.hpp),
+/// from which the comm layer sees which ranks share a GPU.
 class Environment {
 public:
   Environment(int& argc, char**& argv);

@@ -1,15 +1,33 @@
-#include "cubelm/core/device.hpp"
+#include "cubelm/core/devices.hpp"
+
+#include "device_table.hpp"
 
 // Kokkos' macros say which runtime this build has; nothing else of Kokkos is used.
 #include <Kokkos_Macros.hpp>
 
 #include <cstdio>
+#include <utility>
 
 #ifdef KOKKOS_ENABLE_CUDA
 #include <cuda_runtime.h>
 #endif
 
 namespace cubelm {
+
+namespace {
+std::vector<DeviceKey>& table() {
+  static std::vector<DeviceKey> devices;
+  return devices;
+}
+} // namespace
+
+const std::vector<DeviceKey>& world_devices() {
+  return table();
+}
+
+void set_world_devices(std::vector<DeviceKey> devices) {
+  table() = std::move(devices);
+}
 
 #ifdef KOKKOS_ENABLE_CUDA
 
