@@ -39,8 +39,8 @@ void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>
                     const Mat<T>& dwte) {
   const auto offsets = index.offsets;
   const auto positions = index.positions;
-  Kokkos::parallel_for(
-      "cubelm::token_backward", over(exec, dwte.extent(0), dwte.extent(1)),
+  for_each_element(
+      "cubelm::token_backward", exec, dwte.extent(0), dwte.extent(1),
       KOKKOS_LAMBDA(const std::int64_t v, const std::int64_t h) {
         T acc = 0;
         for (int i = offsets(v); i < offsets(v + 1); ++i)
@@ -54,8 +54,8 @@ void position_backward(const ExecSpace& exec, const Mat<T>& dy, Positions pos, c
   const std::int64_t local = pos.local;
   const std::int64_t sequences = static_cast<std::int64_t>(dy.extent(0)) / local;
   // pos.global is one-to-one: each thread owns its row of dwpe.
-  Kokkos::parallel_for(
-      "cubelm::position_backward", over(exec, local, dwpe.extent(1)),
+  for_each_element(
+      "cubelm::position_backward", exec, local, dwpe.extent(1),
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
         T acc = 0;
         for (std::int64_t b = 0; b < sequences; ++b)
