@@ -250,6 +250,37 @@ TEST(KernelShapes, ColumnSumsAroundTheRowBlock) {
     }
 }
 
+TEST(KernelShapes, TokenGradientAroundTheColumnChunk) {
+  const ExecSpace exec;
+  // Widths around the CPU's column chunk of 32; tokens that occur several times, once and
+  // never. Every element sums its token's rows of dy in row order from 0 and adds the sum
+  // to what dwte held: the same float operations on the host give the same bits.
+  TokenIndexer indexer;
+  const int vocab = 9, rows = 50;
+  std::vector<std::int32_t> ids(rows);
+  for (int n = 0; n < rows; ++n)
+    ids[static_cast<std::size_t>(n)] = (n * 5 + n / 7) % (vocab - 2); // tokens 7, 8: none
+  for (const int cols : {1, 31, 32, 33, 70}) {
+    SCOPED_TRACE(::testing::Message() << cols << " columns");
+    Mat<float> dy("dy", rows, cols), dwte("dwte", vocab, cols);
+    randomize(dy, 21);
+    randomize(dwte, 22);
+    const auto dwte0 = on_host(dwte);
+    const TokenIndex& index = indexer.build(exec, device_tokens(ids), 0, vocab);
+    token_backward<float>(exec, index, dy, dwte);
+    const auto hdy = on_host(dy);
+    const auto hdwte = on_host(dwte);
+    for (int v = 0; v < vocab; ++v)
+      for (int h = 0; h < cols; ++h) {
+        float acc = 0;
+        for (int n = 0; n < rows; ++n)
+          if (ids[static_cast<std::size_t>(n)] == v)
+            acc += hdy(n, h);
+        ASSERT_EQ(hdwte(v, h), dwte0(v, h) + acc) << "token " << v << ", column " << h;
+      }
+  }
+}
+
 TEST(KernelShapes, CausalSoftmaxRowsOfAttention) {
   const ExecSpace exec;
   // One head of one sequence with d = 1 and v = e_s: out(t) is then the probability row
