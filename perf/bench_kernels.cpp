@@ -47,11 +47,11 @@ std::int64_t rows() {
 
 Mat filled(const char* name, std::int64_t r, std::int64_t c, float scale = 1.0f) {
   Mat m(std::string(name), r, c);
+  // One thread per element, neighbouring threads on neighbouring columns.
   Kokkos::parallel_for(
-      "bench_fill",
-      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>({0, 0},
-                                                                                         {r, c}),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+      "bench_fill", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(0, r * c),
+      KOKKOS_LAMBDA(const std::int64_t e) {
+        const std::int64_t i = e / c, j = e % c;
         // A cheap deterministic pattern in [-scale, scale].
         const std::uint32_t h = static_cast<std::uint32_t>(i * 2654435761u + j * 40503u);
         m(i, j) = scale * (static_cast<float>(h % 2001u) / 1000.0f - 1.0f);

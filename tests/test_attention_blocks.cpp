@@ -24,8 +24,6 @@ using namespace cubelm::kernels;
 
 namespace {
 
-const ExecSpace exec;
-
 template <class V>
 void randomize(const V& view, unsigned seed, double lo = -1.0, double hi = 1.0) {
   std::mt19937 gen(seed);
@@ -115,6 +113,7 @@ struct Tolerance<double> {
 // Whole-sequence attention against every block pair of a split, merged.
 template <class T>
 void expect_blocks_equal_whole(const Split& split) {
+  const ExecSpace exec;
   SCOPED_TRACE(split.name);
   const int batch = 2, heads = 3, d = 4, hid = heads * d;
   std::int64_t seq = 0;
@@ -264,6 +263,7 @@ TEST(AttentionBlocks, BlockPairsEqualWholeAttentionInDouble) {
 }
 
 TEST(AttentionBlocks, BlocksInTheFutureAndRowsThatSeeNothing) {
+  const ExecSpace exec;
   const int n = 3, d = 4;
   Batch<double> q("q", n, 4, d), k("k", n, 3, d), v("v", n, 3, d);
   randomize(q, 41);
@@ -358,6 +358,7 @@ TEST(AttentionBlocks, BlocksInTheFutureAndRowsThatSeeNothing) {
 }
 
 TEST(AttentionBlocks, BlockBackwardAgainstFiniteDifferences) {
+  const ExecSpace exec;
   // Queries at 4..8 over three key blocks: 0..2 (all visible), 3..6 (the diagonal) and
   // 7..9 (queries 4-6 see none of it). loss = <w, merged output>.
   const int n = 2, d = 3, tq = 5;
@@ -431,6 +432,7 @@ TEST(AttentionBlocks, BlockBackwardAgainstFiniteDifferences) {
 }
 
 TEST(AttentionBlocks, GatherAndScatterHeads) {
+  const ExecSpace exec;
   const int batch = 2, heads = 3, d = 2, seq = 7;
   Mat<double> x("x", batch * seq, heads * d), y("y", batch * seq, heads * d);
   randomize(x, 71);

@@ -27,8 +27,6 @@ using namespace cubelm::kernels;
 
 namespace {
 
-const ExecSpace exec;
-
 // A host copy (a copy also where the view is on the host already: snapshots before a kernel).
 template <class V>
 auto on_host(const V& view) {
@@ -81,6 +79,7 @@ void expect_index(const TokenIndex& index, const std::vector<std::int32_t>& ids,
 } // namespace
 
 TEST(KernelShapes, TokenIndexIsTheStableCountingSort) {
+  const ExecSpace exec;
   std::mt19937 gen(11);
   TokenIndexer indexer; // one indexer for every case: its kept buffers are reused and regrown
   struct Case {
@@ -105,6 +104,7 @@ TEST(KernelShapes, TokenIndexIsTheStableCountingSort) {
 }
 
 TEST(KernelShapes, BatchedGemmMatchesLoops) {
+  const ExecSpace exec;
   // Batches of 1 (fewer matrices than threads: one product after the other) and 13.
   for (const int count : {1, 13})
     for (const bool ta : {false, true})
@@ -133,6 +133,7 @@ TEST(KernelShapes, BatchedGemmMatchesLoops) {
 }
 
 TEST(KernelShapes, BatchedGemmFollowsTheBf16Precision) {
+  const ExecSpace exec;
   const int count = 4, m = 3, k = 17, n = 2;
   Batch<float> a("a", count, m, k), b("b", count, k, n), c("c", count, m, n);
   randomize(a, 5);
@@ -160,6 +161,7 @@ TEST(KernelShapes, BatchedGemmFollowsTheBf16Precision) {
 }
 
 TEST(KernelShapes, RowReductionsAtEveryWidth) {
+  const ExecSpace exec;
   // Widths around the CPU's 8 partial sums and a GPU team; the sums in double.
   for (const int h : {1, 2, 7, 8, 9, 31, 33, 100, 5000}) {
     SCOPED_TRACE(::testing::Message() << "width " << h);
@@ -207,6 +209,7 @@ TEST(KernelShapes, RowReductionsAtEveryWidth) {
 }
 
 TEST(KernelShapes, ColumnSumsAroundTheRowBlock) {
+  const ExecSpace exec;
   // Row counts below, at and above the row block of 64, column counts around the CPU's
   // chunk of 32; the sums in double, added to what the gradients held.
   for (const int rows : {1, 63, 64, 65, 200})
@@ -247,7 +250,39 @@ TEST(KernelShapes, ColumnSumsAroundTheRowBlock) {
     }
 }
 
+TEST(KernelShapes, TokenGradientAroundTheColumnChunk) {
+  const ExecSpace exec;
+  // Widths around the CPU's column chunk of 32; tokens that occur several times, once and
+  // never. Every element sums its token's rows of dy in row order from 0 and adds the sum
+  // to what dwte held: the same float operations on the host give the same bits.
+  TokenIndexer indexer;
+  const int vocab = 9, rows = 50;
+  std::vector<std::int32_t> ids(rows);
+  for (int n = 0; n < rows; ++n)
+    ids[static_cast<std::size_t>(n)] = (n * 5 + n / 7) % (vocab - 2); // tokens 7, 8: none
+  for (const int cols : {1, 31, 32, 33, 70}) {
+    SCOPED_TRACE(::testing::Message() << cols << " columns");
+    Mat<float> dy("dy", rows, cols), dwte("dwte", vocab, cols);
+    randomize(dy, 21);
+    randomize(dwte, 22);
+    const auto dwte0 = on_host(dwte);
+    const TokenIndex& index = indexer.build(exec, device_tokens(ids), 0, vocab);
+    token_backward<float>(exec, index, dy, dwte);
+    const auto hdy = on_host(dy);
+    const auto hdwte = on_host(dwte);
+    for (int v = 0; v < vocab; ++v)
+      for (int h = 0; h < cols; ++h) {
+        float acc = 0;
+        for (int n = 0; n < rows; ++n)
+          if (ids[static_cast<std::size_t>(n)] == v)
+            acc += hdy(n, h);
+        ASSERT_EQ(hdwte(v, h), dwte0(v, h) + acc) << "token " << v << ", column " << h;
+      }
+  }
+}
+
 TEST(KernelShapes, CausalSoftmaxRowsOfAttention) {
+  const ExecSpace exec;
   // One head of one sequence with d = 1 and v = e_s: out(t) is then the probability row
   // itself, against a direct causal softmax in double.
   const int seq = 37, heads = 1, d = 1;

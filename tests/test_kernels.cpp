@@ -24,8 +24,6 @@ using D = double;
 
 namespace {
 
-const ExecSpace exec;
-
 template <class V>
 void randomize(const V& view, unsigned seed, double lo = -1.0, double hi = 1.0) {
   std::mt19937 gen(seed);
@@ -80,6 +78,7 @@ constexpr double kTol = 1e-7;
 } // namespace
 
 TEST(Kernels, GemmMatchesLoopsForAllTransposes) {
+  const ExecSpace exec;
   const int m = 5, n = 7, k = 3;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
@@ -108,6 +107,7 @@ TEST(Kernels, GemmMatchesLoopsForAllTransposes) {
 }
 
 TEST(Kernels, EmbeddingBackwardIsTheAdjointOfForward) {
+  const ExecSpace exec;
   const int vocab = 6, seq = 4, batch = 3, hid = 5;
   const std::vector<std::int32_t> toks = {1, 3, 3, 0, 5, 1, 1, 2, 0, 0, 4, 3};
   Tokens tok("tok", toks.size());
@@ -131,6 +131,7 @@ TEST(Kernels, EmbeddingBackwardIsTheAdjointOfForward) {
 }
 
 TEST(Kernels, LayerNormGradients) {
+  const ExecSpace exec;
   const int rows = 4, hid = 6;
   Mat<D> x("x", rows, hid), y("y", rows, hid), w("w", rows, hid), dx("dx", rows, hid);
   Vec<D> g("g", hid), b("b", hid), mean("mean", rows), rstd("rstd", rows), dg("dg", hid),
@@ -159,6 +160,7 @@ TEST(Kernels, LayerNormGradients) {
 }
 
 TEST(Kernels, GeluBiasAndResidual) {
+  const ExecSpace exec;
   const int rows = 3, hid = 5;
   Mat<D> x("x", rows, hid), y("y", rows, hid), w("w", rows, hid), dx("dx", rows, hid),
       th("th", rows, hid);
@@ -197,6 +199,7 @@ TEST(Kernels, GeluBiasAndResidual) {
 }
 
 TEST(Kernels, AttentionGradients) {
+  const ExecSpace exec;
   const int batch = 2, seq = 4, heads = 2, hid = 6;
   const int rows = batch * seq;
   Mat<D> q("q", rows, hid), k("k", rows, hid), v("v", rows, hid), out("out", rows, hid),
@@ -243,6 +246,7 @@ TEST(Kernels, AttentionGradients) {
 }
 
 TEST(Kernels, CrossEntropyValueGradientAndStability) {
+  const ExecSpace exec;
   const int rows = 5, vocab = 7;
   Mat<D> logits("l", rows, vocab), work("w", rows, vocab);
   Vec<D> losses("losses", rows);
@@ -290,6 +294,7 @@ TEST(Kernels, CrossEntropyValueGradientAndStability) {
 }
 
 TEST(Kernels, AdamWStepMatchesHandComputation) {
+  const ExecSpace exec;
   Vec<D> p("p", 2), g("g", 2), m("m", 2), v("v", 2);
   const double hp[2] = {1.0, -2.0}, hg[2] = {0.5, 0.25}, hm[2] = {0.1, 0.0}, hv[2] = {0.01, 0.0};
   const auto fill = [](const Vec<D>& dst, const double* src) {
@@ -330,6 +335,7 @@ TEST(Kernels, AdamWStepMatchesHandComputation) {
 // element: the same AdamW arithmetic (bitwise, also with clipping folded in), the same
 // sum of squares up to the order of double additions, and untouched gaps.
 TEST(Kernels, OptimizerChunksMatchPerSegmentKernels) {
+  const ExecSpace exec;
   using F = float;
   const std::int64_t total = 3 * kOptimChunk + 777;
   // Two segments with a gap between them; moments packed without the gap.

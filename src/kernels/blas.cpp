@@ -5,6 +5,7 @@
 #include "cubelm/kernels/precision.hpp"
 
 #include "gemm_detail.hpp"
+#include "ranges.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 
@@ -30,10 +31,8 @@ void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<
     return;
   if (k == 0) { // BLAS would still scale C; do it explicitly for clarity
     const Mat<T> cc = c;
-    Kokkos::parallel_for(
-        "cubelm::gemm_scale",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>(
-            exec, {0, 0}, {static_cast<std::int64_t>(m), static_cast<std::int64_t>(n)}),
+    for_each_element(
+        "cubelm::gemm_scale", exec, static_cast<std::int64_t>(m), static_cast<std::int64_t>(n),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { cc(i, j) *= beta; });
     return;
   }

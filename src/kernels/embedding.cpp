@@ -39,14 +39,44 @@ void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>
                     const Mat<T>& dwte) {
   const auto offsets = index.offsets;
   const auto positions = index.positions;
-  Kokkos::parallel_for(
-      "cubelm::token_backward", over(exec, dwte.extent(0), dwte.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t v, const std::int64_t h) {
-        T acc = 0;
-        for (int i = offsets(v); i < offsets(v + 1); ++i)
-          acc += dy(positions(i), h);
-        dwte(v, h) += acc;
-      });
+  // Every element sums its token's rows of dy in row order, from 0, then adds the sum to
+  // dwte: the same order, and so the same bits, on CPUs and GPUs.
+  if constexpr (kOnHost) {
+    // A vocabulary row at a time, its columns in chunks of kColumnChunk whose sums stay
+    // in registers: the loops over a chunk vectorise, where for_each_element's loop over
+    // the columns, with the loop over the tokens inside, does not (most rows have no
+    // token, so the work is mostly adding 0 to dwte).
+    const std::int64_t cols = dwte.extent(1);
+    Kokkos::parallel_for(
+        "cubelm::token_backward", Range(exec, 0, dwte.extent(0)),
+        KOKKOS_LAMBDA(const std::int64_t v) {
+          const int begin = offsets(v), end = offsets(v + 1);
+          auto chunk = [&](const std::int64_t j0, const std::int64_t width) {
+            T acc[kColumnChunk] = {};
+            for (int i = begin; i < end; ++i) {
+              const std::int64_t p = positions(i);
+              for (std::int64_t jj = 0; jj < width; ++jj)
+                acc[jj] += dy(p, j0 + jj);
+            }
+            for (std::int64_t jj = 0; jj < width; ++jj)
+              dwte(v, j0 + jj) += acc[jj];
+          };
+          std::int64_t j0 = 0;
+          for (; j0 + kColumnChunk <= cols; j0 += kColumnChunk)
+            chunk(j0, kColumnChunk); // a constant trip count: unrolled and vectorised
+          if (j0 < cols)
+            chunk(j0, cols - j0);
+        });
+  } else {
+    for_each_element(
+        "cubelm::token_backward", exec, dwte.extent(0), dwte.extent(1),
+        KOKKOS_LAMBDA(const std::int64_t v, const std::int64_t h) {
+          T acc = 0;
+          for (int i = offsets(v); i < offsets(v + 1); ++i)
+            acc += dy(positions(i), h);
+          dwte(v, h) += acc;
+        });
+  }
 }
 
 template <class T>
@@ -54,8 +84,8 @@ void position_backward(const ExecSpace& exec, const Mat<T>& dy, Positions pos, c
   const std::int64_t local = pos.local;
   const std::int64_t sequences = static_cast<std::int64_t>(dy.extent(0)) / local;
   // pos.global is one-to-one: each thread owns its row of dwpe.
-  Kokkos::parallel_for(
-      "cubelm::position_backward", over(exec, local, dwpe.extent(1)),
+  for_each_element(
+      "cubelm::position_backward", exec, local, dwpe.extent(1),
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
         T acc = 0;
         for (std::int64_t b = 0; b < sequences; ++b)

@@ -81,8 +81,8 @@ void bf16_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, float 
   auto copy = [&](const Mat<float>& m, Scratch<std::uint16_t>& scratch) {
     const auto buf = scratch.get(m.extent(0) * m.extent(1));
     const std::int64_t cols = m.extent(1);
-    Kokkos::parallel_for(
-        "cubelm::to_bf16", over(exec, m.extent(0), m.extent(1)),
+    for_each_element(
+        "cubelm::to_bf16", exec, m.extent(0), m.extent(1),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
           buf(i * cols + j) = bf16_bits(m(i, j));
         });

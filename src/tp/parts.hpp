@@ -231,24 +231,38 @@ private:
 
 /// Token ids on the device, filled from host vectors through a host buffer kept
 /// from call to call (no allocation per micro-batch). The copy is queued on `exec`
-/// after the kernels that read the previous ids; from pageable host memory it returns
-/// once the ids are staged, so the buffer can be refilled at once and nothing waits
-/// for the device.
+/// after the kernels that read the previous ids. The buffer is pinned memory on CUDA
+/// (PinnedHostSpace): the copy reads it when the stream gets to it, without a
+/// staging copy by the driver; on CPUs it is the device buffer itself and the copy
+/// does nothing.
 class DeviceTokens {
 public:
-  explicit DeviceTokens(Tokens dev) : dev_(dev), host_(Kokkos::create_mirror_view(dev)) {}
+  explicit DeviceTokens(Tokens dev)
+      : dev_(dev), host_(Kokkos::create_mirror_view(PinnedHostSpace(), dev)) {}
   const Tokens& set(const ExecSpace& exec, const std::vector<std::int32_t>& ids) {
     CUBELM_ASSERT(ids.size() == dev_.extent(0), "token count does not match the micro-batch");
+    // The copy queued by the previous call may not have run yet, and it reads the host
+    // buffer when it runs: refilling the buffer first would hand the new ids to the
+    // kernels of the previous micro-batch. Waiting for the instance that queued it is
+    // the simplest order that is right (the host waits for that instance's other queued
+    // work too; an event recorded after the copy would wait for the copy alone).
+    if (queued_) {
+      queued_->fence();
+      queued_.reset();
+    }
     for (std::size_t i = 0; i < ids.size(); ++i)
       host_(i) = ids[i];
     Kokkos::deep_copy(exec, dev_, host_);
+    if (host_.data() != dev_.data())
+      queued_ = exec;
     return dev_;
   }
   const Tokens& view() const { return dev_; }
 
 private:
   Tokens dev_;
-  Tokens::host_mirror_type host_;
+  Kokkos::View<std::int32_t*, Kokkos::LayoutRight, PinnedHostSpace> host_;
+  std::optional<ExecSpace> queued_; ///< the instance of a copy that may be pending
 };
 
 /// Vocabulary-parallel cross-entropy on logits [rows, slice] of the vocabulary slice

@@ -14,6 +14,15 @@ using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
 /// \brief Host execution space for staging and I/O.
 using HostExecSpace = Kokkos::DefaultHostExecutionSpace;
+/// \brief Host memory that copies queued on an execution instance read from or write
+/// to: page-locked (pinned) on CUDA, so that an asynchronous copy runs on the stream
+/// without the driver staging it through a buffer of its own; plain host memory
+/// otherwise.
+#ifdef KOKKOS_ENABLE_CUDA
+using PinnedHostSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedHostSpace = Kokkos::HostSpace;
+#endif
 
 /// \brief Scalar type of model parameters, activations and gradients.
 using real = float;
