@@ -72,12 +72,9 @@ std::string deck_text(int layers, int hidden, int heads, int seq, int vocab, int
          "\nsteps = 1000\n[data]\nsynthetic_tokens = 200000\n" + "[log]\npeak_gflops = 1.0\n";
 }
 
-void train_step(benchmark::State& state, const std::string& text) {
-  const cubelm::Deck deck = cubelm::io::parse_deck(text, "bench");
-  cubelm::train::Trainer trainer(deck);
-  trainer.step(); // warm-up: first-touch of every buffer
-  for (auto _ : state)
-    trainer.step();
+// tok/s, GFLOP/s (model FLOPs) and params_M of one training step per iteration;
+// returns the step's model FLOPs.
+double step_counters(benchmark::State& state, const cubelm::Deck& deck) {
   const double tokens = static_cast<double>(deck.train.global_batch) * deck.model.seq_len;
   const double flops = cubelm::model::flops_per_token(deck.model) * tokens;
   state.counters["tok/s"] =
@@ -85,6 +82,16 @@ void train_step(benchmark::State& state, const std::string& text) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["params_M"] = cubelm::model::parameter_count(deck.model) / 1e6;
+  return flops;
+}
+
+void train_step(benchmark::State& state, const std::string& text) {
+  const cubelm::Deck deck = cubelm::io::parse_deck(text, "bench");
+  cubelm::train::Trainer trainer(deck);
+  trainer.step(); // warm-up: first-touch of every buffer
+  for (auto _ : state)
+    trainer.step();
+  step_counters(state, deck);
 }
 
 // small: L=4, H=256, a=8, T=256, V=8192, B=8; tiny: L=2, H=64, a=4, T=64, V=256, B=8.
@@ -130,13 +137,7 @@ void BM_TrainStepGPT2(benchmark::State& state, int precision) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double tokens = static_cast<double>(deck.train.global_batch) * deck.model.seq_len;
-  const double flops = cubelm::model::flops_per_token(deck.model) * tokens;
-  state.counters["tok/s"] =
-      benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["params_M"] = cubelm::model::parameter_count(deck.model) / 1e6;
+  const double flops = step_counters(state, deck);
   state.counters["batch"] = o.batch;
   const double peak = o.peak_tflops > 0 ? o.peak_tflops : o.peak_by_precision[precision];
   if (peak > 0 && seconds > 0) // a fraction, not a rate: the loop's own wall-clock time

@@ -6,6 +6,8 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/types.hpp"
 
+#include "view_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -25,21 +27,8 @@ int world_size() {
   return Communicator::world().size();
 }
 
-template <class T>
-View1<T> filled(std::size_t n, const std::function<T(std::size_t)>& f) {
-  View1<T> v("v", n);
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < n; ++i)
-    h(i) = f(i);
-  Kokkos::deep_copy(v, h);
-  return v;
-}
-
-template <class T>
-std::vector<T> to_host(const View1<T>& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<T>(h.data(), h.data() + h.extent(0));
-}
+using cubelm::testing::filled;
+using cubelm::testing::to_host;
 
 // Runs `check` on the world group and on every sub-grid group of one layout
 // per tensor mode that fits this job.

@@ -11,6 +11,8 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/types.hpp"
 
+#include "view_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -324,21 +326,8 @@ TEST(SharedDevices, InjectedDevicesMustListTheWorld) {
 
 namespace {
 
-template <class T>
-View1<T> filled(std::size_t n, const std::function<T(std::size_t)>& f) {
-  View1<T> v("v", n);
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < n; ++i)
-    h(i) = f(i);
-  Kokkos::deep_copy(v, h);
-  return v;
-}
-
-template <class T>
-std::vector<T> to_host(const View1<T>& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<T>(h.data(), h.data() + h.extent(0));
-}
+using cubelm::testing::filled;
+using cubelm::testing::to_host;
 
 int g_stage_allocations = 0;
 void count_stage(Kokkos::Profiling::SpaceHandle, const char* label, const void*, std::uint64_t) {
