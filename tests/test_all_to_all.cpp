@@ -9,6 +9,8 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/types.hpp"
 
+#include "view_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -72,19 +74,10 @@ using Flat = Kokkos::View<T*, Kokkos::LayoutRight, M>;
 
 template <class T, class M>
 Flat<T, M> filled(std::size_t n, const std::function<T(std::size_t)>& f) {
-  Flat<T, M> v("v", n);
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < n; ++i)
-    h(i) = f(i);
-  Kokkos::deep_copy(v, h);
-  return v;
+  return cubelm::testing::filled_in<T, M>(n, f);
 }
 
-template <class V>
-std::vector<typename V::non_const_value_type> values(const V& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return {h.data(), h.data() + h.extent(0)};
-}
+using cubelm::testing::values;
 
 // Equal blocks of n elements: send block j for rank j, then check every block
 // received; all_to_all and iall_to_all (two in flight, completed in reverse).

@@ -289,23 +289,8 @@ TEST(Collectives, MisuseIsRefusedBeforeAnyCommunication) {
 
 namespace {
 
-// Views in memory space `M` filled on the host (the helpers above use View1 only).
-template <class T, class M>
-Kokkos::View<T*, Kokkos::LayoutRight, M> filled_in(std::size_t n,
-                                                   const std::function<T(std::size_t)>& f) {
-  Kokkos::View<T*, Kokkos::LayoutRight, M> v("v", n);
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < n; ++i)
-    h(i) = f(i);
-  Kokkos::deep_copy(v, h);
-  return v;
-}
-
-template <class V>
-std::vector<typename V::non_const_value_type> values(const V& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return {h.data(), h.data() + h.extent(0)};
-}
+using cubelm::testing::filled_in;
+using cubelm::testing::values;
 
 // Every non-blocking collective against its blocking twin (and the closed
 // forms of the tests above), with all three in flight at once and completed
