@@ -312,6 +312,9 @@ BENCHMARK(BM_Optimizer)->Unit(benchmark::kMillisecond);
 } // namespace
 
 int main(int argc, char** argv) {
+  // The BLAS kernels that fit the processor, as cubelm itself runs (kernels/blas.hpp).
+  const auto kernels = cubelm::kernels::ensure_blas_kernels(argv);
+  benchmark::AddCustomContext("blas", cubelm::kernels::blas_threading() + ", " + kernels.note);
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--batch=", 8) == 0)

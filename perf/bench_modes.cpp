@@ -10,6 +10,7 @@
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/environment.hpp"
 #include "cubelm/io/deck.hpp"
+#include "cubelm/kernels/blas.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "bench_mpi.hpp"
@@ -73,6 +74,7 @@ bool is_power(int n, int exp) {
 } // namespace
 
 int main(int argc, char** argv) {
+  cubelm::kernels::ensure_blas_kernels(argv); // the kernels cubelm runs (kernels/blas.hpp)
   cubelm::Environment env(argc, argv);
   {
     const int world = cubelm::comm::Communicator::world().size();

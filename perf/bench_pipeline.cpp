@@ -12,6 +12,7 @@
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/environment.hpp"
 #include "cubelm/io/deck.hpp"
+#include "cubelm/kernels/blas.hpp"
 #include "cubelm/model/memory.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -65,6 +66,7 @@ void BM_Schedule(benchmark::State& state, const char* schedule) {
 } // namespace
 
 int main(int argc, char** argv) {
+  cubelm::kernels::ensure_blas_kernels(argv); // the kernels cubelm runs (kernels/blas.hpp)
   cubelm::Environment env(argc, argv);
   {
     for (const char* s : {"gpipe", "1f1b", "interleaved", "layered"})

@@ -192,8 +192,11 @@ BENCHMARK(BM_TrainStepSmall)->Unit(benchmark::kMillisecond)->MinTime(5.0);
 } // namespace
 
 int main(int argc, char** argv) {
+  // The BLAS kernels that fit the processor, as cubelm itself runs (kernels/blas.hpp).
+  const auto kernels = cubelm::kernels::ensure_blas_kernels(argv);
   cubelm::Environment env(argc, argv);
   gpt2_setup(argc, argv);
+  benchmark::AddCustomContext("blas", cubelm::kernels::blas_threading() + ", " + kernels.note);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   return 0;

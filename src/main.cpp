@@ -5,6 +5,7 @@
 #include "cubelm/core/environment.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/version.hpp"
+#include "cubelm/kernels/blas.hpp"
 
 #include <CLI/CLI.hpp>
 #include <mpi.h>
@@ -45,6 +46,12 @@ int launcher_rank() {
 } // namespace
 
 int main(int argc, char** argv) {
+  // The BLAS picked its kernels when it loaded: where they are below the processor,
+  // this executes cubelm again with OPENBLAS_CORETYPE set (kernels/blas.hpp), before
+  // MPI, Kokkos or any output start.
+  const auto kernels = cubelm::kernels::ensure_blas_kernels(argv);
+  if (!kernels.warning.empty() && launcher_rank() == 0)
+    std::fprintf(stderr, "cubelm: warning: %s\n", kernels.warning.c_str());
   // `cubelm --version` needs neither MPI nor a device: it answers before either is
   // brought up, so that it also runs where a CUDA build finds no GPU.
   if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {

@@ -39,6 +39,10 @@ def expected(run_dir):
     steps = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if line.strip()]
     steps.sort(key=lambda s: s["step"])
     m = [s for s in steps if s["step"] >= WARMUP and not s["skipped"]]
+    for s in steps:  # the peak is one no step beats (docs/launching.md#mfu)
+        if not s["mfu"] <= 1 or not s["peak_gflops"] >= s["gflops_per_rank"] * (1 - 1e-12):
+            fail(f"{run_dir} step {s['step']}: MFU {s['mfu']} against a peak of {s['peak_gflops']} "
+                 f"GFLOP/s/rank at {s['gflops_per_rank']}: the peak is below the step's rate")
     ms = [s["ms"] for s in m]
     # the 90th percentile by linear interpolation between closest ranks
     srt = sorted(ms)
@@ -166,6 +170,8 @@ def main():
         check_table_cell(w + " memory measured", c[10], v["mem_bytes"], 1 / 2**20)
         check_table_cell(w + " memory estimate", c[11], v["mem_bytes_estimate"], 1 / 2**20)
         check_table_cell(w + " MFU", c[12], v["mfu"], 100)
+        if not 0 < v["mfu"] <= 1:
+            fail(f"{w}: MFU {100 * v['mfu']:.2f}%: a run's MFU is above 0 and at most 100%")
         check_table_cell(w + " tokens/s", c[13], v["tokens_per_s"])
         check_table_cell(w + " final loss", c[14], v["final_loss"])
     print(f"report.md: {len(table_rows)} table rows agree with the metrics files")

@@ -4,6 +4,7 @@
 // code is non-zero if any rank failed.
 
 #include "cubelm/core/environment.hpp"
+#include "cubelm/kernels/blas.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -30,6 +31,8 @@ private:
 } // namespace
 
 int main(int argc, char** argv) {
+  // The BLAS kernels that fit the processor, as cubelm itself runs (kernels/blas.hpp).
+  cubelm::kernels::ensure_blas_kernels(argv);
   int failed = 0;
   {
     cubelm::Environment env(argc, argv);

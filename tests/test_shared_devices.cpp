@@ -9,11 +9,14 @@
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/core/devices.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/core/peak.hpp"
+#include "cubelm/core/placement.hpp"
 #include "cubelm/core/types.hpp"
 
 #include "view_helpers.hpp"
 
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cstdint>
 #include <functional>
@@ -495,4 +498,46 @@ TEST(SharedDevices, StagedRouteGivesTheSameResultsAndReusesItsBuffers) {
     EXPECT_EQ(g->staging().buffers(), warm);
     EXPECT_EQ(g_stage_allocations, 0) << "staging buffers allocated once warm";
   }
+}
+
+// The peak MFU is measured against: each node's first rank measures while the node's
+// other ranks wait; every rank gets the value and its share of the node's CPUs.
+TEST(NodePeak, SharesOfTheNodeClosedForm) {
+  NodePeak p;
+  p.alone = 100;
+  p.ranks = 4;
+  p.cpus = 2;
+  EXPECT_DOUBLE_EQ(p.share(), 0.5); // 4 single-threaded ranks take turns on 2 CPUs
+  EXPECT_DOUBLE_EQ(p.per_rank(), 50);
+  p.ranks = 2;
+  EXPECT_DOUBLE_EQ(p.share(), 1.0);
+  p.ranks = 1;
+  p.cpus = 16;
+  p.threads = 4;
+  EXPECT_DOUBLE_EQ(p.share(), 1.0); // more CPUs than threads: the peak stays the rank's own
+  p.ranks = 4;
+  p.cpus = 8;
+  EXPECT_DOUBLE_EQ(p.share(), 0.5);
+}
+
+TEST(NodePeak, MeasuredOnceOnEachNode) {
+  int calls = 0;
+  const NodePeak p = measure_node_peak(
+      [&] {
+        ++calls;
+        return 42.5;
+      },
+      1);
+  EXPECT_EQ(p.alone, 42.5);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_size = 0, node_calls = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Allreduce(&calls, &node_calls, 1, MPI_INT, MPI_SUM, node);
+  MPI_Comm_free(&node);
+  EXPECT_EQ(node_calls, 1);
+  EXPECT_EQ(p.ranks, node_size);
+  EXPECT_GE(p.cpus, static_cast<int>(launch_cpus().size()));
+  EXPECT_GT(p.share(), 0.0);
+  EXPECT_LE(p.share(), 1.0);
 }

@@ -121,6 +121,37 @@ TEST(Train, MetricsLineAndJson) {
     EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
 }
 
+// MFU is the model's rate over a peak no step can beat: a step above the peak (here a
+// peak far too low, as a deck might guess) raises it to its own rate, and MFU stays
+// at most 1 in the metrics.
+TEST(Train, MfuNeverExceedsOne) {
+  train::Trainer t(small_deck(1, 4));
+  t.set_peak_gflops(1e-6);
+  const auto first = t.step();
+  EXPECT_GT(first.gflops_per_rank, 1e-6);
+  EXPECT_TRUE(first.peak_raised);
+  EXPECT_EQ(first.peak_gflops, first.gflops_per_rank);
+  EXPECT_EQ(first.mfu, 1.0);
+  for (int s = 1; s < 4; ++s) {
+    const auto m = t.step();
+    EXPECT_LE(m.mfu, 1.0) << "step " << s;
+    EXPECT_GE(m.peak_gflops, first.peak_gflops);
+    if (m.peak_raised)
+      EXPECT_EQ(m.peak_gflops, m.gflops_per_rank);
+    else
+      EXPECT_GE(m.peak_gflops, m.gflops_per_rank);
+    EXPECT_NEAR(m.mfu, m.gflops_per_rank / m.peak_gflops, 1e-12);
+    EXPECT_NE(train::format_json(m).find("\"peak_gflops\": "), std::string::npos);
+  }
+  // A peak above every step is kept as it is.
+  train::Trainer u(small_deck(1, 2));
+  u.set_peak_gflops(1e12);
+  const auto m = u.step();
+  EXPECT_FALSE(m.peak_raised);
+  EXPECT_EQ(m.peak_gflops, 1e12);
+  EXPECT_LT(m.mfu, 1e-3);
+}
+
 namespace {
 std::string temp_file(const std::string& name) {
   return (std::filesystem::temp_directory_path() /

@@ -119,7 +119,10 @@ class Run:
             "comm_bytes_closed_form": float(self.check["comm_bytes"]) if self.check else math.nan,
             "mem_bytes": float(max(s["mem_bytes"] for s in m)),
             "mem_bytes_estimate": float(self.check["mem_bytes"]) if self.check else math.nan,
-            "mfu": float(np.median([s["mfu"] for s in m])),
+            # MFU above 1 means the run measured its peak below its own rate (cubelm
+            # before the peak was measured alone on the node): no MFU at all, then.
+            "mfu": (float(np.median([s["mfu"] for s in m])) if max(s["mfu"] for s in m) <= 1.0
+                    else math.nan),
             "tokens_per_s": float(np.median([s["tokens_per_s"] for s in m])),
             "final_loss": float(last["loss"]) if last["loss"] is not None else math.nan,
         }
@@ -203,7 +206,7 @@ def table(runs):
                  fmt_split(s["idle_ms"], s["step_ms_mean"]),
                  f"{s['comm_bytes'] / 1e6:.3f}", fmt(s["comm_bytes_closed_form"] / 1e6, ".3f"),
                  f"{s['mem_bytes'] / 2**20:.2f}", fmt(s["mem_bytes_estimate"] / 2**20, ".2f"),
-                 f"{100 * s['mfu']:.2f}", f"{s['tokens_per_s']:.0f}", fmt(s["final_loss"], ".4f")]
+                 fmt(100 * s["mfu"], ".2f"), f"{s['tokens_per_s']:.0f}", fmt(s["final_loss"], ".4f")]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 

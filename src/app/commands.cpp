@@ -82,6 +82,8 @@ std::string version_text() {
       << Kokkos::DefaultExecutionSpace::name() << " (host "
       << Kokkos::DefaultHostExecutionSpace::name() << ")\n"
       << "  BLAS         " << kernels::blas_threading() << "\n"
+      << "  BLAS kernels " << kernels::blas_kernel_decision().note << "\n"
+      << "  CPU          " << cpu_features().describe() << "\n"
       << "  MPI          " << mpi_library() << "\n"
       << "  HDF5         " << h5_major << "." << h5_minor << "." << h5_release << " (parallel)\n"
       << "  Device       " << device_summary() << "\n";

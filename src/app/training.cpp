@@ -5,6 +5,7 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/memory_check.hpp"
 #include "cubelm/core/memory_info.hpp"
+#include "cubelm/core/peak.hpp"
 #include "cubelm/core/stop.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/model/memory.hpp"
@@ -89,19 +90,31 @@ int run_training(const Deck& deck, std::ostream& out) {
   train::Trainer trainer(deck);
   std::ostringstream discard; // only world rank 0 prints
   std::ostream& say = trainer.is_root() ? out : discard;
-  double peak = deck.log.peak_gflops;
-  if (peak <= 0)
-    peak = kernels::measure_gemm_gflops();
-  trainer.set_peak_gflops(peak);
-  char line[320];
   const int threads = static_cast<int>(Kokkos::DefaultHostExecutionSpace().concurrency());
-  std::snprintf(
-      line, sizeof(line), "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s)\n",
-      deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
-      deck.log.peak_gflops > 0 ? "from the deck"
-                               : ("measured sgemm, " + std::to_string(threads) + " thread" +
-                                  (threads == 1 ? "" : "s") + ", " + kernels::blas_threading())
-                                     .c_str());
+  std::string peak_from = "from the deck";
+  double peak = deck.log.peak_gflops;
+  if (peak <= 0) {
+    // The node's sgemm rate with no other rank running, times this rank's share of
+    // the node (core/peak.hpp): an MFU of the machine, never above 100%.
+    const NodePeak node = measure_node_peak([] { return kernels::measure_gemm_gflops(); }, threads);
+    peak = node.per_rank();
+    char how[200];
+    std::snprintf(how, sizeof(how), "sgemm %.1f GFLOP/s alone on the node, %d thread%s", node.alone,
+                  threads, threads == 1 ? "" : "s");
+    peak_from = how;
+    if (node.share() < 1) {
+      std::snprintf(how, sizeof(how), " x %.3g: %d ranks x %d threads on %d CPUs", node.share(),
+                    node.ranks, node.threads, node.cpus);
+      peak_from += how;
+    }
+  }
+  trainer.set_peak_gflops(peak);
+  char line[480];
+  std::snprintf(line, sizeof(line),
+                "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s; %s, %s)\n",
+                deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
+                peak_from.c_str(), kernels::blas_threading().c_str(),
+                kernels::blas_kernel_decision().note.c_str());
   say << line;
   if (threads > 1 && kernels::blas_has_own_threads())
     say << "warning: the BLAS (" << kernels::blas_threading()
@@ -199,6 +212,7 @@ int run_training(const Deck& deck, std::ostream& out) {
   train::TimeSplit split_sum;
   const int first = trainer.steps_done();
   bool stopped = false;
+  bool told_peak_raised = false;
   for (int s = first; s < steps && !stopped; ++s) {
     // Votes to stop after this step: a signal received, or too little time left for
     // this step and a checkpoint after it (twice the longest step so far, to be safe).
@@ -216,6 +230,14 @@ int run_training(const Deck& deck, std::ostream& out) {
     if (metrics.is_open())
       metrics << train::format_json(last) << "\n" << std::flush;
     stopped = last.stop.any() && s + 1 < steps;
+    if (last.peak_raised && !told_peak_raised) {
+      told_peak_raised = true;
+      std::snprintf(line, sizeof(line),
+                    "note: step %d ran at %.1f GFLOP/s/rank, above the peak: MFU is measured "
+                    "against the fastest step from here on (docs/launching.md#mfu)\n",
+                    last.step, last.gflops_per_rank);
+      say << line;
+    }
     if (s % deck.log.interval == 0 || s + 1 == steps || stopped) {
       const int run = s + 1 - first;
       say << train::format_step(last, steps, total_ms / run * (steps - s - 1) / 1e3) << "\n"

@@ -20,9 +20,6 @@
 #ifdef KOKKOS_ENABLE_CUDA
 #include <cuda_runtime.h>
 #endif
-#ifdef KOKKOS_ENABLE_OPENMP
-#include <omp.h>
-#endif
 
 namespace cubelm {
 
@@ -72,27 +69,6 @@ void require_devices(int rank, int size) {
   std::exit(2);
 }
 #endif
-
-// The CPUs the launcher gave this process. With thread binding on, the OpenMP
-// runtime pins the initial thread to its first place as the program loads, so
-// the thread's own mask no longer says; the places still list every CPU.
-std::vector<int> launch_cpus() {
-#ifdef KOKKOS_ENABLE_OPENMP
-  const int places = omp_get_num_places();
-  if (places > 0) {
-    std::vector<int> cpus;
-    for (int p = 0; p < places; ++p) {
-      std::vector<int> ids(static_cast<std::size_t>(omp_get_place_num_procs(p)));
-      omp_get_place_proc_ids(p, ids.data());
-      cpus.insert(cpus.end(), ids.begin(), ids.end());
-    }
-    std::sort(cpus.begin(), cpus.end());
-    cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
-    return cpus;
-  }
-#endif
-  return allowed_cpus();
-}
 
 // Every rank's GPU (core/devices.hpp), gathered once over the world: the node is
 // the world rank of the first rank sharing this rank's memory, the GPU its PCI bus

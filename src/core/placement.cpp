@@ -1,6 +1,11 @@
 #include "cubelm/core/placement.hpp"
 
+#include <Kokkos_Macros.hpp>
 #include <sched.h>
+
+#ifdef KOKKOS_ENABLE_OPENMP
+#include <omp.h>
+#endif
 
 #include <algorithm>
 #include <cctype>
@@ -20,6 +25,24 @@ std::vector<int> allowed_cpus() {
     if (CPU_ISSET(c, &set))
       cpus.push_back(c);
   return cpus;
+}
+
+std::vector<int> launch_cpus() {
+#ifdef KOKKOS_ENABLE_OPENMP
+  const int places = omp_get_num_places();
+  if (places > 0) {
+    std::vector<int> cpus;
+    for (int p = 0; p < places; ++p) {
+      std::vector<int> ids(static_cast<std::size_t>(omp_get_place_num_procs(p)));
+      omp_get_place_proc_ids(p, ids.data());
+      cpus.insert(cpus.end(), ids.begin(), ids.end());
+    }
+    std::sort(cpus.begin(), cpus.end());
+    cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+    return cpus;
+  }
+#endif
+  return allowed_cpus();
 }
 
 bool openmp_pins_threads() {

@@ -81,18 +81,10 @@ std::string blas_threading() {
   const int parallel = openblas_parallel();
   if (parallel < 0)
     return "not OpenBLAS";
-  using Config = char* (*)();
-  const auto config = reinterpret_cast<Config>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
-  std::string name = "OpenBLAS";
-  if (config) {
-    // "OpenBLAS 0.3.21 NO_AFFINITY USE_OPENMP Haswell MAX_THREADS=64": keep name and version.
-    const std::string text = config();
-    const auto second = text.find(' ', text.find(' ') + 1);
-    name = text.substr(0, second);
-  }
-  return name + (parallel == 2   ? ", OpenMP threads"
-                 : parallel == 1 ? ", pthreads"
-                                 : ", sequential");
+  const std::string name = blas_kernels().library;
+  return (name.empty() ? "OpenBLAS" : name) + (parallel == 2   ? ", OpenMP threads"
+                                               : parallel == 1 ? ", pthreads"
+                                                               : ", sequential");
 }
 
 bool blas_has_own_threads() {

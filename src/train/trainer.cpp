@@ -10,6 +10,7 @@
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/lr_schedule.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -241,7 +242,14 @@ StepMetrics Trainer::step() {
   // The model's FLOPs are shared by all ranks of the layout.
   m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9 /
                       comm::layout_of(deck_.parallel).world_size();
-  m.mfu = peak_gflops_ > 0 ? m.gflops_per_rank / peak_gflops_ : 0.0;
+  // A peak is a rate no step can beat: one that does shows the peak was measured
+  // low (a busy node, a deck's guess), and becomes the peak from here on.
+  if (peak_gflops_ > 0 && m.gflops_per_rank > peak_gflops_) {
+    peak_gflops_ = m.gflops_per_rank;
+    m.peak_raised = true;
+  }
+  m.peak_gflops = peak_gflops_;
+  m.mfu = peak_gflops_ > 0 ? std::min(1.0, m.gflops_per_rank / peak_gflops_) : 0.0;
   m.mem_bytes = memory().total();
   ++step_;
   if (bad_ >= deck_.train.max_bad_steps) {

@@ -26,6 +26,11 @@ struct RankPlacement {
 /// \brief The CPUs this process may run on (its affinity mask), ascending.
 std::vector<int> allowed_cpus();
 
+/// \brief The CPUs the launcher gave this process. With thread binding on, the
+/// OpenMP runtime pins the initial thread to its first place as the program loads,
+/// so the thread's own mask no longer says; OpenMP's places still list every CPU.
+std::vector<int> launch_cpus();
+
 /// \brief True when the OpenMP environment asks for thread binding:
 /// OMP_PROC_BIND set to anything but "false", or OMP_PLACES set without it.
 bool openmp_pins_threads();

@@ -2,6 +2,7 @@
 /// \file
 /// \brief Dense linear algebra: the one place cubelm calls Kokkos Kernels' gemm.
 
+#include "cubelm/core/cpu.hpp"
 #include "cubelm/kernels/views.hpp"
 
 #include <string>
@@ -40,6 +41,56 @@ std::string blas_threading();
 /// \brief True when the BLAS uses threads of its own (OpenBLAS' pthreads build): with
 /// more than one Kokkos thread they compete with Kokkos' for the cores.
 bool blas_has_own_threads();
+
+/// \brief The kernel set of the BLAS loaded into this process.
+struct BlasKernels {
+  bool openblas = false; ///< false: another BLAS, whose kernels cubelm cannot name
+  std::string library;   ///< "OpenBLAS 0.3.21"
+  std::string core;      ///< openblas_get_corename(): "SkylakeX", "Haswell", "Prescott", ...
+  bool dynamic = false;  ///< built with DYNAMIC_ARCH: picks its kernels when it loads and
+                         ///< then reads OPENBLAS_CORETYPE
+};
+
+/// \brief Asks the loaded BLAS (OpenBLAS' openblas_get_corename and openblas_get_config,
+/// looked up at run time).
+BlasKernels blas_kernels();
+
+/// \brief The widest vector instructions an OpenBLAS x86-64 kernel set uses: AVX-512 for
+/// SkylakeX, Cooperlake and SapphireRapids; AVX2 for Haswell, Zen and Excavator; AVX for
+/// Sandybridge and AMD's Bulldozer line; none for Prescott, Core2, Nehalem and the other
+/// older ones. `known` is false for a name cubelm does not know (a newer OpenBLAS).
+VectorIsa openblas_core_isa(const std::string& core, bool* known = nullptr);
+
+/// \brief The OPENBLAS_CORETYPE whose kernels fit a processor: SkylakeX (AVX-512),
+/// Haswell (Intel AVX2), Zen (AMD AVX2), Sandybridge (AVX); empty below AVX.
+std::string openblas_coretype_for(const CpuFeatures& cpu);
+
+/// \brief What cubelm does about the BLAS' kernels before MPI and Kokkos start.
+struct BlasKernelDecision {
+  /// keep: run as loaded; restart: set OPENBLAS_CORETYPE = `coretype` and execute
+  /// this program again, once (OpenBLAS reads the variable only when it loads).
+  enum class Action { keep, restart };
+  Action action = Action::keep;
+  std::string coretype; ///< for restart: the value to set
+  std::string note;     ///< the kernel set and why, for --version and the start line
+  std::string warning;  ///< not empty: the BLAS runs below the processor, and what to do
+};
+
+/// \brief The decision, from given facts (unit tests pass their own):
+/// `user_coretype` is OPENBLAS_CORETYPE as the user's environment has it (nullptr:
+/// unset), always kept; `chosen_alone` is the kernel set the BLAS chose by itself
+/// before cubelm restarted it (nullptr: not restarted; set by the restart).
+BlasKernelDecision decide_blas_kernels(const CpuFeatures& cpu, const BlasKernels& blas,
+                                       const char* user_coretype, const char* chosen_alone);
+
+/// \brief The decision for this process: its processor, its BLAS, its environment.
+BlasKernelDecision blas_kernel_decision();
+
+/// \brief First thing in main, before MPI or Kokkos start: where the BLAS runs kernels
+/// below the processor and may be told otherwise, sets OPENBLAS_CORETYPE and executes
+/// the program again with the same arguments (its own file, found through /proc/self/exe), once.
+/// Returns the decision it kept (its warning when the restart could not happen).
+BlasKernelDecision ensure_blas_kernels(char** argv);
 
 /// \brief The single-precision gemm rate of this device in GFLOP/s (512^3 products,
 /// repeated for at least 0.2 s): the peak `cubelm train` reports MFU against.

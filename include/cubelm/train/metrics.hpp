@@ -52,7 +52,11 @@ struct StepMetrics {
   double ms = 0;
   double tokens_per_s = 0;
   double gflops_per_rank = 0;
+  /// the model's FLOP rate over the peak (never above 1: a step faster than the peak
+  /// raises the peak to its own rate, and `peak_raised` says so)
   double mfu = 0;
+  double peak_gflops = 0;   ///< the per-rank peak MFU is measured against; 0: none
+  bool peak_raised = false; ///< this step ran above the peak, which is now its rate
   std::int64_t mem_bytes = 0;
   double comm_bytes = 0; ///< modelled bytes this rank sent in the step
   double wait_ms = 0;    ///< wall-clock time this rank waited for other pipeline stages
