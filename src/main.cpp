@@ -46,9 +46,16 @@ int launcher_rank() {
 } // namespace
 
 int main(int argc, char** argv) {
-  // The BLAS picked its kernels when it loaded: where they are below the processor,
-  // this executes cubelm again with OPENBLAS_CORETYPE set (kernels/blas.hpp), before
-  // MPI, Kokkos or any output start.
+  // A build for wider vector instructions than this processor has stops here with a
+  // message, not at its first such instruction. The BLAS picked its kernels when it loaded: where
+  // they are below the processor, this executes cubelm again with OPENBLAS_CORETYPE set
+  // (kernels/blas.hpp), before MPI, Kokkos or any output start.
+  if (const std::string wrong = cubelm::kernels::kernels_isa_mismatch(cubelm::cpu_features());
+      !wrong.empty()) {
+    if (launcher_rank() == 0)
+      std::fprintf(stderr, "cubelm: error: %s\n", wrong.c_str());
+    return 1;
+  }
   const auto kernels = cubelm::kernels::ensure_blas_kernels(argv);
   if (!kernels.warning.empty() && launcher_rank() == 0)
     std::fprintf(stderr, "cubelm: warning: %s\n", kernels.warning.c_str());

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 using namespace cubelm;
@@ -177,4 +178,19 @@ TEST(BlasKernels, ThisProcess) {
   }
   std::printf("this process: %s; %s, %s\n", cpu.describe().c_str(), blas.library.c_str(),
               d.note.c_str());
+}
+
+// The kernels' instruction set (CUBELM_CPU_ARCH) against processors that have it and
+// ones that do not; this machine runs what was built on it.
+TEST(KernelIsa, ABuildForWiderInstructionsIsRefusedWithAMessage) {
+  const VectorIsa built = kernels_built_isa();
+  EXPECT_TRUE(kernels_isa_mismatch(intel(VectorIsa::avx512)).empty());
+  EXPECT_TRUE(kernels_isa_mismatch(CpuFeatures{}).empty()); // not x86-64: nothing to compare
+  if (built > VectorIsa::none) {
+    const std::string why = kernels_isa_mismatch(intel(VectorIsa::none));
+    EXPECT_TRUE(has(why, std::string("built for ") + isa_name(built))) << why;
+    EXPECT_TRUE(has(why, "CUBELM_CPU_ARCH")) << why;
+  }
+  EXPECT_TRUE(kernels_isa_mismatch(cpu_features()).empty());
+  std::printf("kernels built for %s\n", isa_name(built));
 }

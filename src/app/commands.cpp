@@ -83,7 +83,8 @@ std::string version_text() {
       << Kokkos::DefaultHostExecutionSpace::name() << ")\n"
       << "  BLAS         " << kernels::blas_threading() << "\n"
       << "  BLAS kernels " << kernels::blas_kernel_decision().note << "\n"
-      << "  CPU          " << cpu_features().describe() << "\n"
+      << "  CPU          " << cpu_features().describe() << "; cubelm's kernels built for "
+      << isa_name(kernels::kernels_built_isa()) << "\n"
       << "  MPI          " << mpi_library() << "\n"
       << "  HDF5         " << h5_major << "." << h5_minor << "." << h5_release << " (parallel)\n"
       << "  Device       " << device_summary() << "\n";

@@ -3,11 +3,14 @@
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/kernels/blas.hpp"
+#include "cubelm/kernels/precision.hpp"
 #include "cubelm/kernels/vmath.hpp"
 
+#include "gemm_detail.hpp"
 #include "ranges.hpp"
 
 #include <string>
+#include <type_traits>
 
 namespace cubelm::kernels {
 
@@ -64,6 +67,60 @@ void from_heads(const ExecSpace& exec, const Batch<T>& src, const Mat<T>& dst, i
                     const std::int64_t col) { dst(row, col) = src(i, t, j); });
 }
 
+// Row t of matrix i of p: the causal softmax in place (one team per row); the masked
+// upper triangle becomes 0.
+template <class T>
+KOKKOS_INLINE_FUNCTION void causal_softmax_row(const Member& team, const Batch<T>& p,
+                                               std::int64_t i, std::int64_t t, std::int64_t seq) {
+  const T mx = team_max<T>(team, 0, t + 1, [&](const std::int64_t s) { return p(i, t, s); });
+  const T sum = team_sum<T>(team, 0, t + 1, [&](const std::int64_t s, T& a) {
+    const T e = exp_of<T>(p(i, t, s) - mx);
+    p(i, t, s) = e;
+    a += e;
+  });
+  const T inv = T(1) / sum;
+  team_sync(team); // the exponentials of the whole row are written
+  team_for(team, 0, t + 1, [&](const std::int64_t s) { p(i, t, s) *= inv; });
+  team_for(team, t + 1, seq, [&](const std::int64_t s) { p(i, t, s) = T(0); });
+}
+
+// Row t of matrix i: dS = P (dP - sum_s P dP) in place of dP; zero where P is masked.
+template <class T>
+KOKKOS_INLINE_FUNCTION void causal_softmax_backward_row(const Member& team, const Batch<T>& p,
+                                                        const Batch<T>& ds, std::int64_t i,
+                                                        std::int64_t t, std::int64_t seq) {
+  const T dot = team_sum<T>(team, 0, t + 1,
+                            [&](const std::int64_t s, T& a) { a += p(i, t, s) * ds(i, t, s); });
+  team_for(team, 0, t + 1,
+           [&](const std::int64_t s) { ds(i, t, s) = p(i, t, s) * (ds(i, t, s) - dot); });
+  team_for(team, t + 1, seq, [&](const std::int64_t s) { ds(i, t, s) = T(0); });
+}
+
+#ifndef KOKKOS_ENABLE_CUDA
+// On CPUs, when the batched products would spread whole matrices over the threads
+// (as many (sequence, head) pairs as threads or more, and fp32 or fp64 products), the
+// attention of one pair runs start to finish on one thread: its products, the same
+// single-threaded BLAS calls gemm_batched makes, and its softmax rows while the
+// pair's [T, T] matrix is still in that core's cache. The same operations in the
+// same order as the separate passes: the same bits, less memory traffic.
+template <class T>
+bool by_pair_on_host(const ExecSpace& exec, std::int64_t pairs) {
+  if constexpr (std::is_same_v<T, float>)
+    if (gemm_precision() == Precision::bf16)
+      return false;
+  return pairs >= exec.concurrency();
+}
+
+template <class T>
+detail::BatchShape product_shape(bool trans_a, bool trans_b, const Batch<T>& a, const Batch<T>& b,
+                                 const Batch<T>& c) {
+  const std::size_t ea[3] = {a.extent(0), a.extent(1), a.extent(2)};
+  const std::size_t eb[3] = {b.extent(0), b.extent(1), b.extent(2)};
+  const std::size_t ec[3] = {c.extent(0), c.extent(1), c.extent(2)};
+  return detail::batch_shape(trans_a, trans_b, ea, eb, ec);
+}
+#endif
+
 } // namespace
 
 template <class T>
@@ -93,24 +150,31 @@ void attention_forward(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k, 
   to_heads<T>(exec, k, work.k, heads);
   to_heads<T>(exec, v, work.v, heads);
   const Batch<T> p = as_batch(probs);
+#ifndef KOKKOS_ENABLE_CUDA
+  if (by_pair_on_host<T>(exec, batch * heads)) {
+    const detail::BatchShape qk = product_shape<T>(false, true, work.q, work.k, p);
+    const detail::BatchShape pv = product_shape<T>(false, false, p, work.v, work.o);
+    const T *qd = work.q.data(), *kd = work.k.data(), *vd = work.v.data();
+    T *pd = p.data(), *od = work.o.data();
+    Kokkos::parallel_for(
+        "cubelm::attention_pairs", per_row(exec, batch * heads, seq * seq),
+        KOKKOS_LAMBDA(const Member& team) {
+          const std::int64_t i = team.league_rank();
+          detail::host_gemm_one<T>(false, true, scale, qd, kd, T(0), pd, qk, i);
+          for (std::int64_t t = 0; t < seq; ++t)
+            causal_softmax_row<T>(team, p, i, t, seq);
+          detail::host_gemm_one<T>(false, false, T(1), pd, vd, T(0), od, pv, i);
+        });
+    from_heads<T>(exec, work.o, out, heads);
+    return;
+  }
+#endif
   gemm_batched<T>(exec, false, true, scale, work.q, work.k, T(0), p); // scores = q k^T / sqrt(d)
-  // Causal softmax of every row in place, one team per row; the masked upper
-  // triangle becomes 0.
   Kokkos::parallel_for(
       "cubelm::attention_softmax", per_row(exec, batch * heads * seq, seq),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
-        const std::int64_t i = r / seq, t = r % seq;
-        const T mx = team_max<T>(team, 0, t + 1, [&](const std::int64_t s) { return p(i, t, s); });
-        const T sum = team_sum<T>(team, 0, t + 1, [&](const std::int64_t s, T& a) {
-          const T e = exp_of<T>(p(i, t, s) - mx);
-          p(i, t, s) = e;
-          a += e;
-        });
-        const T inv = T(1) / sum;
-        team_sync(team); // the exponentials of the whole row are written
-        team_for(team, 0, t + 1, [&](const std::int64_t s) { p(i, t, s) *= inv; });
-        team_for(team, t + 1, seq, [&](const std::int64_t s) { p(i, t, s) = T(0); });
+        causal_softmax_row<T>(team, p, r / seq, r % seq, seq);
       });
   gemm_batched<T>(exec, false, false, T(1), p, work.v, T(0), work.o); // out = P v
   from_heads<T>(exec, work.o, out, heads);
@@ -131,21 +195,42 @@ void attention_backward(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k,
   to_heads<T>(exec, v, work.v, heads);
   to_heads<T>(exec, dout, work.o, heads);
   const Batch<T> p = as_batch(probs), ds = as_batch(scratch);
+  // Each product after the softmax overwrites a buffer whose old content is no longer
+  // needed: dv = P^T dO replaces v, dq = dS k / sqrt(d) replaces dO, dk = dS^T q / sqrt(d)
+  // replaces k.
+#ifndef KOKKOS_ENABLE_CUDA
+  if (by_pair_on_host<T>(exec, n)) {
+    const detail::BatchShape s_dp = product_shape<T>(false, true, work.o, work.v, ds);
+    const detail::BatchShape s_dv = product_shape<T>(true, false, p, work.o, work.v);
+    const detail::BatchShape s_dq = product_shape<T>(false, false, ds, work.k, work.o);
+    const detail::BatchShape s_dk = product_shape<T>(true, false, ds, work.q, work.k);
+    const T* pd = p.data();
+    T *qd = work.q.data(), *kd = work.k.data(), *vd = work.v.data(), *od = work.o.data(),
+      *sd = ds.data();
+    Kokkos::parallel_for(
+        "cubelm::attention_pairs_backward", per_row(exec, n, seq * seq),
+        KOKKOS_LAMBDA(const Member& team) {
+          const std::int64_t i = team.league_rank();
+          detail::host_gemm_one<T>(false, true, T(1), od, vd, T(0), sd, s_dp, i);
+          for (std::int64_t t = 0; t < seq; ++t)
+            causal_softmax_backward_row<T>(team, p, ds, i, t, seq);
+          detail::host_gemm_one<T>(true, false, T(1), pd, od, T(0), vd, s_dv, i);
+          detail::host_gemm_one<T>(false, false, scale, sd, kd, T(0), od, s_dq, i);
+          detail::host_gemm_one<T>(true, false, scale, sd, qd, T(0), kd, s_dk, i);
+        });
+    from_heads<T>(exec, work.o, dq, heads);
+    from_heads<T>(exec, work.k, dk, heads);
+    from_heads<T>(exec, work.v, dv, heads);
+    return;
+  }
+#endif
   gemm_batched<T>(exec, false, true, T(1), work.o, work.v, T(0), ds); // dP = dO v^T
-  // dS = P (dP - sum_s P dP), one team per row; zero where P is masked.
   Kokkos::parallel_for(
       "cubelm::attention_softmax_backward", per_row(exec, n * seq, seq),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
-        const std::int64_t i = r / seq, t = r % seq;
-        const T dot = team_sum<T>(
-            team, 0, t + 1, [&](const std::int64_t s, T& a) { a += p(i, t, s) * ds(i, t, s); });
-        team_for(team, 0, t + 1,
-                 [&](const std::int64_t s) { ds(i, t, s) = p(i, t, s) * (ds(i, t, s) - dot); });
-        team_for(team, t + 1, seq, [&](const std::int64_t s) { ds(i, t, s) = T(0); });
+        causal_softmax_backward_row<T>(team, p, ds, r / seq, r % seq, seq);
       });
-  // Each product overwrites a buffer whose old content is no longer needed:
-  // dv = P^T dO replaces v, dq = dS k / sqrt(d) replaces dO, dk = dS^T q / sqrt(d) replaces k.
   gemm_batched<T>(exec, true, false, T(1), p, work.o, T(0), work.v);
   gemm_batched<T>(exec, false, false, scale, ds, work.k, T(0), work.o);
   gemm_batched<T>(exec, true, false, scale, ds, work.q, T(0), work.k);

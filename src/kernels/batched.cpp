@@ -57,21 +57,23 @@ BatchShape batch_shape(bool trans_a, bool trans_b, const std::size_t a[3], const
 #ifndef KOKKOS_ENABLE_CUDA
 
 template <class T>
-void host_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const T* a,
-                       const T* b, T beta, T* c, const BatchShape& s) {
+void host_gemm_one(bool trans_a, bool trans_b, T alpha, const T* a, const T* b, T beta, T* c,
+                   const BatchShape& s, std::int64_t i) {
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-  auto product = [=](int i) {
-    const T* ai = a + i * s.stride_a;
-    const T* bi = b + i * s.stride_b;
-    T* ci = c + i * s.stride_c;
-    if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, ta, tb, s.m, s.n, s.k, alpha, ai, s.lda, bi, s.ldb, beta, ci,
-                  s.ldc);
-    else
-      cblas_dgemm(CblasRowMajor, ta, tb, s.m, s.n, s.k, alpha, ai, s.lda, bi, s.ldb, beta, ci,
-                  s.ldc);
-  };
+  const T* ai = a + i * s.stride_a;
+  const T* bi = b + i * s.stride_b;
+  T* ci = c + i * s.stride_c;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, s.m, s.n, s.k, alpha, ai, s.lda, bi, s.ldb, beta, ci, s.ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, s.m, s.n, s.k, alpha, ai, s.lda, bi, s.ldb, beta, ci, s.ldc);
+}
+
+template <class T>
+void host_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const T* a,
+                       const T* b, T beta, T* c, const BatchShape& s) {
+  auto product = [=](int i) { host_gemm_one<T>(trans_a, trans_b, alpha, a, b, beta, c, s, i); };
   if (s.count >= exec.concurrency()) {
     // Host spaces run plain lambdas; each thread takes whole products.
     Kokkos::parallel_for("cubelm::gemm_batched", Kokkos::RangePolicy<ExecSpace>(exec, 0, s.count),
@@ -83,6 +85,10 @@ void host_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, T alph
   }
 }
 
+template void host_gemm_one<float>(bool, bool, float, const float*, const float*, float, float*,
+                                   const BatchShape&, std::int64_t);
+template void host_gemm_one<double>(bool, bool, double, const double*, const double*, double,
+                                    double*, const BatchShape&, std::int64_t);
 template void host_gemm_batched<float>(const ExecSpace&, bool, bool, float, const float*,
                                        const float*, float, float*, const BatchShape&);
 template void host_gemm_batched<double>(const ExecSpace&, bool, bool, double, const double*,

@@ -65,6 +65,29 @@ std::string kernels_of(const std::string& core, VectorIsa isa) {
 
 } // namespace
 
+VectorIsa kernels_built_isa() {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+  return VectorIsa::avx512;
+#elif defined(__AVX2__) && defined(__FMA__)
+  return VectorIsa::avx2;
+#elif defined(__AVX__)
+  return VectorIsa::avx;
+#else
+  return VectorIsa::none;
+#endif
+}
+
+std::string kernels_isa_mismatch(const CpuFeatures& cpu) {
+  const VectorIsa built = kernels_built_isa();
+  if (cpu.vendor.empty() || built <= cpu.isa())
+    return "";
+  return std::string("this cubelm was built for ") + isa_name(built) +
+         " processors (CMake CUBELM_CPU_ARCH=" + CUBELM_CPU_ARCH_NAME + "), and this one (" +
+         cpu.describe() + ") does not have those instructions. Build cubelm on this machine " +
+         "(scripts/run and the cpu preset do), or with -DCUBELM_CPU_ARCH= for any x86-64 " +
+         "processor (docs/kernels.md#instruction-sets).";
+}
+
 BlasKernels blas_kernels() {
   BlasKernels out;
   using Text = char* (*)();

@@ -64,8 +64,9 @@ void for_each_element(const char* label, const ExecSpace& exec, std::int64_t row
       return;
     Kokkos::parallel_for(
         label, Range(exec, 0, rows), KOKKOS_LAMBDA(const std::int64_t n) {
+          const F g(f);
           for (std::int64_t j = 0; j < cols; ++j)
-            f(n, j);
+            g(n, j);
         });
   } else {
     detail::for_each_flat(label, exec, rows, cols, f);

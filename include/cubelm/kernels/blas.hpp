@@ -92,6 +92,15 @@ BlasKernelDecision blas_kernel_decision();
 /// Returns the decision it kept (its warning when the restart could not happen).
 BlasKernelDecision ensure_blas_kernels(char** argv);
 
+/// \brief The widest vector instructions cubelm's own kernels were compiled for
+/// (CMake's CUBELM_CPU_ARCH, docs/kernels.md#instruction-sets).
+VectorIsa kernels_built_isa();
+
+/// \brief Empty where `cpu` runs the kernels as built; otherwise the error to print
+/// before anything else runs (a processor without the build's instructions stops at
+/// the first one, SIGILL, with no message).
+std::string kernels_isa_mismatch(const CpuFeatures& cpu);
+
 /// \brief The single-precision gemm rate of this device in GFLOP/s (512^3 products,
 /// repeated for at least 0.2 s): the peak `cubelm train` reports MFU against.
 double measure_gemm_gflops();
