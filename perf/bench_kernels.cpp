@@ -203,7 +203,9 @@ void BM_GeluBackward(benchmark::State& state) {
 // Causal attention of B sequences x 12 heads; GFLOP/s counts the four (forward)
 // or ten (backward: recomputed head copies aside) T x T x d products in full,
 // masked half included, as the GPT-2 FLOP count does.
+// Arg 1: by (sequence, head) pair on CPUs (the default); 0: the separate passes.
 void BM_AttentionForward(benchmark::State& state) {
+  k::set_attention_by_pair(state.range(0) != 0);
   const int d = kHidden / kHeads;
   const Mat q = filled("q", rows(), kHidden), kk = filled("k", rows(), kHidden),
             v = filled("v", rows(), kHidden), out("out", rows(), kHidden);
@@ -218,6 +220,7 @@ void BM_AttentionForward(benchmark::State& state) {
 }
 
 void BM_AttentionBackward(benchmark::State& state) {
+  k::set_attention_by_pair(state.range(0) != 0);
   const int d = kHidden / kHeads;
   const Mat q = filled("q", rows(), kHidden), kk = filled("k", rows(), kHidden),
             v = filled("v", rows(), kHidden), out("out", rows(), kHidden),
@@ -303,8 +306,8 @@ BENCHMARK(BM_CrossEntropy)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BiasBackward)->Arg(kHidden)->Arg(4 * kHidden)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GeluForward)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AttentionForward)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionForward)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionBackward)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EmbeddingForward)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EmbeddingBackward)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Optimizer)->Unit(benchmark::kMillisecond);

@@ -102,6 +102,53 @@ void BM_TrainStepTiny(benchmark::State& state) {
   train_step(state, deck_text(2, 64, 4, 64, 256, 8));
 }
 
+// The products of one small-model step alone, with the shapes, transpositions and
+// accumulations the model's layers use (forward, weight gradient, input gradient of
+// each linear layer and of the tied LM head; attention's batched products aside):
+// the rate a step would reach if nothing but these products took time. Its GFLOP/s
+// counts the same model FLOPs as BM_TrainStepSmall, so the step's rate over this one
+// is the share of the step the rest (attention, elementwise kernels, AdamW) leaves.
+void BM_GemmsOfSmallStep(benchmark::State& state) {
+  const int layers = 4, n = 8 * 256, h = 256, f = 4 * h, vocab = 8192;
+  using M = cubelm::kernels::Mat<float>;
+  struct Linear {
+    M x, w, y, dw, dx;
+  };
+  const auto mat = [](const char* label, int r, int c) {
+    M m(std::string(label), r, c);
+    Kokkos::deep_copy(m, 0.01f);
+    return m;
+  };
+  std::vector<Linear> linears;
+  const auto add = [&](int in, int out) {
+    linears.push_back({mat("x", n, in), mat("w", in, out), mat("y", n, out), mat("dw", in, out),
+                       mat("dx", n, in)});
+  };
+  for (int l = 0; l < layers; ++l) {
+    for (int i = 0; i < 4; ++i) // q, k, v, projection
+      add(h, h);
+    add(h, f);
+    add(f, h);
+  }
+  const M hid = mat("h", n, h), wte = mat("wte", vocab, h), logits = mat("logits", n, vocab),
+          dwte = mat("dwte", vocab, h), dh = mat("dh", n, h);
+  const cubelm::ExecSpace exec;
+  namespace k = cubelm::kernels;
+  for (auto _ : state) {
+    for (const Linear& y : linears)
+      k::gemm<float>(exec, false, false, 1.0f, y.x, y.w, 0.0f, y.y);
+    k::gemm<float>(exec, false, true, 1.0f, hid, wte, 0.0f, logits);
+    k::gemm<float>(exec, true, false, 1.0f, logits, hid, 1.0f, dwte);
+    k::gemm<float>(exec, false, false, 1.0f, logits, wte, 0.0f, dh);
+    for (const Linear& y : linears) {
+      k::gemm<float>(exec, true, false, 1.0f, y.x, y.y, 1.0f, y.dw);
+      k::gemm<float>(exec, false, true, 1.0f, y.y, y.w, 0.0f, y.dx);
+    }
+    exec.fence();
+  }
+  step_counters(state, cubelm::io::parse_deck(deck_text(4, 256, 8, 256, 8192, 8), "bench"));
+}
+
 // GPT-2 124M at GPU scale (the header says when these rows exist).
 struct Gpt2Options {
   bool enabled = !std::is_same<cubelm::ExecSpace::memory_space, Kokkos::HostSpace>::value;
@@ -188,6 +235,7 @@ BENCHMARK(BM_GemmKokkosKernels)->Arg(256)->Arg(1024)->Unit(benchmark::kMilliseco
 BENCHMARK(BM_GemmOpenBLAS)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepTiny)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_TrainStepSmall)->Unit(benchmark::kMillisecond)->MinTime(5.0);
+BENCHMARK(BM_GemmsOfSmallStep)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 } // namespace
 

@@ -16,9 +16,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -310,6 +312,54 @@ TEST(KernelShapes, CausalSoftmaxRowsOfAttention) {
     EXPECT_NEAR(ho(t, 0), 1.0, 1e-14) << "rows of probabilities sum to one";
   }
 }
+
+// On CPUs attention runs by (sequence, head) pair: the same BLAS calls and softmax rows
+// as the separate passes, so the same bits (forward and backward).
+// By pair the products read q, k, v, dout and write the results in place (leading
+// dimension H); the passes use head-major copies.
+class AttentionByPair : public ::testing::TestWithParam<std::array<int, 4>> {};
+
+TEST_P(AttentionByPair, IsBitwiseThePasses) {
+  const ExecSpace exec;
+  const auto [batch, heads, seq, d] = GetParam();
+  const int hidden = heads * d, n = batch * seq;
+  Mat<float> q("q", n, hidden), k("k", n, hidden), v("v", n, hidden), dout("dout", n, hidden);
+  randomize(q, 21, -2.0, 2.0);
+  randomize(k, 22, -2.0, 2.0);
+  randomize(v, 23, -1.0, 1.0);
+  randomize(dout, 24, -1.0, 1.0);
+  struct Result {
+    Mat<float> out, dq, dk, dv;
+    Tensor4<float> probs;
+  };
+  const auto run = [&](bool by_pair) {
+    set_attention_by_pair(by_pair);
+    Result r{Mat<float>("out", n, hidden), Mat<float>("dq", n, hidden), Mat<float>("dk", n, hidden),
+             Mat<float>("dv", n, hidden), Tensor4<float>("probs", batch, heads, seq, seq)};
+    const Tensor4<float> scratch("scratch", batch, heads, seq, seq);
+    const AttentionWorkspace<float> work(batch, heads, seq, d);
+    attention_forward<float>(exec, q, k, v, heads, r.probs, work, r.out);
+    attention_backward<float>(exec, q, k, v, heads, r.probs, dout, scratch, work, r.dq, r.dk, r.dv);
+    exec.fence();
+    return r;
+  };
+  const Result pairs = run(true), passes = run(false);
+  set_attention_by_pair(true);
+  const auto same = [](const auto& a, const auto& b) {
+    const auto ha = on_host(a);
+    const auto hb = on_host(b);
+    return std::memcmp(ha.data(), hb.data(), ha.span() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same(pairs.out, passes.out));
+  EXPECT_TRUE(same(pairs.probs, passes.probs));
+  EXPECT_TRUE(same(pairs.dq, passes.dq));
+  EXPECT_TRUE(same(pairs.dk, passes.dk));
+  EXPECT_TRUE(same(pairs.dv, passes.dv));
+}
+
+INSTANTIATE_TEST_SUITE_P(KernelShapes, AttentionByPair,
+                         ::testing::Values(std::array<int, 4>{2, 3, 33, 8},
+                                           std::array<int, 4>{1, 2, 256, 32}));
 
 namespace {
 

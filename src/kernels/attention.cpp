@@ -9,6 +9,7 @@
 #include "gemm_detail.hpp"
 #include "ranges.hpp"
 
+#include <atomic>
 #include <string>
 #include <type_traits>
 
@@ -96,6 +97,8 @@ KOKKOS_INLINE_FUNCTION void causal_softmax_backward_row(const Member& team, cons
   team_for(team, t + 1, seq, [&](const std::int64_t s) { ds(i, t, s) = T(0); });
 }
 
+std::atomic<bool> g_by_pair{true};
+
 #ifndef KOKKOS_ENABLE_CUDA
 // On CPUs, when the batched products would spread whole matrices over the threads
 // (as many (sequence, head) pairs as threads or more, and fp32 or fp64 products), the
@@ -105,23 +108,21 @@ KOKKOS_INLINE_FUNCTION void causal_softmax_backward_row(const Member& team, cons
 // same order as the separate passes: the same bits, less memory traffic.
 template <class T>
 bool by_pair_on_host(const ExecSpace& exec, std::int64_t pairs) {
+  if (!g_by_pair.load(std::memory_order_relaxed))
+    return false;
   if constexpr (std::is_same_v<T, float>)
     if (gemm_precision() == Precision::bf16)
       return false;
   return pairs >= exec.concurrency();
 }
 
-template <class T>
-detail::BatchShape product_shape(bool trans_a, bool trans_b, const Batch<T>& a, const Batch<T>& b,
-                                 const Batch<T>& c) {
-  const std::size_t ea[3] = {a.extent(0), a.extent(1), a.extent(2)};
-  const std::size_t eb[3] = {b.extent(0), b.extent(1), b.extent(2)};
-  const std::size_t ec[3] = {c.extent(0), c.extent(1), c.extent(2)};
-  return detail::batch_shape(trans_a, trans_b, ea, eb, ec);
-}
 #endif
 
 } // namespace
+
+void set_attention_by_pair(bool allowed) {
+  g_by_pair.store(allowed, std::memory_order_relaxed);
+}
 
 template <class T>
 AttentionWorkspace<T>::AttentionWorkspace(int batch, int heads, int seq, int head_dim)
@@ -146,29 +147,35 @@ void attention_forward(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k, 
                     static_cast<std::int64_t>(work.q.extent(0)) == batch * heads,
                 "attention_forward: probs must be [B, heads, T, T] with B*T rows of q");
   const T scale = T(1) / kmath::sqrt(T(d));
-  to_heads<T>(exec, q, work.q, heads);
-  to_heads<T>(exec, k, work.k, heads);
-  to_heads<T>(exec, v, work.v, heads);
   const Batch<T> p = as_batch(probs);
 #ifndef KOKKOS_ENABLE_CUDA
   if (by_pair_on_host<T>(exec, batch * heads)) {
-    const detail::BatchShape qk = product_shape<T>(false, true, work.q, work.k, p);
-    const detail::BatchShape pv = product_shape<T>(false, false, p, work.v, work.o);
-    const T *qd = work.q.data(), *kd = work.k.data(), *vd = work.v.data();
-    T *pd = p.data(), *od = work.o.data();
+    // Pair i = (sequence b, head h) reads its d columns of q, k, v in place (leading
+    // dimension H) and writes its columns of out.
+    const int t = static_cast<int>(seq), dd = static_cast<int>(d);
+    const int ld = static_cast<int>(q.stride(0)), ldo = static_cast<int>(out.stride(0));
+    CUBELM_ASSERT(k.stride(0) == q.stride(0) && v.stride(0) == q.stride(0),
+                  "attention_forward: q, k and v must have the same row stride");
+    const T *qd = q.data(), *kd = k.data(), *vd = v.data();
+    T *pd = p.data(), *od = out.data();
     Kokkos::parallel_for(
         "cubelm::attention_pairs", per_row(exec, batch * heads, seq * seq),
         KOKKOS_LAMBDA(const Member& team) {
           const std::int64_t i = team.league_rank();
-          detail::host_gemm_one<T>(false, true, scale, qd, kd, T(0), pd, qk, i);
-          for (std::int64_t t = 0; t < seq; ++t)
-            causal_softmax_row<T>(team, p, i, t, seq);
-          detail::host_gemm_one<T>(false, false, T(1), pd, vd, T(0), od, pv, i);
+          const std::int64_t in = (i / heads) * seq * ld + (i % heads) * d;
+          T* pi = pd + i * seq * seq;
+          detail::host_gemm<T>(false, true, t, t, dd, scale, qd + in, ld, kd + in, ld, T(0), pi, t);
+          for (std::int64_t r = 0; r < seq; ++r)
+            causal_softmax_row<T>(team, p, i, r, seq);
+          detail::host_gemm<T>(false, false, t, dd, t, T(1), pi, t, vd + in, ld, T(0),
+                               od + (i / heads) * seq * ldo + (i % heads) * d, ldo);
         });
-    from_heads<T>(exec, work.o, out, heads);
     return;
   }
 #endif
+  to_heads<T>(exec, q, work.q, heads);
+  to_heads<T>(exec, k, work.k, heads);
+  to_heads<T>(exec, v, work.v, heads);
   gemm_batched<T>(exec, false, true, scale, work.q, work.k, T(0), p); // scores = q k^T / sqrt(d)
   Kokkos::parallel_for(
       "cubelm::attention_softmax", per_row(exec, batch * heads * seq, seq),
@@ -189,41 +196,46 @@ void attention_backward(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k,
   const std::int64_t seq = probs.extent(2);
   const std::int64_t n = batch * heads;
   const T scale = T(1) / kmath::sqrt(T(static_cast<std::int64_t>(q.extent(1)) / heads));
+  const Batch<T> p = as_batch(probs), ds = as_batch(scratch);
+#ifndef KOKKOS_ENABLE_CUDA
+  if (by_pair_on_host<T>(exec, n)) {
+    // As in the forward: each pair's columns of q, k, v, dout and of the gradients in place.
+    const std::int64_t d = static_cast<std::int64_t>(q.extent(1)) / heads;
+    const int t = static_cast<int>(seq), dd = static_cast<int>(d);
+    const int ld = static_cast<int>(q.stride(0));
+    CUBELM_ASSERT(k.stride(0) == q.stride(0) && v.stride(0) == q.stride(0) &&
+                      dout.stride(0) == q.stride(0) && dq.stride(0) == q.stride(0) &&
+                      dk.stride(0) == q.stride(0) && dv.stride(0) == q.stride(0),
+                  "attention_backward: q, k, v, dout and the gradients must have the same row "
+                  "stride");
+    const T *qd = q.data(), *kd = k.data(), *vd = v.data(), *pd = p.data(), *gd = dout.data();
+    T *sd = ds.data(), *dqd = dq.data(), *dkd = dk.data(), *dvd = dv.data();
+    Kokkos::parallel_for(
+        "cubelm::attention_pairs_backward", per_row(exec, n, seq * seq),
+        KOKKOS_LAMBDA(const Member& team) {
+          const std::int64_t i = team.league_rank();
+          const std::int64_t in = (i / heads) * seq * ld + (i % heads) * d;
+          const T* pi = pd + i * seq * seq;
+          T* si = sd + i * seq * seq;
+          detail::host_gemm<T>(false, true, t, t, dd, T(1), gd + in, ld, vd + in, ld, T(0), si,
+                               t); // dP = dO v^T
+          for (std::int64_t r = 0; r < seq; ++r)
+            causal_softmax_backward_row<T>(team, p, ds, i, r, seq);
+          detail::host_gemm<T>(true, false, t, dd, t, T(1), pi, t, gd + in, ld, T(0), dvd + in,
+                               ld); // dv = P^T dO
+          detail::host_gemm<T>(false, false, t, dd, t, scale, si, t, kd + in, ld, T(0), dqd + in,
+                               ld); // dq = dS k / sqrt(d)
+          detail::host_gemm<T>(true, false, t, dd, t, scale, si, t, qd + in, ld, T(0), dkd + in,
+                               ld); // dk = dS^T q / sqrt(d)
+        });
+    return;
+  }
+#endif
   // The workspace is shared by all layers: gather this layer's q, k, v again.
   to_heads<T>(exec, q, work.q, heads);
   to_heads<T>(exec, k, work.k, heads);
   to_heads<T>(exec, v, work.v, heads);
   to_heads<T>(exec, dout, work.o, heads);
-  const Batch<T> p = as_batch(probs), ds = as_batch(scratch);
-  // Each product after the softmax overwrites a buffer whose old content is no longer
-  // needed: dv = P^T dO replaces v, dq = dS k / sqrt(d) replaces dO, dk = dS^T q / sqrt(d)
-  // replaces k.
-#ifndef KOKKOS_ENABLE_CUDA
-  if (by_pair_on_host<T>(exec, n)) {
-    const detail::BatchShape s_dp = product_shape<T>(false, true, work.o, work.v, ds);
-    const detail::BatchShape s_dv = product_shape<T>(true, false, p, work.o, work.v);
-    const detail::BatchShape s_dq = product_shape<T>(false, false, ds, work.k, work.o);
-    const detail::BatchShape s_dk = product_shape<T>(true, false, ds, work.q, work.k);
-    const T* pd = p.data();
-    T *qd = work.q.data(), *kd = work.k.data(), *vd = work.v.data(), *od = work.o.data(),
-      *sd = ds.data();
-    Kokkos::parallel_for(
-        "cubelm::attention_pairs_backward", per_row(exec, n, seq * seq),
-        KOKKOS_LAMBDA(const Member& team) {
-          const std::int64_t i = team.league_rank();
-          detail::host_gemm_one<T>(false, true, T(1), od, vd, T(0), sd, s_dp, i);
-          for (std::int64_t t = 0; t < seq; ++t)
-            causal_softmax_backward_row<T>(team, p, ds, i, t, seq);
-          detail::host_gemm_one<T>(true, false, T(1), pd, od, T(0), vd, s_dv, i);
-          detail::host_gemm_one<T>(false, false, scale, sd, kd, T(0), od, s_dq, i);
-          detail::host_gemm_one<T>(true, false, scale, sd, qd, T(0), kd, s_dk, i);
-        });
-    from_heads<T>(exec, work.o, dq, heads);
-    from_heads<T>(exec, work.k, dk, heads);
-    from_heads<T>(exec, work.v, dv, heads);
-    return;
-  }
-#endif
   gemm_batched<T>(exec, false, true, T(1), work.o, work.v, T(0), ds); // dP = dO v^T
   Kokkos::parallel_for(
       "cubelm::attention_softmax_backward", per_row(exec, n * seq, seq),
@@ -231,6 +243,9 @@ void attention_backward(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k,
         const std::int64_t r = team.league_rank();
         causal_softmax_backward_row<T>(team, p, ds, r / seq, r % seq, seq);
       });
+  // Each product after the softmax overwrites a buffer whose old content is no longer
+  // needed: dv = P^T dO replaces v, dq = dS k / sqrt(d) replaces dO, dk = dS^T q / sqrt(d)
+  // replaces k.
   gemm_batched<T>(exec, true, false, T(1), p, work.o, T(0), work.v);
   gemm_batched<T>(exec, false, false, scale, ds, work.k, T(0), work.o);
   gemm_batched<T>(exec, true, false, scale, ds, work.q, T(0), work.k);

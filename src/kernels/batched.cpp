@@ -57,17 +57,21 @@ BatchShape batch_shape(bool trans_a, bool trans_b, const std::size_t a[3], const
 #ifndef KOKKOS_ENABLE_CUDA
 
 template <class T>
-void host_gemm_one(bool trans_a, bool trans_b, T alpha, const T* a, const T* b, T beta, T* c,
-                   const BatchShape& s, std::int64_t i) {
+void host_gemm(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda,
+               const T* b, int ldb, T beta, T* c, int ldc) {
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-  const T* ai = a + i * s.stride_a;
-  const T* bi = b + i * s.stride_b;
-  T* ci = c + i * s.stride_c;
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, s.m, s.n, s.k, alpha, ai, s.lda, bi, s.ldb, beta, ci, s.ldc);
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   else
-    cblas_dgemm(CblasRowMajor, ta, tb, s.m, s.n, s.k, alpha, ai, s.lda, bi, s.ldb, beta, ci, s.ldc);
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <class T>
+void host_gemm_one(bool trans_a, bool trans_b, T alpha, const T* a, const T* b, T beta, T* c,
+                   const BatchShape& s, std::int64_t i) {
+  host_gemm<T>(trans_a, trans_b, s.m, s.n, s.k, alpha, a + i * s.stride_a, s.lda,
+               b + i * s.stride_b, s.ldb, beta, c + i * s.stride_c, s.ldc);
 }
 
 template <class T>
@@ -85,6 +89,10 @@ void host_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, T alph
   }
 }
 
+template void host_gemm<float>(bool, bool, int, int, int, float, const float*, int, const float*,
+                               int, float, float*, int);
+template void host_gemm<double>(bool, bool, int, int, int, double, const double*, int,
+                                const double*, int, double, double*, int);
 template void host_gemm_one<float>(bool, bool, float, const float*, const float*, float, float*,
                                    const BatchShape&, std::int64_t);
 template void host_gemm_one<double>(bool, bool, double, const double*, const double*, double,

@@ -40,6 +40,12 @@ void vendor_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, con
                  const Mat<T>& b, T beta, const Mat<T>& c);
 
 #ifndef KOKKOS_ENABLE_CUDA
+/// C = alpha op(A) op(B) + beta C on row-major matrices with leading dimensions lda, ldb,
+/// ldc, one BLAS call on the calling thread's BLAS threads (CPUs).
+template <class T>
+void host_gemm(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda,
+               const T* b, int ldb, T beta, T* c, int ldc);
+
 /// Product i of a batch of shape `s` on CPUs: one BLAS call on the calling thread's
 /// BLAS threads (one inside a parallel region). host_gemm_batched makes the same calls.
 template <class T>
