@@ -22,17 +22,24 @@ import time
 
 # Kernels that every dense training step launches (LayerNorm, attention, GELU, the
 # loss and AdamW): a rename in src/kernels must be made here too, which the check of
-# the sources below reports.
+# the sources below reports. A tuple is one of its names: attention runs by (sequence,
+# head) pair on CPUs and in separate passes (batched products, softmax rows) on GPUs.
 REQUIRED = [
     "cubelm::layernorm_normalize",
-    "cubelm::attention_softmax",
-    "cubelm::attention_softmax_backward",
+    ("cubelm::attention_pairs", "cubelm::attention_softmax"),
+    ("cubelm::attention_pairs_backward", "cubelm::attention_softmax_backward"),
     "cubelm::gelu_forward",
     "cubelm::vocab_cross_entropy",
     "cubelm::adamw_chunks",
 ]
 # The regions around the products (src/kernels/gemm_detail.hpp): BLAS is no kernel.
-REQUIRED_REGIONS = ["cubelm::gemm", "cubelm::gemm_batched"]
+# The batched products' region where attention takes the separate passes.
+REQUIRED_REGIONS = ["cubelm::gemm"]
+PASSES_REGION = "cubelm::gemm_batched"
+
+
+def alternatives(entry):
+    return entry if isinstance(entry, tuple) else (entry,)
 
 
 def fail(message):
@@ -64,7 +71,7 @@ def main():
     command = sys.argv[5:]
 
     labels = source_labels(root)
-    missing = [name for name in REQUIRED if name not in labels]
+    missing = [name for entry in REQUIRED for name in alternatives(entry) if name not in labels]
     if missing:
         fail(f"src/ no longer names the kernels {missing}: update REQUIRED in {sys.argv[0]}")
 
@@ -117,7 +124,7 @@ def main():
                 abs(k["mean_s"] * k["calls"] - k["total_s"]) > 1e-6 * max(1.0, k["total_s"]):
             fail(f"min <= mean <= max and mean x calls = total do not hold: {k}")
     names = {k["name"] for k in kernels}
-    absent = [name for name in REQUIRED if name not in names]
+    absent = [entry for entry in REQUIRED if not any(n in names for n in alternatives(entry))]
     if absent:
         fail(f"kernels {absent} not timed; the JSON has {sorted(names)}")
     unknown = sorted(n for n in names if n.startswith("cubelm::") and n not in labels)
@@ -125,7 +132,7 @@ def main():
         fail(f"kernels {unknown} are not labels of src/ (names garbled?)")
 
     regions = {r["name"]: r for r in figures["regions"] if r["kind"] == "region"}
-    for name in REQUIRED_REGIONS:
+    for name in REQUIRED_REGIONS + ([PASSES_REGION] if "cubelm::attention_softmax" in names else []):
         if name not in regions or regions[name]["calls"] <= 0:
             fail(f"no region {name}; the JSON has {sorted(regions)}")
 
