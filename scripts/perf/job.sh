@@ -137,7 +137,10 @@ while :; do
   fi
   break
 done
-trap - USR1
+# A SIGUSR1 that comes now, the launcher ended (a run that finished just as the time
+# limit neared), is ignored: this shell must still record the run's status and resubmit.
+# With the default action it ended here, and Slurm marked the job FAILED on signal 10.
+trap '' USR1
 # cubelm restores the default action of SIGUSR1 once its steps are done: a signal that
 # comes after them ends a complete run (its checkpoint written, "done:" printed).
 if [ "$rc" = $((128 + 10)) ] && cubelm_job_log | grep '^done: ' >/dev/null; then
