@@ -46,23 +46,30 @@ coretype=${OPENBLAS_CORETYPE:-$(sed -n 's/.*OPENBLAS_CORETYPE=\([A-Za-z0-9_]*\) 
 echo "$version" | grep -E "^  (BLAS|CPU)"
 echo "PyTorch: $("$py" -c 'import torch; print(torch.__version__)') ($py), OPENBLAS_CORETYPE=${coretype:-unset}"
 
+# A counter of a benchmark row of bench_train's output: counter ROW NAME ("2.4k/s" -> 2400).
+counter() {
+  awk -v row="$1" -v key="$2=" 'index($1, row) == 1 {
+    for (i = 2; i <= NF; ++i) if (index($i, key) == 1) {
+      v = substr($i, length(key) + 1); sub("/s$", "", v); if (v ~ /k$/) { sub("k$", "", v); v *= 1000 }; print v } }' "$out/c"
+}
+
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for r in $(seq "$rounds"); do
   for t in $threads; do
     export OMP_NUM_THREADS=$t OMP_PROC_BIND=spread OMP_PLACES=threads
     if [ "$model" = small ]; then
+      row=BM_TrainStepSmall
       /usr/bin/time -f "%M" -o "$out/rss" "$bench" --benchmark_filter='BM_TrainStepSmall|BM_GemmOpenBLAS/1024' >"$out/c" 2>&1
-      tok=$(awk '/^BM_TrainStepSmall/ { for (i = 1; i <= NF; ++i) if ($i ~ /^tok\/s=/) { v = substr($i, 7); sub("/s", "", v); if (v ~ /k$/) { sub("k", "", v); v *= 1000 }; print v } }' "$out/c")
-      gf=$(awk '/^BM_TrainStepSmall/ { for (i = 1; i <= NF; ++i) if ($i ~ /^GFLOP\/s=/) { v = substr($i, 9); sub("/s", "", v); print v } }' "$out/c")
-      sg=$(awk '/^BM_GemmOpenBLAS\/1024/ { for (i = 1; i <= NF; ++i) if ($i ~ /^GFLOP\/s=/) { v = substr($i, 9); sub("/s", "", v); print v } }' "$out/c")
+      sg=$(counter 'BM_GemmOpenBLAS/1024' GFLOP/s)
     else
+      row=BM_TrainStepGPT2
       CUBELM_BENCH_GPT2=1 /usr/bin/time -f "%M" -o "$out/rss" "$bench" --benchmark_filter='GPT2/fp32' \
         --gpt2-batch="$batch" --gpt2-steps="$steps" >"$out/c" 2>&1
-      tok=$(awk '/^BM_TrainStepGPT2/ { for (i = 1; i <= NF; ++i) if ($i ~ /^tok\/s=/) { v = substr($i, 7); sub("/s", "", v); if (v ~ /k$/) { sub("k", "", v); v *= 1000 }; print v } }' "$out/c")
-      gf=$(awk '/^BM_TrainStepGPT2/ { for (i = 1; i <= NF; ++i) if ($i ~ /^GFLOP\/s=/) { v = substr($i, 9); sub("/s", "", v); print v } }' "$out/c")
       sg=""
     fi
+    tok=$(counter "$row" tok/s)
+    gf=$(counter "$row" GFLOP/s)
     [ -n "$tok" ] || { cat "$out/c" >&2; echo "perf/vs_torch.sh: bench_train printed no step" >&2; exit 1; }
     echo "round $r threads $t cubelm tok/s $tok GFLOP/s $gf sgemm ${sg:-n/a} rss_kib $(cat "$out/rss")" | tee -a "$out/rows"
     env ${coretype:+OPENBLAS_CORETYPE=$coretype} /usr/bin/time -f "%M" -o "$out/rss" \
