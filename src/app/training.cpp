@@ -96,7 +96,7 @@ int run_training(const Deck& deck, std::ostream& out) {
   if (peak <= 0) {
     // The node's sgemm rate with no other rank running, times this rank's share of
     // the node (core/peak.hpp): an MFU of the machine, never above 100%.
-    const NodePeak node = measure_node_peak([] { return kernels::measure_gemm_gflops(); }, threads);
+    const NodePeak node = measure_node_peak(kernels::measure_gemm_gflops, threads);
     peak = node.per_rank();
     char how[200];
     std::snprintf(how, sizeof(how), "sgemm %.1f GFLOP/s alone on the node, %d thread%s", node.alone,

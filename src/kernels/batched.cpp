@@ -68,16 +68,12 @@ void host_gemm(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T
 }
 
 template <class T>
-void host_gemm_one(bool trans_a, bool trans_b, T alpha, const T* a, const T* b, T beta, T* c,
-                   const BatchShape& s, std::int64_t i) {
-  host_gemm<T>(trans_a, trans_b, s.m, s.n, s.k, alpha, a + i * s.stride_a, s.lda,
-               b + i * s.stride_b, s.ldb, beta, c + i * s.stride_c, s.ldc);
-}
-
-template <class T>
 void host_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const T* a,
                        const T* b, T beta, T* c, const BatchShape& s) {
-  auto product = [=](int i) { host_gemm_one<T>(trans_a, trans_b, alpha, a, b, beta, c, s, i); };
+  auto product = [=](int i) {
+    host_gemm<T>(trans_a, trans_b, s.m, s.n, s.k, alpha, a + i * s.stride_a, s.lda,
+                 b + i * s.stride_b, s.ldb, beta, c + i * s.stride_c, s.ldc);
+  };
   if (s.count >= exec.concurrency()) {
     // Host spaces run plain lambdas; each thread takes whole products.
     Kokkos::parallel_for("cubelm::gemm_batched", Kokkos::RangePolicy<ExecSpace>(exec, 0, s.count),
@@ -93,10 +89,6 @@ template void host_gemm<float>(bool, bool, int, int, int, float, const float*, i
                                int, float, float*, int);
 template void host_gemm<double>(bool, bool, int, int, int, double, const double*, int,
                                 const double*, int, double, double*, int);
-template void host_gemm_one<float>(bool, bool, float, const float*, const float*, float, float*,
-                                   const BatchShape&, std::int64_t);
-template void host_gemm_one<double>(bool, bool, double, const double*, const double*, double,
-                                    double*, const BatchShape&, std::int64_t);
 template void host_gemm_batched<float>(const ExecSpace&, bool, bool, float, const float*,
                                        const float*, float, float*, const BatchShape&);
 template void host_gemm_batched<double>(const ExecSpace&, bool, bool, double, const double*,

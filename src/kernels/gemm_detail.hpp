@@ -46,12 +46,6 @@ template <class T>
 void host_gemm(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda,
                const T* b, int ldb, T beta, T* c, int ldc);
 
-/// Product i of a batch of shape `s` on CPUs: one BLAS call on the calling thread's
-/// BLAS threads (one inside a parallel region). host_gemm_batched makes the same calls.
-template <class T>
-void host_gemm_one(bool trans_a, bool trans_b, T alpha, const T* a, const T* b, T beta, T* c,
-                   const BatchShape& s, std::int64_t i);
-
 /// The batched product on CPUs, on contiguous batches of shape `s`.
 template <class T>
 void host_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const T* a,
