@@ -23,13 +23,14 @@ import time
 # Kernels that every dense training step launches (LayerNorm, attention, GELU, the
 # loss and AdamW): a rename in src/kernels must be made here too, which the check of
 # the sources below reports. A tuple is one of its names: attention runs by (sequence,
-# head) pair on CPUs and in separate passes (batched products, softmax rows) on GPUs.
+# head) pair on CPUs and in separate passes (batched products, softmax rows) on GPUs;
+# the loss in one kernel where a rank holds the whole vocabulary, in three otherwise.
 REQUIRED = [
     "cubelm::layernorm_normalize",
     ("cubelm::attention_pairs", "cubelm::attention_softmax"),
     ("cubelm::attention_pairs_backward", "cubelm::attention_softmax_backward"),
     "cubelm::gelu_forward",
-    "cubelm::vocab_cross_entropy",
+    ("cubelm::cross_entropy_rows", "cubelm::vocab_cross_entropy"),
     "cubelm::adamw_chunks",
 ]
 # The regions around the products (src/kernels/gemm_detail.hpp): BLAS is no kernel.

@@ -210,6 +210,40 @@ TEST(KernelShapes, RowReductionsAtEveryWidth) {
   }
 }
 
+TEST(KernelShapes, WholeVocabLossIsBitwiseTheThreeSteps) {
+  const ExecSpace exec;
+  // One kernel per row against the vocabulary-parallel steps with one slice: the same
+  // losses and gradients to the bit, in float, with and without padding columns, with
+  // and without a gradient.
+  for (const int cols : {1, 9, 33, 300, 5000})
+    for (const int pad : {0, 3})
+      for (const float scale : {0.0f, 0.3f}) {
+        const int valid = std::max(1, cols - pad);
+        SCOPED_TRACE(::testing::Message()
+                     << cols << " columns, " << valid << " valid, scale " << scale);
+        const int rows = 6;
+        Mat<float> a("a", rows, cols), b("b", rows, cols), stats("stats", rows, 2);
+        Vec<float> mx("mx", rows), la("la", rows), lb("lb", rows);
+        randomize(a, static_cast<unsigned>(cols + pad), -30.0, 30.0);
+        Kokkos::deep_copy(b, a);
+        // A target in every part of the row, and one in no column (skipped rows).
+        const Tokens targets =
+            device_tokens({0, valid - 1, valid / 2, valid / 3, 1 % valid, valid + pad});
+        row_max<float>(exec, a, valid, mx);
+        row_sumexp_target<float>(exec, a, mx, targets, 0, valid, stats);
+        vocab_cross_entropy<float>(exec, a, stats, targets, 0, valid, la, scale);
+        whole_vocab_cross_entropy<float>(exec, b, targets, valid, lb, scale);
+        const auto ha = on_host(a), hb = on_host(b);
+        const auto hla = on_host(la), hlb = on_host(lb);
+        for (int n = 0; n < rows; ++n) {
+          ASSERT_EQ(std::memcmp(&hla(n), &hlb(n), sizeof(float)), 0) << "loss of row " << n;
+          ASSERT_TRUE(std::isfinite(hlb(n)));
+          for (int j = 0; j < cols; ++j)
+            ASSERT_EQ(std::memcmp(&ha(n, j), &hb(n, j), sizeof(float)), 0) << n << "," << j;
+        }
+      }
+}
+
 TEST(KernelShapes, ColumnSumsAroundTheRowBlock) {
   const ExecSpace exec;
   // Row counts below, at and above the row block of 64, column counts around the CPU's

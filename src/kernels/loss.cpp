@@ -66,17 +66,43 @@ void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Mat<
 }
 
 template <class T>
+void whole_vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
+                               std::int64_t valid, const Vec<T>& losses, T grad_scale) {
+  // The three steps above, each row start to finish in one team: the same operations on
+  // the same team, so the same bits, while the row stays in cache (one read and one write
+  // of the logits instead of three of each).
+  const std::int64_t cols = logits.extent(1);
+  Kokkos::parallel_for(
+      "cubelm::cross_entropy_rows", per_row(exec, logits.extent(0), cols),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t n = team.league_rank();
+        const T m = team_max<T>(team, 0, valid, [&](const std::int64_t v) { return logits(n, v); });
+        const std::int64_t t = targets(n); // outside [0, valid): no loss term of its own
+        const bool inside = t >= 0 && t < valid;
+        const T target = inside ? logits(n, t) - m : T(0);
+        team_sync(team); // every thread has read the target logit before it is replaced
+        const T sum = team_sum<T>(team, 0, valid, [&](const std::int64_t v, T& a) {
+          const T e = exp_of<T>(logits(n, v) - m);
+          logits(n, v) = e;
+          a += e;
+        });
+        team_once(team, [&]() { losses(n) = kmath::log(sum) - target; });
+        if (grad_scale == T(0))
+          return;
+        const T factor = grad_scale / sum;
+        team_sync(team); // the exponentials of the whole row are written
+        team_for(team, 0, valid, [&](const std::int64_t v) { logits(n, v) *= factor; });
+        team_for(team, valid, cols, [&](const std::int64_t v) { logits(n, v) = T(0); });
+        team_sync(team);
+        if (inside)
+          team_once(team, [&]() { logits(n, t) -= grad_scale; });
+      });
+}
+
+template <class T>
 void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
                    const Vec<T>& losses, T grad_scale) {
-  // The whole vocabulary is one slice of the vocabulary-parallel kernels.
-  const std::int64_t rows = logits.extent(0);
-  const Vec<T> mx(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("cubelm::ce_max")),
-                  rows);
-  const Mat<T> stats(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("cubelm::ce_stats")), rows, 2);
-  row_max<T>(exec, logits, logits.extent(1), mx);
-  row_sumexp_target<T>(exec, logits, mx, targets, 0, logits.extent(1), stats);
-  vocab_cross_entropy<T>(exec, logits, stats, targets, 0, logits.extent(1), losses, grad_scale);
+  whole_vocab_cross_entropy<T>(exec, logits, targets, logits.extent(1), losses, grad_scale);
 }
 
 #define CUBELM_INSTANTIATE_LOSS(T)                                                                 \
@@ -85,6 +111,8 @@ void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& ta
                                      const Tokens&, int, std::int64_t, const Mat<T>&);             \
   template void vocab_cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&,             \
                                        const Tokens&, int, std::int64_t, const Vec<T>&, T);        \
+  template void whole_vocab_cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&,       \
+                                             std::int64_t, const Vec<T>&, T);                      \
   template void cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&, const Vec<T>&, T);
 
 CUBELM_INSTANTIATE_LOSS(float)

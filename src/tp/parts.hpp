@@ -285,13 +285,16 @@ public:
     const Tokens& tgt = targets_.set(exec, targets);
     const std::int64_t cols = logits.extent(1);
     const std::int64_t valid = std::clamp<std::int64_t>(tokens_ - first, 0, cols);
-    kernels::row_max<T>(exec, logits, valid, mx_);
-    if (vocab_ != nullptr)
+    if (vocab_ == nullptr || vocab_->size() == 1) {
+      CUBELM_ASSERT(first == 0, "VocabLoss: a whole vocabulary starts at token 0");
+      kernels::whole_vocab_cross_entropy<T>(exec, logits, tgt, valid, losses_, grad_scale);
+    } else {
+      kernels::row_max<T>(exec, logits, valid, mx_);
       vocab_->all_reduce(exec, mx_, comm::ReduceOp::max);
-    kernels::row_sumexp_target<T>(exec, logits, mx_, tgt, first, valid, stats_);
-    if (vocab_ != nullptr)
+      kernels::row_sumexp_target<T>(exec, logits, mx_, tgt, first, valid, stats_);
       vocab_->all_reduce(exec, stats_);
-    kernels::vocab_cross_entropy<T>(exec, logits, stats_, tgt, first, valid, losses_, grad_scale);
+      kernels::vocab_cross_entropy<T>(exec, logits, stats_, tgt, first, valid, losses_, grad_scale);
+    }
     double sum = kernels::sum<T>(exec, losses_);
     if (rows_ != nullptr && rows_->size() > 1) {
       sum_(0) = sum;

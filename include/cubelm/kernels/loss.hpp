@@ -16,11 +16,19 @@ namespace cubelm::kernels {
 /// When `grad_scale` is non-zero the logits are overwritten by their gradient
 /// grad_scale * (softmax - onehot(target)); pass 1/(tokens in the global batch)
 /// for the mean loss. Numerically stable (the row maximum is subtracted). This is
-/// the vocabulary-parallel kernels below with the whole vocabulary as one slice
-/// (it allocates their row buffers on every call).
+/// whole_vocab_cross_entropy with every column a real token.
 template <class T>
 void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
                    const Vec<T>& losses, T grad_scale);
+
+/// \brief The three vocabulary-parallel steps below in one kernel, for logits [N, V] that
+/// hold the whole vocabulary (no other rank holds columns of these rows): the first
+/// `valid` columns are real tokens, the others padding. The same operations in the same
+/// order as the steps with one slice, so the same bits, with each row read from memory
+/// once instead of three times.
+template <class T>
+void whole_vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
+                               std::int64_t valid, const Vec<T>& losses, T grad_scale);
 
 /// Vocabulary-parallel cross-entropy in three steps, on a slice of `cols` logit columns
 /// of which the first `valid` are real tokens and the others pad the vocabulary
