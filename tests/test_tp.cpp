@@ -272,7 +272,8 @@ Volumes closed_form(const Deck& deck) {
           2.0 * (p - 1) / p * (4.0 * m * (3 * N + 6 * L * H + 2 * H)));
       break;
     }
-    add("tp", Kind::all_reduce, (4 + 4 * L) * m,
+    // At p = 1 the loss is one kernel per row: no row statistics are summed.
+    add("tp", Kind::all_reduce, (p > 1 ? 4 + 4 * L : 2 + 4 * L) * m,
         2.0 * (p - 1) / p * (4.0 * m * ((2 + 4 * L) * N * H + 3 * N)));
     break;
   case TensorMode::d2: {

@@ -120,10 +120,12 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
     // lookup: the rows summed over the vocabulary slices; per layer two forward
     // (row-parallel outputs) and two backward (column-parallel input gradients), one of
     // each for a layer whose MoE feed-forward replaces the MLP; head: the input gradient,
-    // and the loss's row maxima then (sum of exp, target).
+    // and the loss's row maxima then (sum of exp, target) where the vocabulary is split
+    // (one rank holding it all computes the loss in one kernel, with nothing to sum).
     const double pairs = 4 * L - 2 * u.moe + 2 * F - u.moe_recomputed;
-    t.add("tp", Kind::all_reduce, m * (in + pairs + 3 * out),
-          m * ((in + pairs + out) * N * H + out * 3 * N));
+    const double stats = layout.tp > 1 ? 2 * out : 0;
+    t.add("tp", Kind::all_reduce, m * (in + pairs + out + stats),
+          m * ((in + pairs + out) * N * H + stats * 3 * N / 2));
     break;
   }
   case TensorMode::d2: {
