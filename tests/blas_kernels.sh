@@ -7,7 +7,8 @@
 #     OPENBLAS_CORETYPE, and OpenBLAS' own report (OPENBLAS_VERBOSE=2) agrees;
 #   - a user's OPENBLAS_CORETYPE below the processor (Prescott, the oldest x86-64
 #     kernels) is kept, with a warning that names the value that fits. Only where this
-#     machine sets no OPENBLAS_CORETYPE of its own.
+#     machine sets no OPENBLAS_CORETYPE of its own;
+#   - 2 threads bound by OpenMP (OMP_PROC_BIND) still have a CPU each after the restart.
 #   tests/blas_kernels.sh WORKDIR CUBELM MPIEXEC [MPIEXEC ARGS...] --
 set -uo pipefail
 work=$1 cubelm=$2
@@ -91,4 +92,19 @@ grep -q "peak [0-9.]* GFLOP/s/rank (sgemm [0-9.]* GFLOP/s alone on the node, 1 t
 grep -q "MFU [0-9]*%" "$work/train.out" || fail "no MFU in the step lines"
 awk '/MFU/ { for (i = 1; i < NF; ++i) if ($i == "MFU") { v = $(i + 1); sub("%", "", v); if (v + 0 > 100) bad = 1 } }
      END { exit bad }' "$work/train.out" || fail "an MFU above 100%: $(grep MFU "$work/train.out")"
+# The restart keeps the CPUs the process was given: with OMP_PROC_BIND the OpenMP runtime
+# pins the first thread to its first place as the program loads, and a restart that kept
+# that mask would run every thread on one CPU (cubelm then warns that threads share it,
+# and the peak is a share of one CPU).
+if [ "$(nproc)" -ge 2 ]; then
+  sed 's/^data_size = 2/data_size = 1/' "$deck" >"$work/one.toml"
+  OMP_NUM_THREADS=2 OMP_PROC_BIND=spread OMP_PLACES=threads "$cubelm" train "$work/one.toml" \
+    >"$work/threads.out" 2>&1 || fail "cubelm train on 2 threads failed: $(tail -20 "$work/threads.out")"
+  start=$(grep "^cubelm train: " "$work/threads.out")
+  echo "$start"
+  grep -q "alone on the node, 2 threads;" <<<"$start" ||
+    fail "2 bound threads do not have a CPU each after the start: $start"
+  grep -q "threads share cores" "$work/threads.out" &&
+    fail "2 bound threads share a CPU after the start: $(grep warning "$work/threads.out")"
+fi
 echo "PASS: blas kernels"

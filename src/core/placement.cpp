@@ -45,6 +45,16 @@ std::vector<int> launch_cpus() {
   return allowed_cpus();
 }
 
+bool restore_launch_affinity() {
+  const std::vector<int> cpus = launch_cpus();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int c : cpus)
+    if (c >= 0 && c < CPU_SETSIZE)
+      CPU_SET(c, &set);
+  return CPU_COUNT(&set) > 0 && sched_setaffinity(0, sizeof(set), &set) == 0;
+}
+
 bool openmp_pins_threads() {
   const char* bind = std::getenv("OMP_PROC_BIND");
   if (bind == nullptr || *bind == '\0') {

@@ -1,6 +1,7 @@
 // Which kernels the BLAS runs, and making sure they fit the processor
 // (kernels/blas.hpp, docs/launching.md#blas-kernels).
 
+#include "cubelm/core/placement.hpp"
 #include "cubelm/kernels/blas.hpp"
 
 #include <dlfcn.h>
@@ -210,6 +211,10 @@ BlasKernelDecision ensure_blas_kernels(char** argv) {
   // process "exe" in ps, top and pgrep).
   char self[4096] = {0};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  // With OMP_PROC_BIND set, the OpenMP runtime pinned this thread to its first place
+  // as the program loaded, and execv keeps a thread's mask: without this, the program
+  // would start on that one place, and every OpenMP thread would share it.
+  restore_launch_affinity();
   execv(n > 0 ? self : "/proc/self/exe", argv);
   // Still here: the restart failed. Run on as loaded, and say what to set.
   const int err = errno;

@@ -31,6 +31,12 @@ std::vector<int> allowed_cpus();
 /// so the thread's own mask no longer says; OpenMP's places still list every CPU.
 std::vector<int> launch_cpus();
 
+/// \brief Gives the calling thread every CPU of launch_cpus() again, undoing the OpenMP
+/// runtime's pinning of the initial thread: a program it then executes (execv) starts
+/// with the launcher's mask, not with the first place alone. False when the mask could
+/// not be set (or no CPU is known).
+bool restore_launch_affinity();
+
 /// \brief True when the OpenMP environment asks for thread binding:
 /// OMP_PROC_BIND set to anything but "false", or OMP_PLACES set without it.
 bool openmp_pins_threads();
