@@ -7,13 +7,13 @@
 #   perf/vs_torch.sh [--model small|gpt2-124m] [--threads "1 2"] [--rounds N]
 #                    [--steps S] [--batch B] [--build DIR]
 #
-# small: L 4 H 256 a 8 T 256 V 8192, B 8, with the sgemm 1024^3 rate of the same
-# cubelm run; gpt2-124m: L 12 H 768 a 12 T 1024 V 50257, B 4 (--batch). Prints one
-# line per program, round and thread count, then per thread count the best and the
-# median tokens/s of each, their ratio, cubelm's model FLOP rate over its sgemm rate
-# (small), the 2-thread speed-up, and each program's peak resident memory (max over
-# rounds, /usr/bin/time). Needs a Python that imports torch (CUBELM_PYTHON, python3,
-# /usr/bin/python3).
+# small: L 4 H 256 a 8 T 256 V 8192, B 8, with the sgemm 1024^3 rate measured between
+# its steps (bench_train's sgemm_GFLOP/s); gpt2-124m: L 12 H 768 a 12 T 1024 V 50257,
+# B 4 (--batch). Prints one line per program, round and thread count, then per thread
+# count the best and the median tokens/s of each, their ratio, cubelm's model FLOP rate
+# over its sgemm rate (small: lowest, highest and median over the rounds), the 2-thread
+# speed-up, and each program's peak resident memory (max over rounds, /usr/bin/time).
+# Needs a Python that imports torch (CUBELM_PYTHON, python3, /usr/bin/python3).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 cd "$CUBELM_ROOT"
@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
   --steps) steps=$2; shift 2 ;;
   --batch) batch=$2; shift 2 ;;
   --build) build=$2; shift 2 ;;
-  -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "perf/vs_torch.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -60,8 +60,8 @@ for r in $(seq "$rounds"); do
     export OMP_NUM_THREADS=$t OMP_PROC_BIND=spread OMP_PLACES=threads
     if [ "$model" = small ]; then
       row=BM_TrainStepSmall
-      /usr/bin/time -f "%M" -o "$out/rss" "$bench" --benchmark_filter='BM_TrainStepSmall|BM_GemmOpenBLAS/1024' >"$out/c" 2>&1
-      sg=$(counter 'BM_GemmOpenBLAS/1024' GFLOP/s)
+      /usr/bin/time -f "%M" -o "$out/rss" "$bench" --benchmark_filter='BM_TrainStepSmall' >"$out/c" 2>&1
+      sg=$(counter "$row" sgemm_GFLOP/s)
     else
       row=BM_TrainStepGPT2
       CUBELM_BENCH_GPT2=1 /usr/bin/time -f "%M" -o "$out/rss" "$bench" --benchmark_filter='GPT2/fp32' \
@@ -95,8 +95,10 @@ awk -v threads="$threads" '
       line = sprintf("  %s thread%s: cubelm %.0f / %.0f, PyTorch %.0f / %.0f: %.2fx / %.2fx", t, t == 1 ? "" : "s",
                      c, median(t, "cubelm"), p, median(t, "torch"), c / p, median(t, "cubelm") / median(t, "torch"))
       if ((t, 1) in ratio) {
-        lo = 1e9; hi = 0; for (i = 1; (t, i) in ratio; ++i) { if (ratio[t, i] < lo) lo = ratio[t, i]; if (ratio[t, i] > hi) hi = ratio[t, i] }
-        line = line sprintf("; step/sgemm %.0f-%.0f%%", 100 * lo, 100 * hi)
+        m = 0; for (i = 1; (t, i) in ratio; ++i) r[++m] = ratio[t, i]
+        for (i = 1; i <= m; ++i) for (j = i + 1; j <= m; ++j) if (r[j] < r[i]) { k = r[i]; r[i] = r[j]; r[j] = k }
+        line = line sprintf("; step/sgemm %.0f-%.0f%% (median %.0f%%)", 100 * r[1], 100 * r[m],
+                            100 * (m % 2 ? r[(m + 1) / 2] : (r[m / 2] + r[m / 2 + 1]) / 2))
       }
       line = line sprintf("; peak RSS cubelm %.0f MiB, PyTorch %.0f MiB", rss[t, "cubelm"] / 1024, rss[t, "torch"] / 1024)
       print line
