@@ -74,10 +74,10 @@ template <class T>
 KOKKOS_INLINE_FUNCTION void causal_softmax_row(const Member& team, const Batch<T>& p,
                                                std::int64_t i, std::int64_t t, std::int64_t seq) {
   const T mx = team_max<T>(team, 0, t + 1, [&](const std::int64_t s) { return p(i, t, s); });
-  const T sum = team_sum<T>(team, 0, t + 1, [&](const std::int64_t s, T& a) {
+  const T sum = team_sum<T>(team, 0, t + 1, [&](const std::int64_t s) {
     const T e = exp_of<T>(p(i, t, s) - mx);
     p(i, t, s) = e;
-    a += e;
+    return e;
   });
   const T inv = T(1) / sum;
   team_sync(team); // the exponentials of the whole row are written
@@ -90,8 +90,8 @@ template <class T>
 KOKKOS_INLINE_FUNCTION void causal_softmax_backward_row(const Member& team, const Batch<T>& p,
                                                         const Batch<T>& ds, std::int64_t i,
                                                         std::int64_t t, std::int64_t seq) {
-  const T dot = team_sum<T>(team, 0, t + 1,
-                            [&](const std::int64_t s, T& a) { a += p(i, t, s) * ds(i, t, s); });
+  const T dot =
+      team_sum<T>(team, 0, t + 1, [&](const std::int64_t s) { return p(i, t, s) * ds(i, t, s); });
   team_for(team, 0, t + 1,
            [&](const std::int64_t s) { ds(i, t, s) = p(i, t, s) * (ds(i, t, s) - dot); });
   team_for(team, t + 1, seq, [&](const std::int64_t s) { ds(i, t, s) = T(0); });

@@ -109,10 +109,10 @@ BlockMask attention_block_forward(const ExecSpace& exec, const Batch<T>& q, cons
         }
         const T mx =
             team_max<T>(team, 0, seen, [&](const std::int64_t s) { return scores(i, t, s); });
-        const T sum = team_sum<T>(team, 0, seen, [&](const std::int64_t s, T& a) {
+        const T sum = team_sum<T>(team, 0, seen, [&](const std::int64_t s) {
           const T e = exp_of<T>(scores(i, t, s) - mx);
           scores(i, t, s) = e;
-          a += e;
+          return e;
         });
         const T inv = T(1) / sum;
         team_sync(team); // the exponentials of the whole row are written
@@ -168,7 +168,7 @@ void attention_block_delta(const ExecSpace& exec, const Batch<T>& out, const Bat
         const std::int64_t r = team.league_rank();
         const std::int64_t i = r / tq, t = r % tq;
         const T sum = team_sum<T>(
-            team, 0, d, [&](const std::int64_t j, T& a) { a += dout(i, t, j) * out(i, t, j); });
+            team, 0, d, [&](const std::int64_t j) { return dout(i, t, j) * out(i, t, j); });
         team_once(team, [&]() { delta(i, t) = sum; });
       });
 }

@@ -12,7 +12,7 @@ void row_sum(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& s) {
   Kokkos::parallel_for(
       "cubelm::row_sum", per_row(exec, x.extent(0), h), KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t n = team.league_rank();
-        const T acc = team_sum<T>(team, 0, h, [&](const std::int64_t j, T& a) { a += x(n, j); });
+        const T acc = team_sum<T>(team, 0, h, [&](const std::int64_t j) { return x(n, j); });
         team_once(team, [&]() { s(n) = acc; });
       });
 }
@@ -26,9 +26,9 @@ void row_centered_squares(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& 
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t n = team.league_rank();
         const T mu = s(n) / T(features);
-        const T acc = team_sum<T>(team, 0, h, [&](const std::int64_t j, T& a) {
+        const T acc = team_sum<T>(team, 0, h, [&](const std::int64_t j) {
           const T d = x(n, j) - mu;
-          a += d * d;
+          return d * d;
         });
         team_once(team, [&]() { v(n) = acc; });
       });
@@ -66,9 +66,9 @@ void layernorm_backward_sums(const ExecSpace& exec, const Mat<T>& dy, const Mat<
         const std::int64_t n = team.league_rank();
         const T mu = mean(n), rs = rstd(n);
         const T sum_d =
-            team_sum<T>(team, 0, h, [&](const std::int64_t j, T& a) { a += dy(n, j) * gamma(j); });
-        const T sum_dx = team_sum<T>(team, 0, h, [&](const std::int64_t j, T& a) {
-          a += dy(n, j) * gamma(j) * ((x(n, j) - mu) * rs);
+            team_sum<T>(team, 0, h, [&](const std::int64_t j) { return dy(n, j) * gamma(j); });
+        const T sum_dx = team_sum<T>(team, 0, h, [&](const std::int64_t j) {
+          return dy(n, j) * gamma(j) * ((x(n, j) - mu) * rs);
         });
         team_once(team, [&]() {
           sums(n, 0) = sum_d;

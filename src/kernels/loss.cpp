@@ -31,10 +31,10 @@ void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>
         const std::int64_t t = targets(n) - first; // outside [0, cols): not in this slice
         const T target = (t >= 0 && t < valid) ? logits(n, t) - m : T(0);
         team_sync(team); // every thread has read the target logit before it is replaced
-        const T sum = team_sum<T>(team, 0, valid, [&](const std::int64_t v, T& a) {
+        const T sum = team_sum<T>(team, 0, valid, [&](const std::int64_t v) {
           const T e = exp_of<T>(logits(n, v) - m);
           logits(n, v) = e;
-          a += e;
+          return e;
         });
         team_once(team, [&]() {
           stats(n, 0) = sum;
@@ -81,10 +81,10 @@ void whole_vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, cons
         const bool inside = t >= 0 && t < valid;
         const T target = inside ? logits(n, t) - m : T(0);
         team_sync(team); // every thread has read the target logit before it is replaced
-        const T sum = team_sum<T>(team, 0, valid, [&](const std::int64_t v, T& a) {
+        const T sum = team_sum<T>(team, 0, valid, [&](const std::int64_t v) {
           const T e = exp_of<T>(logits(n, v) - m);
           logits(n, v) = e;
-          a += e;
+          return e;
         });
         team_once(team, [&]() { losses(n) = kmath::log(sum) - target; });
         if (grad_scale == T(0))

@@ -66,10 +66,10 @@ void moe_route(const ExecSpace& exec, const Mat<T>& probs, const IntMat& choice,
         const T m =
             team_max<T>(team, 0, experts, [&](const std::int64_t e) { return probs(n, e); });
         team_sync(team); // every thread has read the maximum before the row changes
-        const T sum = team_sum<T>(team, 0, experts, [&](const std::int64_t e, T& a) {
+        const T sum = team_sum<T>(team, 0, experts, [&](const std::int64_t e) {
           const T x = exp_of<T>(probs(n, e) - m);
           probs(n, e) = x;
-          a += x;
+          return x;
         });
         team_sync(team);
         team_for(team, 0, experts, [&](const std::int64_t e) { probs(n, e) /= sum; });
@@ -188,8 +188,8 @@ void moe_combine_backward(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>&
       "cubelm::moe_dgate", per_row(exec, n * k, cols), KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t i = team.league_rank(), t = i / k, j = i % k;
         const int r = slot(t, j);
-        const T dot = r < 0 ? T(0) : team_sum<T>(team, 0, cols, [&](const std::int64_t c, T& a) {
-          a += dy(t, c) * out(r, c);
+        const T dot = r < 0 ? T(0) : team_sum<T>(team, 0, cols, [&](const std::int64_t c) {
+          return dy(t, c) * out(r, c);
         });
         team_once(team, [&]() { dgate(t, j) = dot; });
       });
@@ -228,9 +228,8 @@ void moe_route_backward(const ExecSpace& exec, const Mat<T>& probs, const IntMat
         });
         team_sync(team);
         // Softmax: dz_e = p_e (dp_e - sum_f p_f dp_f).
-        const T dot = team_sum<T>(team, 0, experts, [&](const std::int64_t e, T& a) {
-          a += probs(n, e) * dlogits(n, e);
-        });
+        const T dot = team_sum<T>(
+            team, 0, experts, [&](const std::int64_t e) { return probs(n, e) * dlogits(n, e); });
         team_sync(team);
         team_for(team, 0, experts, [&](const std::int64_t e) {
           dlogits(n, e) = probs(n, e) * (dlogits(n, e) - dot);
@@ -246,9 +245,8 @@ void moe_aux_loss(const ExecSpace& exec, const Mat<T>& probs, const Vec<T>& frac
   Kokkos::parallel_for(
       "cubelm::moe_prob_means", per_row(exec, experts, n), KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t e = team.league_rank();
-        const double sum = team_sum<double>(team, 0, n, [&](const std::int64_t t, double& a) {
-          a += static_cast<double>(probs(t, e));
-        });
+        const double sum = team_sum<double>(
+            team, 0, n, [&](const std::int64_t t) { return static_cast<double>(probs(t, e)); });
         team_once(team, [&]() { means(e) = sum / static_cast<double>(n); });
       });
   Kokkos::parallel_for(

@@ -57,9 +57,9 @@ double sum_squares(const ExecSpace& exec, const OptimChunks& chunks, const Vec<T
         const OptimChunk c = chunks(team.league_rank());
         if (!c.counted)
           return;
-        const double part = team_sum<double>(team, 0, c.n, [&](const std::int64_t i, double& a) {
+        const double part = team_sum<double>(team, 0, c.n, [&](const std::int64_t i) {
           const double x = static_cast<double>(g(c.first + i));
-          a += x * x;
+          return x * x;
         });
         team_once(team, [&]() { acc += part; });
       },
