@@ -83,7 +83,7 @@ done
 echo "summary ($model, $rounds rounds; best / median tokens/s):"
 awk -v threads="$threads" '
   { t = $4; p = $5; n[t, p]++; tok[t, p, n[t, p]] = $7; if ($NF > rss[t, p]) rss[t, p] = $NF
-    if (p == "cubelm" && $11 != "n/a") { ratio[t, n[t, p]] = $9 / $11 } }
+    if (p == "cubelm" && $11 != "n/a") { ratio[t, n[t, p]] = $9 / $11; if ($11 > sg[t]) sg[t] = $11 } }
   function best(t, p,   i, b) { b = 0; for (i = 1; i <= n[t, p]; ++i) if (tok[t, p, i] > b) b = tok[t, p, i]; return b }
   function median(t, p,   i, j, k, a, m) { m = n[t, p]; for (i = 1; i <= m; ++i) a[i] = tok[t, p, i]
     for (i = 1; i <= m; ++i) for (j = i + 1; j <= m; ++j) if (a[j] < a[i]) { k = a[i]; a[i] = a[j]; a[j] = k }
@@ -95,14 +95,15 @@ awk -v threads="$threads" '
       line = sprintf("  %s thread%s: cubelm %.0f / %.0f, PyTorch %.0f / %.0f: %.2fx / %.2fx", t, t == 1 ? "" : "s",
                      c, median(t, "cubelm"), p, median(t, "torch"), c / p, median(t, "cubelm") / median(t, "torch"))
       if ((t, 1) in ratio) {
-        m = 0; for (i = 1; (t, i) in ratio; ++i) r[++m] = ratio[t, i]
-        for (i = 1; i <= m; ++i) for (j = i + 1; j <= m; ++j) if (r[j] < r[i]) { k = r[i]; r[i] = r[j]; r[j] = k }
+        delete r; m = 0; for (i = 1; (t, i) in ratio; ++i) r[++m] = ratio[t, i]
+        for (i = 1; i <= m; ++i) for (j = i + 1; j <= m; ++j) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
         line = line sprintf("; step/sgemm %.0f-%.0f%% (median %.0f%%)", 100 * r[1], 100 * r[m],
                             100 * (m % 2 ? r[(m + 1) / 2] : (r[m / 2] + r[m / 2 + 1]) / 2))
       }
       line = line sprintf("; peak RSS cubelm %.0f MiB, PyTorch %.0f MiB", rss[t, "cubelm"] / 1024, rss[t, "torch"] / 1024)
       print line
-      if (k > 1) printf("  %s threads over 1: cubelm %.2fx, PyTorch %.2fx\n", t,
-                        best(t, "cubelm") / best(ts[1], "cubelm"), best(t, "torch") / best(ts[1], "torch"))
+      if (k > 1) printf("  %s threads over 1: cubelm %.2fx, PyTorch %.2fx%s\n", t,
+                        best(t, "cubelm") / best(ts[1], "cubelm"), best(t, "torch") / best(ts[1], "torch"),
+                        (t in sg) && (ts[1] in sg) ? sprintf(", sgemm %.2fx (best over best, between the steps)", sg[t] / sg[ts[1]]) : "")
     }
   }' "$out/rows"
