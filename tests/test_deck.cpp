@@ -51,8 +51,19 @@ TEST(Deck, EmptyDeckGivesTheDocumentedDefaults) {
   EXPECT_EQ(d.data.format, "synthetic");
   EXPECT_EQ(d.data.sampler, "shuffle");
   EXPECT_EQ(d.checkpoint.resume, "none");
+  EXPECT_EQ(d.checkpoint.dir, "checkpoints"); // a deck given as text
+  EXPECT_FALSE(d.checkpoint.allow_other_run);
   EXPECT_EQ(d.log.interval, 1);
   EXPECT_DOUBLE_EQ(d.parallel.timeout_s, 600.0);
+}
+
+// Each deck file writes into checkpoints/<its name> unless it says otherwise.
+TEST(Deck, CheckpointDirectoryDefaultsToTheDeckName) {
+  EXPECT_EQ(io::parse_deck("", "inputs/quickstart.toml").checkpoint.dir, "checkpoints/quickstart");
+  EXPECT_EQ(io::parse_deck("", "/abs/run.v2.toml").checkpoint.dir, "checkpoints/run.v2");
+  EXPECT_EQ(io::parse_deck("[checkpoint]\ndir = \"mine\"\n", "a.toml").checkpoint.dir, "mine");
+  EXPECT_TRUE(io::parse_deck("[checkpoint]\nallow_other_run = true\n", "a.toml")
+                  .checkpoint.allow_other_run);
 }
 
 TEST(Deck, ReadsEveryKey) {
@@ -278,9 +289,13 @@ TEST(Deck, TensorLayoutRulesSuggestSizesThatFit) {
   EXPECT_NO_THROW(parse_deck("[model]\nvocab_size = 250\n[parallel]\ntensor_mode = \"1d\"\n"
                              "tensor_size = 4\n"));
   EXPECT_HAS(error_of("[model]\nvocab_divisible_by = 0\n"), "model.vocab_divisible_by");
+  // A batch that does not split is the batch's fault: the message names train.global_batch
+  // and the batches that fit.
   EXPECT_HAS(error_of("[parallel]\ntensor_mode = \"2d\"\ntensor_size = 4\n[train]\n"
                       "global_batch = 3\n"),
-             "the micro-batch (3 sequences) divisible by 2");
+             "deck.toml:5: train.global_batch = 3: tensor_mode = \"2d\" with tensor_size = 4 needs "
+             "the micro-batch (3 sequences) divisible by 2 (whole sequences per rank); global "
+             "batches that fit this layout: 2, 4, 6, 8, ...");
   EXPECT_HAS(error_of("[model]\nhidden = 30\nheads = 6\n[parallel]\ntensor_mode = \"3d\"\n"
                       "tensor_size = 8\n[train]\nglobal_batch = 8\n"),
              "model.hidden = 30 divisible by q^2 = 4");

@@ -278,6 +278,21 @@ TEST(Train, CheckpointOfAnotherShapeIsRefused) {
   t.save(path);
   Deck other = small_deck(1, 2);
   other.model.hidden = 64;
+  {
+    train::Trainer u(other);
+    try {
+      u.resume(path);
+      FAIL() << "a checkpoint with hidden 32 was loaded into hidden 64";
+    } catch (const train::OtherRunCheckpoint& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(path + " is another run's: model.hidden = 32 there, 64 in the deck."),
+                std::string::npos)
+          << m;
+      EXPECT_TRUE(e.collective());
+    }
+  }
+  // Allowed to be another run's, the shapes still have to fit.
+  other.checkpoint.allow_other_run = true;
   train::Trainer u(other);
   try {
     u.resume(path);
@@ -290,9 +305,133 @@ TEST(Train, CheckpointOfAnotherShapeIsRefused) {
   }
   Deck fewer = small_deck(1, 2);
   fewer.model.layers = 1;
+  fewer.checkpoint.allow_other_run = true;
   train::Trainer w(fewer);
   EXPECT_THROW(w.resume(path), Error);
   std::filesystem::remove(path);
+}
+
+// The identity keys with their values, as run_identity writes them into every checkpoint.
+TEST(RunIdentity, KeysAndValues) {
+  Deck d = small_deck(1, 2);
+  d.model.aux_loss = 0.01;
+  d.data.path = "tokens.bin";
+  std::string text;
+  for (const auto& k : train::run_identity(d))
+    text += k.key + " = " + k.value + "\n";
+  EXPECT_EQ(text, "model.vocab_size = 32\nmodel.seq_len = 16\nmodel.hidden = 32\n"
+                  "model.heads = 2\nmodel.layers = 2\nmodel.experts = 0\nmodel.top_k = 2\n"
+                  "model.moe_every = 1\nmodel.capacity_factor = 0\nmodel.aux_loss = 0.01\n"
+                  "train.seed = 5\ntrain.global_batch = 8\ntrain.precision = \"fp32\"\n"
+                  "data.format = \"synthetic\"\ndata.path = \"tokens.bin\"\n"
+                  "data.sampler = \"shuffle\"\ndata.synthetic_tokens = 20000\n"
+                  "data.synthetic_branching = 2\n");
+}
+
+// What a continuation may change (steps, the optimizer, the layout, checkpoints, logs)
+// is not compared; the identity is, key by key, also when resume = "auto" finds it; with
+// allow_other_run the checkpoint loads and the note names the differences.
+TEST(RunIdentity, ResumeComparesTheIdentity) {
+  const std::string dir = temp_file("identity");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = train::checkpoint_path(dir, 2);
+  const Deck base = small_deck(1, 2);
+  {
+    train::Trainer t(base);
+    t.step();
+    t.step();
+    t.save(path);
+  }
+  Deck continued = small_deck(2, 10); // more steps, two micro-batches
+  continued.optimizer.lr = 3e-3;
+  continued.optimizer.warmup_steps = 0;
+  continued.checkpoint.keep = 3;
+  continued.log.interval = 5;
+  {
+    train::Trainer t(continued);
+    t.resume(path);
+    EXPECT_EQ(t.steps_done(), 2);
+    EXPECT_EQ(t.resume_note(), "");
+  }
+  Deck seed = base;
+  seed.train.seed = 99;
+  seed.data.format = "llmc";
+  seed.data.path = "train.bin";
+  {
+    Deck reader_deck = seed;
+    reader_deck.data = base.data; // a trainer of the synthetic corpus, another seed
+    train::Trainer u(reader_deck);
+    try {
+      u.resume_newest(dir, [](const std::string& f, const std::string& why) {
+        ADD_FAILURE() << "skipped " << f << ": " << why;
+      });
+      FAIL() << "resume = \"auto\" took a checkpoint of seed 5 for seed 99";
+    } catch (const train::OtherRunCheckpoint& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("train.seed = 5 there, 99 in the deck"), std::string::npos) << m;
+      EXPECT_NE(m.find("checkpoint.allow_other_run = true"), std::string::npos) << m;
+    }
+  }
+  const auto differences = train::run_differences(path, seed, cubelm::comm::Communicator::world());
+  ASSERT_EQ(differences.size(), 3u);
+  EXPECT_EQ(train::describe_differences(differences),
+            "train.seed = 5 there, 99 in the deck; data.format = \"synthetic\" there, \"llmc\" "
+            "in the deck; data.path = \"\" there, \"train.bin\" in the deck");
+  Deck allowed = base;
+  allowed.train.seed = 7;
+  allowed.checkpoint.allow_other_run = true;
+  train::Trainer a(allowed);
+  a.resume(path);
+  EXPECT_EQ(a.steps_done(), 2);
+  EXPECT_EQ(a.resume_note(), "checkpoint " + path +
+                                 " is another run's (train.seed = 5 there, 7 in the deck): "
+                                 "resumed from it anyway (checkpoint.allow_other_run = true)");
+  std::filesystem::remove_all(dir);
+}
+
+// Training from step 0 into a directory: another run's checkpoints are refused, those of
+// an earlier run of the same identity counted (to be replaced).
+TEST(RunIdentity, FreshStartChecksTheDirectory) {
+  const std::string dir = temp_file("fresh");
+  std::filesystem::remove_all(dir);
+  Deck d = small_deck(1, 2);
+  d.checkpoint.dir = dir;
+  EXPECT_EQ(train::Trainer(d).check_checkpoint_dir(), 0); // no directory yet
+  {
+    train::Trainer t(d);
+    t.save(train::checkpoint_path(dir, 0));
+    t.step();
+    t.save(train::checkpoint_path(dir, 1));
+  }
+  Deck again = d;
+  again.train.steps = 50;
+  again.optimizer.lr = 1e-3;
+  EXPECT_EQ(train::Trainer(again).check_checkpoint_dir(), 2);
+  Deck other = d;
+  other.model.layers = 3;
+  try {
+    train::Trainer(other).check_checkpoint_dir();
+    FAIL() << "a run of 3 layers would write over a run of 2";
+  } catch (const train::OtherRunCheckpoint& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("it is another run's (model.layers = 2 there, 3 in the deck)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("checkpoint.dir"), std::string::npos) << m;
+  }
+  // A file that cannot be read is no run's the new one may write over.
+  {
+    std::ofstream junk(train::checkpoint_path(dir, 7));
+    junk << "not a checkpoint";
+  }
+  try {
+    train::Trainer(again).check_checkpoint_dir();
+    FAIL() << "an unreadable step_00000007.h5 was taken for this run's";
+  } catch (const train::OtherRunCheckpoint& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot tell whose it is"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Train, CheckpointFilesAreFoundAndPruned) {

@@ -173,7 +173,13 @@ int run_training(const Deck& deck, std::ostream& out) {
   } else if (resume != "none") {
     trainer.resume(resume);
     from = resume;
+  } else if (const int earlier = trainer.check_checkpoint_dir(); earlier > 0) {
+    say << "checkpoint.dir = " << deck.checkpoint.dir << " holds " << earlier
+        << " checkpoint(s) of an earlier run of this deck (the same model, data and seed): "
+           "this run starts from step 0 and writes over them as it reaches their steps\n";
   }
+  if (!trainer.resume_note().empty())
+    say << "note: " << trainer.resume_note() << "\n";
   if (!from.empty())
     say << "resumed from " << from << " after step " << trainer.steps_done() << "\n";
   std::ofstream metrics;
@@ -269,15 +275,18 @@ int run_training(const Deck& deck, std::ostream& out) {
       say << "\n";
     }
     say << train::format_time_split(split_sum, trainer.steps_done() - first);
-    say << "communication of rank 0 over " << trainer.steps_done() - first
-        << " steps (modelled bytes sent, docs/communication.md):\n";
+    // Calls that sent nothing (a group of one rank) are left out.
+    std::string rows;
     for (const auto& e : trainer.traffic().entries())
-      if (e.calls > 0) {
+      if (e.calls > 0 && e.bytes > 0) {
         std::snprintf(line, sizeof(line), "  %-8s %-15s %8llu calls %14.0f bytes\n",
                       e.group.c_str(), comm::kind_name(e.kind),
                       static_cast<unsigned long long>(e.calls), e.bytes);
-        say << line;
+        rows += line;
       }
+    say << "communication of rank 0 over " << trainer.steps_done() - first << " steps"
+        << (rows.empty() ? ": none (every group of this layout is one rank)\n"
+                         : " (modelled bytes sent, docs/communication.md):\n" + rows);
     std::snprintf(line, sizeof(line), "%s: %d steps in %.1f s, final loss %.4f",
                   stopped ? "stopped" : "done", trainer.steps_done() - first, total_ms / 1e3,
                   last.loss);

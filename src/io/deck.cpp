@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <limits>
@@ -411,6 +412,20 @@ Deck parse_deck(const std::string& text, const std::string& source) {
 
   const std::string broken = tp::check_shapes(comm::layout_of(p), m, deck.micro_batch());
   if (!broken.empty()) {
+    // When another global batch fits this layout, the batch is what to change.
+    std::string batches;
+    int listed = 0;
+    for (int g = per_step; g <= 64 * per_step && listed < 4; g += per_step)
+      if (tp::check_shapes(comm::layout_of(p), m, g / per_step).empty()) {
+        batches += (batches.empty() ? "" : ", ") + std::to_string(g);
+        ++listed;
+      }
+    if (!batches.empty())
+      train.fail("global_batch",
+                 std::string("tensor_mode = \"") + mode_name(p.tensor_mode) +
+                     "\" with tensor_size = " + std::to_string(p.tensor_size) + " needs " + broken +
+                     "; global batches that fit this layout: " + batches + ", ...",
+                 std::to_string(t.global_batch));
     std::string fits;
     for (int t = 2; t <= 512; ++t) {
       comm::Layout l = comm::layout_of(p);
@@ -468,10 +483,16 @@ Deck parse_deck(const std::string& text, const std::string& source) {
 
   Section ckpt = section("checkpoint");
   CheckpointConfig& c = deck.checkpoint;
+  // A deck file's own directory by default, checkpoints/<its name without .toml>: two
+  // decks run from one directory keep their checkpoints apart
+  // (docs/reliability.md#whose-checkpoint).
+  if (source != "<string>" && !std::filesystem::path(source).stem().empty())
+    c.dir = "checkpoints/" + std::filesystem::path(source).stem().string();
   ckpt.get("dir", c.dir);
   ckpt.get("interval", c.interval);
   ckpt.get("keep", c.keep);
   ckpt.get("resume", c.resume);
+  ckpt.get("allow_other_run", c.allow_other_run);
   ckpt.require(!c.dir.empty(), "dir", "must not be empty");
   ckpt.at_least("interval", c.interval, 0, "0: only at the end");
   ckpt.at_least("keep", c.keep, 0, "0: keep all");

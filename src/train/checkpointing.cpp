@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -81,7 +82,139 @@ void read_tensor(const io::CheckpointReader& r, const std::string& path, const t
   Kokkos::deep_copy(dst, host);
 }
 
+// A double as the shortest text that reads back to it ("0.01", not 0.01000000000000000021).
+std::string number_text(double x) {
+  char text[32];
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof(text), "%.*g", digits, x);
+    if (std::strtod(text, nullptr) == x)
+      break;
+  }
+  return text;
+}
+
+std::string quoted(const std::string& s) {
+  return "\"" + s + "\"";
+}
+
+// The identity as stored in the root attribute "run": one "key = value" line per key.
+std::string identity_text(const std::vector<IdentityKey>& keys) {
+  std::string text;
+  for (const IdentityKey& k : keys)
+    text += k.key + " = " + k.value + "\n";
+  return text;
+}
+
+std::vector<IdentityKey> parse_identity_text(const std::string& text) {
+  std::vector<IdentityKey> keys;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos)
+      end = text.size();
+    const std::string line = text.substr(start, end - start);
+    const std::size_t eq = line.find(" = ");
+    if (eq != std::string::npos)
+      keys.push_back({line.substr(0, eq), line.substr(eq + 3)});
+    start = end + 1;
+  }
+  return keys;
+}
+
+// The identity a checkpoint holds: its "run" attribute, or for a checkpoint written before
+// there was one, the identity of the deck it holds.
+std::vector<IdentityKey> stored_identity(const io::CheckpointReader& r, const std::string& path) {
+  if (r.has_attribute("/", "run"))
+    return parse_identity_text(r.string_attribute("/", "run"));
+  const std::string text = r.string_attribute("/", "deck");
+  try {
+    return run_identity(io::parse_deck(text, path + " (its deck)"));
+  } catch (const Error& e) {
+    throw Error("checkpoint " + path +
+                    ": cannot tell which run wrote it: it holds no run identity, and this cubelm "
+                    "cannot read the deck it holds (" +
+                    e.what() + ")",
+                true);
+  }
+}
+
 } // namespace
+
+std::vector<IdentityKey> run_identity(const Deck& deck) {
+  const ModelConfig& m = deck.model;
+  const auto integer = [](long long v) { return std::to_string(v); };
+  return {
+      {"model.vocab_size", integer(m.vocab_size)},
+      {"model.seq_len", integer(m.seq_len)},
+      {"model.hidden", integer(m.hidden)},
+      {"model.heads", integer(m.heads)},
+      {"model.layers", integer(m.layers)},
+      {"model.experts", integer(m.experts)},
+      {"model.top_k", integer(m.top_k)},
+      {"model.moe_every", integer(m.moe_every)},
+      {"model.capacity_factor", number_text(m.capacity_factor)},
+      {"model.aux_loss", number_text(m.aux_loss)},
+      {"train.seed", integer(deck.train.seed)},
+      {"train.global_batch", integer(deck.train.global_batch)},
+      {"train.precision", quoted(precision_name(deck.train.precision))},
+      {"data.format", quoted(deck.data.format)},
+      {"data.path", quoted(deck.data.path)},
+      {"data.sampler", quoted(deck.data.sampler)},
+      {"data.synthetic_tokens", integer(deck.data.synthetic_tokens)},
+      {"data.synthetic_branching", integer(deck.data.synthetic_branching)},
+  };
+}
+
+std::vector<IdentityDifference> run_differences(const std::string& path, const Deck& deck,
+                                                const comm::Communicator& comm) {
+  const io::CheckpointReader r(path, comm);
+  const std::vector<IdentityKey> stored = stored_identity(r, path);
+  std::vector<IdentityDifference> differences;
+  for (const IdentityKey& k : run_identity(deck)) {
+    // A key the checkpoint does not name (a newer cubelm's key) is not compared.
+    const auto it = std::find_if(stored.begin(), stored.end(),
+                                 [&](const IdentityKey& s) { return s.key == k.key; });
+    if (it != stored.end() && it->value != k.value)
+      differences.push_back({k.key, it->value, k.value});
+  }
+  return differences;
+}
+
+std::string describe_differences(const std::vector<IdentityDifference>& differences) {
+  std::string text;
+  for (const IdentityDifference& d : differences)
+    text += (text.empty() ? "" : "; ") + d.key + " = " + d.stored + " there, " + d.deck +
+            " in the deck";
+  return text;
+}
+
+int check_checkpoint_dir(const Deck& deck, const comm::Communicator& comm) {
+  const std::string& dir = deck.checkpoint.dir;
+  int same = 0;
+  for (const std::string& file : checkpoints_newest_first(dir)) {
+    std::string why;
+    try {
+      const auto differences = run_differences(file, deck, comm);
+      if (differences.empty()) {
+        ++same;
+        continue;
+      }
+      why = "it is another run's (" + describe_differences(differences) + ")";
+    } catch (const Error& e) {
+      if (!e.collective())
+        throw;
+      why = std::string("cannot tell whose it is: ") + e.what();
+    }
+    throw OtherRunCheckpoint(
+        "checkpoint.dir = \"" + dir + "\" holds " + file + ": " + why +
+            ". This run starts from step 0 (checkpoint.resume = \"none\") and would write its "
+            "checkpoints beside it, over it, or for a later resume = \"auto\" to mix up with "
+            "it. Give this run a directory of its own (checkpoint.dir), continue that run with "
+            "its own deck, or move the file away (docs/reliability.md#whose-checkpoint)",
+        true);
+  }
+  return same;
+}
 
 std::string checkpoint_path(const std::string& dir, int step) {
   char name[32];
@@ -181,6 +314,7 @@ void save_checkpoint(const std::string& path, const Deck& deck,
                   tp::padded_vocab(deck.model, comm::layout_of(deck.parallel)));
   w.set_attribute("/", "seed", static_cast<std::int64_t>(deck.train.seed));
   w.set_attribute("/", "data_cursor", static_cast<std::int64_t>(step));
+  w.set_attribute("/", "run", identity_text(run_identity(deck)));
   w.set_attribute("/optimizer", "step",
                   static_cast<std::int64_t>(optimizer_step < 0 ? step : optimizer_step));
   w.close();

@@ -120,6 +120,22 @@ void Trainer::save(const std::string& path) const {
 }
 
 void Trainer::resume(const std::string& path) {
+  resume_note_.clear();
+  const std::vector<IdentityDifference> differences = run_differences(path, deck_, comm_);
+  if (!differences.empty()) {
+    const std::string text = describe_differences(differences);
+    if (!deck_.checkpoint.allow_other_run)
+      throw OtherRunCheckpoint(
+          "checkpoint " + path + " is another run's: " + text +
+              ". A run continues only from its own checkpoints (the same model, data, seed, "
+              "global batch and precision; the steps, the optimizer's keys and the layout may "
+              "change): give this run a checkpoint.dir of its own, or set "
+              "checkpoint.allow_other_run = true to start from these weights anyway "
+              "(docs/reliability.md#whose-checkpoint)",
+          true);
+    resume_note_ = "checkpoint " + path + " is another run's (" + text +
+                   "): resumed from it anyway (checkpoint.allow_other_run = true)";
+  }
   // Whole blocks for the reader; each rank then keeps its own part.
   std::vector<kernels::Vec<real>> m, v;
   for (const auto& p : net_.model->params()) {
@@ -140,6 +156,8 @@ std::string Trainer::resume_newest(
       // A load that fails part-way leaves some tensors read; the next one reads them all.
       resume(file);
       return file;
+    } catch (const OtherRunCheckpoint&) {
+      throw; // not damaged: the directory mixes runs, which an older file does not mend
     } catch (const Error& e) {
       if (!e.collective()) // only a refusal every rank shares can be stepped over together
         throw;
@@ -153,6 +171,10 @@ std::string Trainer::resume_newest(
                     "checkpoint.resume = \"none\" to start from step 0",
                 true);
   return "";
+}
+
+int Trainer::check_checkpoint_dir() const {
+  return train::check_checkpoint_dir(deck_, comm_);
 }
 
 StepMetrics Trainer::step() {

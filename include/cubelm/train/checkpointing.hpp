@@ -5,9 +5,11 @@
 /// /model/<name> holds each parameter with its global shape, /optimizer/m/<name>
 /// and /optimizer/v/<name> the AdamW moments; root attributes: format, version,
 /// step (optimizer steps completed), tokens_seen, deck (full text), layout,
-/// seed and data_cursor (the next step whose batch the sampler gives).
+/// seed, data_cursor (the next step whose batch the sampler gives) and run (the
+/// run's identity, run_identity below).
 
 #include "cubelm/comm/communicator.hpp"
+#include "cubelm/core/error.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 
@@ -16,6 +18,49 @@
 #include <vector>
 
 namespace cubelm::train {
+
+/// \brief A checkpoint of another run: its model, data or seed differ from the deck's
+/// (docs/reliability.md#whose-checkpoint). Every rank raises it together; unlike a
+/// damaged file, resume = "auto" does not step over it to an older one.
+class OtherRunCheckpoint : public Error {
+public:
+  using Error::Error;
+};
+
+/// \brief One key of a run's identity and its value as text ("model.hidden", "768").
+struct IdentityKey {
+  std::string key, value;
+};
+
+/// \brief The keys that make a checkpoint this run's: the model (every key but
+/// vocab_divisible_by, a layout choice), the data (format, path, sampler, the synthetic
+/// corpus) and train.seed, train.global_batch and train.precision. What may change
+/// between a run and its continuation is everything else: train.steps and the time
+/// limit, the optimizer's keys (the learning-rate schedule among them), the layout
+/// ([parallel]), [checkpoint] and [log].
+std::vector<IdentityKey> run_identity(const Deck& deck);
+
+/// \brief A key whose value differs between a checkpoint and the deck.
+struct IdentityDifference {
+  std::string key, stored, deck;
+};
+
+/// \brief The keys of `deck`'s identity whose values differ in the checkpoint `path`
+/// (collective: every rank opens the file). A checkpoint written before the identity was
+/// stored is compared through the deck text it holds. Errors (collective): the file
+/// cannot be read, or neither its identity nor its deck can be.
+std::vector<IdentityDifference> run_differences(const std::string& path, const Deck& deck,
+                                                const comm::Communicator& comm);
+
+/// \brief "train.seed = 1234 there, 99 in the deck; data.format = ..." for messages.
+std::string describe_differences(const std::vector<IdentityDifference>& differences);
+
+/// \brief Before a run writes checkpoints into `deck.checkpoint.dir` from step 0
+/// (resume = "none"): an OtherRunCheckpoint when the directory holds a checkpoint of
+/// another run, or one whose run cannot be read, which the run would write over or
+/// leave for a later resume = "auto" to take. Returns how many checkpoints of an earlier
+/// run of the same identity it holds (the run replaces them as it reaches their steps).
+int check_checkpoint_dir(const Deck& deck, const comm::Communicator& comm);
 
 /// \brief Version of the schema written into every checkpoint.
 constexpr std::int64_t kCheckpointVersion = 1;

@@ -49,8 +49,16 @@ public:
   double entropy_floor() const { return floor_; }
   /// \brief Writes model, moments and attributes after steps_done() steps.
   void save(const std::string& path) const;
-  /// \brief Continues from a checkpoint: parameters, moments and the step counter.
+  /// \brief Continues from a checkpoint: parameters, moments and the step counter. A
+  /// checkpoint of another run (train::run_identity) is a train::OtherRunCheckpoint
+  /// unless the deck sets checkpoint.allow_other_run; then resume_note() says what differs.
   void resume(const std::string& path);
+  /// \brief What the last resume loaded despite differences, or "".
+  const std::string& resume_note() const { return resume_note_; }
+  /// \brief Before training from step 0: refuses (train::OtherRunCheckpoint) when
+  /// checkpoint.dir holds another run's checkpoints; returns how many of an earlier run of
+  /// the same identity it holds (train::check_checkpoint_dir).
+  int check_checkpoint_dir() const;
   /// \brief Continues from the newest checkpoint of `dir` that loads: a damaged one
   /// (checksum, truncation, wrong shapes) is passed to `skipped` with the reason and the
   /// next older one is tried. Returns the file loaded, or "" when `dir` holds none; an
@@ -94,6 +102,7 @@ private:
   std::vector<std::string> comm_groups_; // the grid's groups but pp, whose waits are idle
   Kokkos::View<double*, Kokkos::HostSpace> split_mine_, split_all_;
   int step_ = 0;
+  std::string resume_note_;
   int updates_ = 0; // AdamW updates applied
   int bad_ = 0;     // consecutive skipped steps
   double floor_ = -1;
