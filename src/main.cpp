@@ -152,6 +152,21 @@ int main(int argc, char** argv) {
                 "(exit 1 if any file is damaged)");
   verify->add_option("files", verify_files, "Checkpoint files (.h5)")->required();
 
+  // A first word that is no command: say so (CLI11 would say the argument was not expected).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      if (rank == 0)
+        std::fprintf(stderr, "cubelm: no such command '%s'; the commands are %s (cubelm --help)\n",
+                     argv[1], names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

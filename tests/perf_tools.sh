@@ -45,9 +45,12 @@ decks)
     n=$((n + 1))
   done < <(list "$work/decks")
   echo "inputs/perf: $n files as scripts/perf-decks writes them"
-  # One `cubelm check` per deck, 8 at a time (each mostly waits for MPI's start-up).
+  # One `cubelm check --json` per deck, 8 at a time (each mostly waits for MPI's start-up):
+  # a valid deck whose inputs can be used. Whether it fits is for its target machine
+  # (its exit status says for this one).
   list "$work/decks" | grep 'toml$' |
-    xargs -P 8 -I{} sh -c 'OMP_NUM_THREADS=1 "$0" check "$1/{}" >/dev/null 2>"$2/{}.err" || echo "{}"' \
+    xargs -P 8 -I{} sh -c 'OMP_NUM_THREADS=1 "$0" check --json "$1/{}" >"$2/{}.json" 2>"$2/{}.err"
+      grep -q "\"problems\": \[\]" "$2/{}.json" || echo "{}"' \
       "$cubelm" "$root/inputs/perf" "$work/decks" >"$work/refused.txt"
   while read -r f; do
     echo "cubelm check refuses inputs/perf/$f: $(tail -n 1 "$work/decks/$f.err")"

@@ -204,6 +204,21 @@ TEST(Planner, MoELayoutsAsPredicted) {
 // Every layout the planner lists is a deck `cubelm train` accepts (the deck reader's
 // rules, applied to the layout written out as deck text), none twice; and the spaces it
 // must cover are there.
+// Equal step times rank the layout that needs less memory first (it leaves room).
+TEST(Planner, TiesGoToTheSmallerMemory) {
+  model::Prediction fast, lean, heavy;
+  fast.step_s = 1.0;
+  fast.memory.parameters = 100;
+  lean.step_s = 2.0;
+  lean.memory.parameters = 11;
+  heavy.step_s = 2.0;
+  heavy.memory.parameters = 61;
+  EXPECT_TRUE(model::ranks_before(fast, lean));
+  EXPECT_TRUE(model::ranks_before(lean, heavy));
+  EXPECT_FALSE(model::ranks_before(heavy, lean));
+  EXPECT_FALSE(model::ranks_before(lean, lean));
+}
+
 TEST(Planner, LayoutsAreValidDecksAndCoverTheSpace) {
   for (const int ranks : {1, 2, 4, 8}) {
     std::set<std::string> seen;

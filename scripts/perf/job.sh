@@ -100,7 +100,9 @@ fi
 # One process: the deck's layout, sizes, memory estimate and traffic per step.
 if ! OMP_NUM_THREADS=1 "$cubelm" check deck.toml --json >check.json.tmp 2>check.log; then
   cat check.log
-  cubelm_job_fail "cubelm check deck.toml failed (check.log)"
+  # Its verdict: the target, whether the deck fits, and the inputs' problems.
+  sed -n 's/.*\("target": .*\)}$/\1/p' check.json.tmp
+  cubelm_job_fail "cubelm check deck.toml failed (check.log; the verdict above)"
 fi
 mv check.json.tmp check.json
 if [ -z "${SLURM_JOB_ID:-}" ]; then

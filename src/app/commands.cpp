@@ -9,6 +9,7 @@
 #include "cubelm/core/memory_info.hpp"
 #include "cubelm/core/version.hpp"
 #include "cubelm/io/checkpoint.hpp"
+#include "cubelm/io/sampler.hpp"
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/model/memory.hpp"
@@ -21,6 +22,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -207,6 +209,96 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
   return out.str();
 }
 
+namespace {
+
+// What `cubelm train` would read besides the deck, checked cheaply (headers and
+// attributes, no tokens or tensors): the corpus and the checkpoints it would resume from
+// or write beside. Collective (the checkpoints are opened by every rank).
+struct Inputs {
+  std::string data, checkpoints;     // one line each for the report
+  std::vector<std::string> problems; // each a message naming the file and the rule
+};
+
+Inputs check_inputs(const Deck& deck) {
+  Inputs in;
+  const DataConfig& d = deck.data;
+  if (d.format == "synthetic") {
+    in.data = "synthetic corpus, " + std::to_string(d.synthetic_tokens) + " tokens";
+  } else {
+    try {
+      const std::int64_t n = io::token_count(d.format, d.path);
+      // The sampler's rule (T + 2 tokens at least), made once.
+      io::make_sampler(d.sampler, n, deck.train.global_batch, deck.model.seq_len,
+                       static_cast<std::uint64_t>(deck.train.seed));
+      in.data = d.path + ": " + std::to_string(n) + " tokens (" + d.format +
+                ", from the header; each token's range is checked when train reads them)";
+    } catch (const Error& e) {
+      in.data = d.path + ": cannot be used";
+      in.problems.push_back(std::string("data.path: ") + e.what());
+    }
+  }
+  const CheckpointConfig& c = deck.checkpoint;
+  const comm::Communicator world = comm::Communicator::world();
+  const auto another_run = [&](const std::string& file,
+                               const std::vector<train::IdentityDifference>& differences) {
+    const std::string text = train::describe_differences(differences);
+    if (c.allow_other_run)
+      return file + " is another run's (" + text + "): resumed anyway (allow_other_run)";
+    in.problems.push_back("checkpoint.resume: " + file + " is another run's: " + text +
+                          " (docs/reliability.md#whose-checkpoint)");
+    return file + " is another run's";
+  };
+  try {
+    if (c.resume == "none") {
+      const int same = train::check_checkpoint_dir(deck, world);
+      in.checkpoints = "from step 0 into " + c.dir +
+                       (same > 0 ? " (replacing " + std::to_string(same) +
+                                       " checkpoint(s) of an earlier run of this deck)"
+                                 : std::string());
+    } else if (c.resume == "auto") {
+      const std::vector<std::string> found = train::checkpoints_newest_first(c.dir);
+      if (found.empty()) {
+        in.checkpoints = "resume = \"auto\": no checkpoint in " + c.dir + ", from step 0";
+      } else {
+        try {
+          const auto differences = train::run_differences(found.front(), deck, world);
+          in.checkpoints = "resume = \"auto\": " + (differences.empty()
+                                                        ? "from " + found.front() + ", this run's"
+                                                        : another_run(found.front(), differences));
+        } catch (const Error& e) {
+          if (!e.collective())
+            throw;
+          // Damaged: train steps over it to the next older one.
+          in.checkpoints = "resume = \"auto\": the newest, " + found.front() +
+                           ", cannot be read (train would try the older ones): " + e.what();
+        }
+      }
+    } else {
+      const auto differences = train::run_differences(c.resume, deck, world);
+      in.checkpoints =
+          "resume from " + c.resume +
+          (differences.empty() ? ", this run's" : ": " + another_run(c.resume, differences));
+    }
+  } catch (const Error& e) {
+    if (!e.collective())
+      throw;
+    in.checkpoints = "cannot be used";
+    in.problems.push_back(std::string("checkpoint: ") + e.what());
+  }
+  return in;
+}
+
+std::string json_text(const std::string& s) {
+  std::string q = "\"";
+  for (const char c : s)
+    q += c == '"' || c == '\\' ? std::string("\\") + c
+         : c == '\n'           ? std::string("\\n")
+                               : std::string(1, c);
+  return q + "\"";
+}
+
+} // namespace
+
 int run_check(const std::string& deck_path, const Environment& env, bool json,
               const std::string& machine_path) {
   const Deck deck = io::load_deck(deck_path);
@@ -219,42 +311,72 @@ int run_check(const std::string& deck_path, const Environment& env, bool json,
   std::optional<io::Machine> machine;
   if (!machine_path.empty())
     machine = io::load_machine(machine_path);
+  const Inputs inputs = check_inputs(deck);
+  // One verdict, for one target: the machine file's devices when one is given, else the
+  // ranks of this job where it runs (what `cubelm train` here would decide:
+  // docs/reliability.md#memory-admission).
+  std::optional<model::Prediction> prediction;
+  std::string target, fit_reason;
+  bool fits = true;
+  std::optional<MemoryCheck> here;
+  if (machine) {
+    prediction = model::predict(deck, *machine);
+    target = machine->name + " (" + machine_path + ")";
+    fits = prediction->fits;
+    char gib[32];
+    std::snprintf(gib, sizeof(gib), "%.4g", machine->memory_gib);
+    fit_reason = format_bytes(static_cast<double>(prediction->memory.total())) + " per rank of " +
+                 gib + " GiB per device";
+  } else {
+    here = check_memory(static_cast<std::uint64_t>(model::estimate_memory(deck).total()));
+    target = "this node";
+    fits = here->fits;
+    fit_reason = here->skipped
+                     ? std::string("not checked (") + kSkipMemoryCheck + "=1)"
+                     : "the fullest rank needs " + format_bytes(static_cast<double>(here->need)) +
+                           " of " + format_bytes(static_cast<double>(here->available)) + " (" +
+                           here->source + ", shared by " + std::to_string(here->sharing) + " rank" +
+                           (here->sharing == 1 ? "" : "s") + ")";
+  }
+  const bool ok = fits && inputs.problems.empty();
+  if (env.world_rank() != 0)
+    return ok ? 0 : 1;
   if (json) {
     std::string text = check_json(deck, deck_path);
-    if (machine) {
-      text.pop_back(); // the object's closing brace
-      text += ", \"prediction\": " + prediction_json(deck, model::predict(deck, *machine)) + "}";
-    }
-    if (env.world_rank() == 0)
-      std::printf("%s\n", text.c_str());
-    return 0;
+    text.pop_back(); // the object's closing brace
+    if (prediction)
+      text += ", \"prediction\": " + prediction_json(deck, *prediction);
+    text += ", \"target\": " + json_text(target) + ", \"fits\": " + (fits ? "true" : "false") +
+            ", \"fit\": " + json_text(fit_reason) + ", \"data\": " + json_text(inputs.data) +
+            ", \"checkpoints\": " + json_text(inputs.checkpoints) + ", \"problems\": [";
+    for (std::size_t i = 0; i < inputs.problems.size(); ++i)
+      text += (i ? ", " : "") + json_text(inputs.problems[i]);
+    text += "], \"ok\": " + std::string(ok ? "true" : "false") + "}";
+    std::printf("%s\n", text.c_str());
+    return ok ? 0 : 1;
   }
-  if (env.world_rank() == 0) {
-    std::printf("%s: valid deck\n%s", deck_path.c_str(), describe(deck).c_str());
-    if (machine)
-      std::printf("%s", prediction_text(deck, model::predict(deck, *machine), *machine).c_str());
-    if (env.world_size() == 1 && layout.world_size() > 1)
-      std::printf("launch     this deck needs %d processes (mpiexec -n %d)\n", layout.world_size(),
-                  layout.world_size());
-  }
-  // What `cubelm train` would decide here (docs/reliability.md#memory-admission); on one
-  // process of a larger layout the node's ranks do not share the memory yet.
-  const std::uint64_t need = static_cast<std::uint64_t>(model::estimate_memory(deck).total());
-  const MemoryCheck mem = check_memory(need);
-  if (env.world_rank() == 0) {
-    if (mem.skipped)
-      std::printf("available  not checked (%s=1)\n", kSkipMemoryCheck);
-    else
-      std::printf("available  %s per rank (%s, shared by %d rank%s): the fullest rank needs %s, "
-                  "%s\n",
-                  format_bytes(static_cast<double>(mem.available)).c_str(), mem.source.c_str(),
-                  mem.sharing, mem.sharing == 1 ? "" : "s",
-                  format_bytes(static_cast<double>(mem.need)).c_str(),
-                  mem.fits ? "fits"
-                           : "does not fit: cubelm train would refuse it here (with the keys "
-                             "that lower the need)");
-  }
-  return 0;
+  std::printf("%s: valid deck\n%s", deck_path.c_str(), describe(deck).c_str());
+  std::printf("data file  %s\ncheckpoint %s\n", inputs.data.c_str(), inputs.checkpoints.c_str());
+  if (prediction)
+    std::printf("%s", prediction_text(deck, *prediction, *machine).c_str());
+  if (env.world_size() == 1 && layout.world_size() > 1)
+    std::printf("launch     this deck needs %d processes (mpiexec -n %d)\n", layout.world_size(),
+                layout.world_size());
+  if (here && !here->skipped)
+    std::printf("available  %s per rank (%s, shared by %d rank%s): the fullest rank needs %s, "
+                "%s\n",
+                format_bytes(static_cast<double>(here->available)).c_str(), here->source.c_str(),
+                here->sharing, here->sharing == 1 ? "" : "s",
+                format_bytes(static_cast<double>(here->need)).c_str(),
+                here->fits ? "fits" : "does not fit: cubelm train would refuse it here");
+  for (const std::string& problem : inputs.problems)
+    std::printf("problem    %s\n", problem.c_str());
+  std::printf("verdict    %s on %s: %s%s\n", ok ? "OK" : "NOT OK", target.c_str(),
+              fits ? "fits" : "does NOT fit", (", " + fit_reason).c_str());
+  if (!inputs.problems.empty())
+    std::printf("           %zu input problem%s above\n", inputs.problems.size(),
+                inputs.problems.size() == 1 ? "" : "s");
+  return ok ? 0 : 1;
 }
 
 int run_train(const std::string& deck_path, const Environment& env) {
@@ -294,6 +416,13 @@ int run_verify(const std::vector<std::string>& files, const Environment& env) {
   int damaged = 0;
   const comm::Communicator world = comm::Communicator::world();
   for (const std::string& file : files) {
+    std::error_code ec;
+    if (!std::filesystem::exists(file, ec)) { // every rank sees the same file system
+      ++damaged;
+      if (env.world_rank() == 0)
+        std::printf("%s: no such file\n", file.c_str());
+      continue;
+    }
     const io::Verification v = io::verify_checkpoint(file, world);
     if (env.world_rank() != 0)
       continue;

@@ -129,9 +129,13 @@ std::string prediction_text(const Deck& deck, const model::Prediction& p,
   for (const auto& v : p.stage_traffic.front())
     by_group[v.group] += v.bytes;
   out << "  traffic  rank 0 per step:";
+  bool any = false;
   for (const auto& [group, bytes] : by_group)
-    out << " " << group << " " << format_bytes(bytes);
-  out << "\n";
+    if (bytes > 0) { // a group of one rank sends nothing
+      out << " " << group << " " << format_bytes(bytes);
+      any = true;
+    }
+  out << (any ? "\n" : " none\n");
   return out.str();
 }
 

@@ -152,6 +152,11 @@ Environment::Environment(int& argc, char**& argv) {
       args.push_back(device_arg.data());
     }
 #endif
+    // cubelm checks the placement of ranks and threads itself (placement_warnings, per
+    // node and naming the remedy): Kokkos' own warnings (OMP_PROC_BIND not set, "likely
+    // oversubscribing") would repeat on every rank, for layouts cubelm chose on purpose.
+    static char no_warnings[] = "--kokkos-disable-warnings";
+    args.push_back(no_warnings);
     int kargc = static_cast<int>(args.size());
     args.push_back(nullptr);
     char** kargv = args.data();

@@ -46,9 +46,22 @@ std::string escaped(const unsigned char* p, std::size_t n) {
 
 } // namespace
 
-std::vector<std::int32_t> read_llmc(const std::string& path, int vocab_size) {
-  check_vocab(vocab_size);
-  InFile f(path, "llm.c token file");
+namespace {
+
+// True when the bytes read like text (printable ASCII, whitespace or UTF-8 sequences'
+// bytes): a text file given where tokens are expected.
+bool looks_like_text(const unsigned char* p, std::size_t n) {
+  if (n == 0)
+    return false;
+  for (std::size_t i = 0; i < n; ++i)
+    if (p[i] < 0x20 && p[i] != '\n' && p[i] != '\r' && p[i] != '\t')
+      return false;
+  return true;
+}
+
+// The llm.c header's checks: magic, version, size against the token count it declares.
+// Returns that count.
+std::int64_t llmc_count(InFile& f, const std::string& path) {
   // Magic and version first, even in a short file: a wrong kind of file is
   // the likelier mistake, and its message is the more helpful one.
   unsigned char h[12] = {};
@@ -60,6 +73,11 @@ std::vector<std::int32_t> read_llmc(const std::string& path, int vocab_size) {
                       str(kLlmcMagic) + " for an llm.c token file";
     if (std::equal(h, h + 4, kMegatronMagic))
       msg += "; this looks like a Megatron index: use format \"megatron\"";
+    else if (looks_like_text(h, have))
+      msg += "; it starts like text (\"" + escaped(h, have) +
+             "\"): convert it to tokens with `cubelm data " + path +
+             " -o TOKENS.bin`, or read "
+             "it as text with data.format = \"text\" (docs/data.md)";
     fail(path, msg);
   }
   const std::int32_t version = get_i32(h + 4);
@@ -82,6 +100,15 @@ std::vector<std::int32_t> read_llmc(const std::string& path, int vocab_size) {
     fail(path, "the header (byte offset 8) says " + str(count) + " tokens, " + ustr(need) +
                    " bytes in all, but the file has " + ustr(f.size()) +
                    " bytes: an llm.c file ends with its last token");
+  return count;
+}
+
+} // namespace
+
+std::vector<std::int32_t> read_llmc(const std::string& path, int vocab_size) {
+  check_vocab(vocab_size);
+  InFile f(path, "llm.c token file");
+  const std::int64_t count = llmc_count(f, path);
 
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(count));
   std::vector<unsigned char> buf;
@@ -101,19 +128,31 @@ std::vector<std::int32_t> read_llmc(const std::string& path, int vocab_size) {
   return tokens;
 }
 
-std::vector<std::int32_t> read_megatron(const std::string& path, int vocab_size) {
-  check_vocab(vocab_size);
+namespace {
+
+// A Megatron index read whole and checked, with the data file's extents: every sequence
+// lies inside the .bin. The tokens are not read.
+struct MegatronIndex {
+  std::string idx_path, bin_path;
+  std::vector<unsigned char> ib;
+  std::uint64_t sequences = 0, tsize = 0, len_at = 0, ptr_at = 0, total = 0;
+};
+
+MegatronIndex megatron_index(const std::string& path) {
+  MegatronIndex x;
   const std::string prefix =
       ends_with(path, ".bin") || ends_with(path, ".idx") ? path.substr(0, path.size() - 4) : path;
-  const std::string idx_path = prefix + ".idx";
-  const std::string bin_path = prefix + ".bin";
-
+  x.idx_path = prefix + ".idx";
+  x.bin_path = prefix + ".bin";
+  const std::string& idx_path = x.idx_path;
+  const std::string& bin_path = x.bin_path;
+  std::vector<unsigned char>& ib = x.ib;
   // The index is small next to the tokens (20 bytes a sequence): read it whole.
   InFile idx(idx_path, "Megatron index");
   if (idx.size() < kMegatronHeaderBytes)
     fail(idx_path, "the file has " + ustr(idx.size()) + " bytes, fewer than the " +
                        ustr(kMegatronHeaderBytes) + "-byte Megatron index header");
-  std::vector<unsigned char> ib(static_cast<std::size_t>(idx.size()));
+  ib.resize(static_cast<std::size_t>(idx.size()));
   idx.read(0, ib.data(), ib.size());
   if (!std::equal(ib.begin(), ib.begin() + 9, kMegatronMagic))
     fail(idx_path, "byte offset 0: the file starts with \"" + escaped(ib.data(), 9) +
@@ -170,6 +209,24 @@ std::vector<std::int32_t> read_megatron(const std::string& path, int vocab_size)
     total += static_cast<std::uint64_t>(len);
   }
 
+  x.sequences = S;
+  x.tsize = tsize;
+  x.len_at = len_at;
+  x.ptr_at = ptr_at;
+  x.total = total;
+  return x;
+}
+
+} // namespace
+
+std::vector<std::int32_t> read_megatron(const std::string& path, int vocab_size) {
+  check_vocab(vocab_size);
+  const MegatronIndex x = megatron_index(path);
+  const std::vector<unsigned char>& ib = x.ib;
+  const std::uint64_t S = x.sequences, tsize = x.tsize, len_at = x.len_at, ptr_at = x.ptr_at,
+                      total = x.total;
+  const std::string& bin_path = x.bin_path;
+  InFile bin(bin_path, "Megatron data file");
   std::vector<std::int32_t> tokens;
   tokens.reserve(static_cast<std::size_t>(total));
   std::vector<unsigned char> buf;
@@ -209,6 +266,19 @@ std::vector<std::int32_t> read_text(const std::string& path, int vocab_size) {
     }
   }
   return tokens;
+}
+
+std::int64_t token_count(const std::string& format, const std::string& path) {
+  if (format == "llmc") {
+    InFile f(path, "llm.c token file");
+    return llmc_count(f, path);
+  }
+  if (format == "megatron")
+    return static_cast<std::int64_t>(megatron_index(path).total);
+  if (format == "text")
+    return static_cast<std::int64_t>(InFile(path, "text file").size());
+  throw Error(path + ": data format \"" + format +
+              "\" is not known: use \"llmc\", \"megatron\" or \"text\"");
 }
 
 TokenData load_tokens(const std::string& format, const std::string& path, int vocab_size) {

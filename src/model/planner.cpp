@@ -168,9 +168,15 @@ Ranking rank_layouts(const Deck& base, int ranks, const io::Machine& machine,
       out.push_back({std::move(d), std::move(p)});
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
-    return a.prediction.step_s < b.prediction.step_s;
+    return ranks_before(a.prediction, b.prediction);
   });
   return ranking;
+}
+
+bool ranks_before(const Prediction& a, const Prediction& b) {
+  if (a.step_s != b.step_s)
+    return a.step_s < b.step_s;
+  return a.memory.total() < b.memory.total();
 }
 
 std::string layout_line(const Deck& deck) {

@@ -29,6 +29,11 @@ std::vector<std::int32_t> read_megatron(const std::string& path, int vocab_size)
 /// \brief Reads a file's bytes as tokens; every byte must be < vocab_size.
 std::vector<std::int32_t> read_text(const std::string& path, int vocab_size = 256);
 
+/// \brief The tokens a corpus holds, from its headers alone (llm.c: the header; Megatron:
+/// the index, each sequence checked to lie inside the .bin; text: the size), with the
+/// readers' checks of them; the tokens themselves (their range) are not read.
+std::int64_t token_count(const std::string& format, const std::string& path);
+
 /// \brief Reads a corpus; `format` is "llmc", "megatron" or "text".
 TokenData load_tokens(const std::string& format, const std::string& path, int vocab_size);
 

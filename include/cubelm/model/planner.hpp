@@ -48,8 +48,12 @@ struct Ranking {
   std::size_t considered = 0; ///< layouts() of the model on these ranks
 };
 
+/// \brief The planner's order: the faster predicted step first; at the same step time,
+/// the one that needs less memory per device.
+bool ranks_before(const Prediction& a, const Prediction& b);
+
 /// \brief The layouts() that fit in the machine's device memory, predicted on `machine`
-/// and ranked by step time, fastest first.
+/// and ranked by ranks_before: step time, fastest first, then memory.
 Ranking rank_layouts(const Deck& base, int ranks, const io::Machine& machine,
                      const SearchSpace& space = {});
 
