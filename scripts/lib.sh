@@ -124,8 +124,10 @@ cubelm_python() {
       return 0
     fi
   done
+  local packages="" m
+  for m in "$@"; do packages+=" python3-$m"; done
   echo "cubelm: no Python 3.11+ with ${*:-its standard library} found (tried: ${tried[*]:-none});" \
-       "install python3${*:+ and the Debian packages python3-${*// / python3-}} (scripts/setup does)," \
+       "install python3${packages:+ and the Debian packages${packages}} (scripts/setup does)," \
        "or set CUBELM_PYTHON to a python3 that has them" >&2
   return 1
 }

@@ -82,6 +82,13 @@ local)
   "$root/scripts/sweep" --steps 3 --data "$work/text.bin" -o "$work/llmc" "${decks[1]}" || fail "the sweep on an llm.c file failed"
   grep -q "^format = \"llmc\"" "$work/llmc/1d-2/deck.toml" && grep -q "^path = \"$work/text.bin\"" "$work/llmc/1d-2/deck.toml" ||
     fail "the run deck does not read the llm.c file"
+  # A deck's own relative data.path is read from where the sweep runs, as cubelm would.
+  sed -e '/^\[data\]/,$d' "${decks[1]}" >"$work/rel.toml"
+  printf '[data]\nformat = "llmc"\npath = "text.bin"\n' >>"$work/rel.toml"
+  (cd "$work" && "$root/scripts/sweep" --steps 1 -o "$work/rel" "$work/rel.toml" >/dev/null) ||
+    fail "the sweep of a deck with a relative data.path failed"
+  grep -q "^path = \"$work/text.bin\"" "$work/rel/rel/deck.toml" ||
+    fail "the relative data.path was not made absolute: $(grep path "$work/rel/rel/deck.toml")"
   "$root/scripts/report" "$work/runs" "$work/llmc" -o "$work/report" || fail "scripts/report failed"
   [ "$(grep -c '^| \(none\|1d\) |' "$work/report/report.md")" = 3 ] || fail "report.md has not 3 rows"
   [ "$(ls "$work/report"/*.png | wc -l)" = 8 ] || fail "not 8 plots (2 campaigns)"
@@ -93,6 +100,11 @@ errors)
     fail "scripts/sweep failed"
   good=$work/good/none-1
   mk() { rm -rf "$work/$1" && cp -r "$good" "$work/$1" && echo "$work/$1"; }
+  # No Python with numpy and matplotlib: the message names both Debian packages.
+  out=$(CUBELM_PYTHON=/nonexistent/python3 "$root/scripts/report" "$good" -o "$work/nopy" 2>&1) &&
+    fail "scripts/report ran without a Python"
+  grep -q "the Debian packages python3-numpy python3-matplotlib" <<<"$out" ||
+    fail "the missing-Python message does not name the Debian packages: $out"
   report() { "$root/scripts/report" "$@" -o "$work/out"; }
   mkdir -p "$work/empty"
   expect_error "empty: neither a run directory .* nor a campaign directory" report "$work/empty"

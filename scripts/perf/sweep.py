@@ -103,6 +103,10 @@ def prepare(args):
             deck["data"] = {k: v for k, v in deck.get("data", {}).items()
                             if k not in ("format", "path", "synthetic_tokens", "synthetic_branching")}
             deck["data"].update(format="llmc", path=os.path.abspath(args.data))
+        elif deck.get("data", {}).get("path"):
+            # cubelm reads a relative path from the directory it runs in: here, as the
+            # user wrote it, not the run directory the job trains in.
+            deck["data"]["path"] = os.path.abspath(deck["data"]["path"])
         runs.append((name, os.path.abspath(path), deck))
     return runs
 

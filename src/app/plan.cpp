@@ -157,9 +157,18 @@ int run_plan(const PlanOptions& o, const Environment& env) {
   const std::vector<model::Candidate>& all = ranking.fit;
   if (env.world_rank() != 0)
     return 0;
+  const char* why_none =
+      ranking.considered == 0
+          ? "the model's shapes (heads, hidden, layers) and train.global_batch do not split over "
+            "these ranks"
+          : "every layout needs more memory per device than the machine has; add ranks or lower "
+            "train.global_batch";
   if (o.json) {
     for (const auto& c : all)
       std::printf("%s\n", prediction_json(c.deck, c.prediction).c_str());
+    if (all.empty()) // nothing on standard output: say why on standard error
+      std::fprintf(stderr, "cubelm plan: no layout fits (%zu considered): %s (docs/planner.md)\n",
+                   ranking.considered, why_none);
     return all.empty() ? 1 : 0;
   }
   const int nodes = (ranks + machine.devices_per_node - 1) / machine.devices_per_node;
@@ -169,12 +178,7 @@ int run_plan(const PlanOptions& o, const Environment& env) {
               nodes == 1 ? "" : "s", machine.devices_per_node, ranking.considered, all.size(),
               machine.memory_gib);
   if (all.empty()) {
-    std::printf("no layout fits: %s (docs/planner.md)\n",
-                ranking.considered == 0
-                    ? "the model's shapes (heads, hidden, layers) and train.global_batch do "
-                      "not split over these ranks"
-                    : "every layout needs more memory per device than the machine has; add "
-                      "ranks or lower train.global_batch");
+    std::printf("no layout fits: %s (docs/planner.md)\n", why_none);
     return 1;
   }
   std::printf("%4s %11s %8s %5s %11s %11s %7s  %s\n", "rank", "step", "TFLOP/s", "MFU", "mem/rank",
