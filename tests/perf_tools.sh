@@ -82,6 +82,15 @@ local)
   "$root/scripts/sweep" --steps 3 --data "$work/text.bin" -o "$work/llmc" "${decks[1]}" || fail "the sweep on an llm.c file failed"
   grep -q "^format = \"llmc\"" "$work/llmc/1d-2/deck.toml" && grep -q "^path = \"$work/text.bin\"" "$work/llmc/1d-2/deck.toml" ||
     fail "the run deck does not read the llm.c file"
+  # --repeat 2: two run directories of the same deck, each with its repeat in run.json.
+  "$root/scripts/sweep" --repeat 2 --dry-run -o "$work/rep" "${decks[0]}" >/dev/null ||
+    fail "scripts/sweep --repeat 2 --dry-run failed"
+  for k in 1 2; do
+    f=$work/rep/none-1.r$k/run.json
+    [ -f "$f" ] && grep -q '"point": "none-1"' "$f" && grep -q "\"repeat\": $k," "$f" &&
+      grep -q '"repeats": 2' "$f" || fail "no run directory none-1.r$k with its repeat: $(ls "$work/rep")"
+  done
+  cmp -s "$work/rep/none-1.r1/deck.toml" "$work/rep/none-1.r2/deck.toml" || fail "the repeats' decks differ"
   # A deck's own relative data.path is read from where the sweep runs, as cubelm would.
   sed -e '/^\[data\]/,$d' "${decks[1]}" >"$work/rel.toml"
   printf '[data]\nformat = "llmc"\npath = "text.bin"\n' >>"$work/rel.toml"
@@ -100,6 +109,8 @@ errors)
     fail "scripts/sweep failed"
   good=$work/good/none-1
   mk() { rm -rf "$work/$1" && cp -r "$good" "$work/$1" && echo "$work/$1"; }
+  expect_error "--repeat 0: at least 1" "$root/scripts/sweep" --repeat 0 -o "$work/rep0" \
+    "$root/inputs/perf/tiny/suite/none-1.toml"
   # No Python with numpy and matplotlib: the message names both Debian packages.
   out=$(CUBELM_PYTHON=/nonexistent/python3 "$root/scripts/report" "$good" -o "$work/nopy" 2>&1) &&
     fail "scripts/report ran without a Python"

@@ -2,7 +2,8 @@
 
     scripts/sweep [options] -o OUT DECK...
 
-For each deck, OUT/<deck name>/ becomes a run directory (docs/perf-runs.md):
+For each deck, OUT/<deck name>/ becomes a run directory (docs/perf-runs.md;
+with --repeat N, OUT/<deck name>.r1 .. .rN, one per repeat of the same deck):
 deck.toml (the deck with the run's metrics, checkpoint and data settings),
 run.json, and once it ran check.json, metrics.jsonl, train.log and jobs.txt;
 with --launch sbatch also submit.sh (which submits the run again) and
@@ -49,6 +50,8 @@ def parse_args(argv):
     p.add_argument("--data", metavar="FILE.bin",
                    help="train every deck on this llm.c token file instead of its own data")
     p.add_argument("--steps", type=int, help="train.steps of every deck")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run every deck N times, in run directories NAME.r1 .. NAME.rN (default 1: NAME)")
     p.add_argument("--resubmit", type=int, default=0, metavar="N",
                    help="continue a run stopped before its time limit (exit status 75) in a new job, "
                         "at most N times (default 0)")
@@ -63,6 +66,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.steps is not None and a.steps < 0:
         raise UserError(f"--steps {a.steps}: the number of steps is at least 0")
+    if a.repeat < 1:
+        raise UserError(f"--repeat {a.repeat}: at least 1")
     if a.resubmit < 0:
         raise UserError(f"--resubmit {a.resubmit}: at least 0")
     if a.poll <= 0:
@@ -77,7 +82,7 @@ def run_name(path):
 
 
 def prepare(args):
-    """Reads and checks every deck; returns [(name, source, deck)]."""
+    """Reads and checks every deck; returns [(run name, source, deck, repeat fields)]."""
     runs, seen = [], {}
     if args.data:
         if not os.path.isfile(args.data):
@@ -107,11 +112,14 @@ def prepare(args):
             # cubelm reads a relative path from the directory it runs in: here, as the
             # user wrote it, not the run directory the job trains in.
             deck["data"]["path"] = os.path.abspath(deck["data"]["path"])
-        runs.append((name, os.path.abspath(path), deck))
+        for k in range(1, args.repeat + 1):
+            # The same deck again: each repeat trains in a run directory of its own.
+            runs.append((name if args.repeat == 1 else f"{name}.r{k}", os.path.abspath(path), deck,
+                         dict(point=name, repeat=k, repeats=args.repeat)))
     return runs
 
 
-def write_run_dir(args, out, campaign, name, source, deck):
+def write_run_dir(args, out, campaign, name, source, deck, repeat):
     """Creates or checks OUT/name; returns (run dir, run.json dict)."""
     d = os.path.join(out, name)
     text = deck_text(deck, f"Run deck of {source}\nwritten by scripts/sweep (docs/perf-runs.md)")
@@ -130,7 +138,7 @@ def write_run_dir(args, out, campaign, name, source, deck):
         info = dict(campaign=campaign, name=name, source=source, mode=mode_of(deck),
                     ranks=world_of(deck), layout=layout_text(deck), model=model_text(deck),
                     tensor_size=p.get("tensor_size", 1), pipeline_size=p.get("pipeline_size", 1),
-                    data_size=p.get("data_size", 1), status="prepared", jobs=[])
+                    data_size=p.get("data_size", 1), status="prepared", jobs=[], **repeat)
     info.update(launch=args.launch,
                 cubelm=os.path.abspath(args.cubelm) if args.cubelm else os.environ.get("CUBELM", ""))
     write_json(os.path.join(d, "run.json"), info)
@@ -302,8 +310,8 @@ def main(argv=None):
         raise UserError(f"--cubelm {args.cubelm}: not an executable program")
     os.makedirs(out, exist_ok=True)
     todo, done = [], 0
-    for name, source, deck in runs:
-        d, info = write_run_dir(args, out, campaign, name, source, deck)
+    for name, source, deck, repeat in runs:
+        d, info = write_run_dir(args, out, campaign, name, source, deck, repeat)
         if info["status"] == "ok":
             done += 1
             print(f"scripts/sweep: {name}: completed before, skipped")
