@@ -83,7 +83,7 @@ local)
   grep -q "^format = \"llmc\"" "$work/llmc/1d-2/deck.toml" && grep -q "^path = \"$work/text.bin\"" "$work/llmc/1d-2/deck.toml" ||
     fail "the run deck does not read the llm.c file"
   # --repeat 2: two run directories of the same deck, each with its repeat in run.json.
-  "$root/scripts/sweep" --repeat 2 --dry-run -o "$work/rep" "${decks[0]}" >/dev/null ||
+  "$root/scripts/sweep" --steps 3 --repeat 2 --dry-run -o "$work/rep" "${decks[0]}" >/dev/null ||
     fail "scripts/sweep --repeat 2 --dry-run failed"
   for k in 1 2; do
     f=$work/rep/none-1.r$k/run.json
@@ -91,6 +91,14 @@ local)
       grep -q '"repeats": 2' "$f" || fail "no run directory none-1.r$k with its repeat: $(ls "$work/rep")"
   done
   cmp -s "$work/rep/none-1.r1/deck.toml" "$work/rep/none-1.r2/deck.toml" || fail "the repeats' decks differ"
+  # ... run, and reported as one point: the median over the repeats, [lowest-highest] beside.
+  "$root/scripts/sweep" --steps 3 --repeat 2 -o "$work/rep" "${decks[0]}" >"$work/rep.out" 2>&1 ||
+    fail "the repeats failed: $(tail -3 "$work/rep.out")"
+  "$root/scripts/report" "$work/rep" -o "$work/rep-report" >/dev/null || fail "scripts/report of repeats failed"
+  grep -q "^## rep: .*, 2 repeats$" "$work/rep-report/report.md" || fail "the repeats' section title names no repeats"
+  [ "$(grep -c '^| none | 1 | 1 rank | [0-9.]* \[[0-9.]*-[0-9.]*\] |' "$work/rep-report/report.md")" = 1 ] ||
+    fail "not one table row with the repeats' spread: $(grep '^| none' "$work/rep-report/report.md")"
+  [ "$(tr -d '\r' <"$work/rep-report/report.csv" | grep -c ',none-1,[12]$')" = 2 ] || fail "report.csv has not one row per repeat"
   # A deck's own relative data.path is read from where the sweep runs, as cubelm would.
   sed -e '/^\[data\]/,$d' "${decks[1]}" >"$work/rel.toml"
   printf '[data]\nformat = "llmc"\npath = "text.bin"\n' >>"$work/rel.toml"

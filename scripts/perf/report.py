@@ -19,6 +19,11 @@ bytes per rank is the median over steps of `comm_bytes` (rank 0's modelled
 bytes), beside the closed form of `cubelm check --json`; memory is rank 0's
 allocation (`mem_bytes`) beside the estimate for the fullest rank; MFU and
 tokens/s are medians; the final loss is the loss of the last step.
+
+Runs of one deck repeated (scripts/sweep --repeat) are one point of the tables
+and plots: each number the median over the repeats of the runs' own numbers,
+with the lowest and highest beside step time and tokens/s and as the step-time
+plot's bars; report.csv keeps one row per run (with its point and repeat).
 """
 
 import argparse
@@ -59,7 +64,7 @@ NUMBER_KEYS = ("step", "ms", "tokens_per_s", "mfu", "mem_bytes", "comm_bytes")
 CSV_COLUMNS = ["campaign", "model", "mode", "ranks", "layout", "global_batch", "steps", "steps_measured",
                "step_ms_median", "step_ms_p90", "step_ms_mean", "compute_ms", "comm_ms", "idle_ms",
                "comm_bytes", "comm_bytes_closed_form", "mem_bytes", "mem_bytes_estimate", "mfu",
-               "tokens_per_s", "final_loss", "status", "run_dir"]
+               "tokens_per_s", "final_loss", "status", "run_dir", "point", "repeat"]
 
 
 class Run:
@@ -80,6 +85,9 @@ class Run:
         self.global_batch = int(self.deck.get("train", {}).get("global_batch", 8))
         info = read_json(os.path.join(path, "run.json")) if os.path.isfile(os.path.join(path, "run.json")) else {}
         self.name = info.get("name", os.path.basename(os.path.normpath(path)))
+        # scripts/sweep --repeat: the repeats of one deck form one point of the report.
+        self.point = info.get("point", self.name)
+        self.repeat = int(info.get("repeat", 1))
         self.campaign = info.get("campaign", os.path.basename(os.path.dirname(os.path.abspath(path))))
         self.status = info.get("status", "unknown")
         self.layout = info.get("layout") or self.mode
@@ -126,6 +134,39 @@ class Run:
             "tokens_per_s": float(np.median([s["tokens_per_s"] for s in m])),
             "final_loss": float(last["loss"]) if last["loss"] is not None else math.nan,
         }
+
+
+class Point:
+    """The repeats of one deck (scripts/sweep --repeat): each number the median over the
+    repeats of the runs' own values, with the lowest and highest beside it. A point of one
+    run is that run."""
+
+    def __init__(self, runs):
+        runs = sorted(runs, key=lambda r: r.repeat)
+        self.runs = runs
+        first = runs[0]
+        for key in ("mode", "ranks", "layout", "model", "global_batch", "tensor_size", "campaign"):
+            setattr(self, key, getattr(first, key))
+        self.name = first.point
+        self.repeats = len(runs)
+        self.steps = first.steps  # the loss curve of the first repeat
+        self.status = first.status if all(r.status == first.status for r in runs) else \
+            ", ".join(f"r{r.repeat} {r.status}" for r in runs)
+        self.stats, self.low, self.high = {}, {}, {}
+        for key in first.stats:
+            values = [r.stats[key] for r in runs]
+            finite = [v for v in values if not math.isnan(v)]
+            self.stats[key] = float(np.median(finite)) if finite else math.nan
+            self.low[key] = min(finite) if finite else math.nan
+            self.high[key] = max(finite) if finite else math.nan
+
+
+def points_of(runs):
+    """Runs grouped by their deck's point, in the runs' order."""
+    by = {}
+    for r in runs:
+        by.setdefault(r.point, []).append(r)
+    return [Point(rs) for rs in by.values()]
 
 
 def read_metrics(path):
@@ -201,12 +242,16 @@ def table(runs):
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in runs:
         s = r.stats
-        cells = [r.mode, str(r.ranks), r.layout, f"{s['step_ms_median']:.2f}", f"{s['step_ms_p90']:.2f}",
+        spread = (lambda key, spec: f" [{format(r.low[key], spec)}-{format(r.high[key], spec)}]"
+                  if getattr(r, "repeats", 1) > 1 else "")
+        cells = [r.mode, str(r.ranks), r.layout, f"{s['step_ms_median']:.2f}" + spread("step_ms_median", ".2f"),
+                 f"{s['step_ms_p90']:.2f}",
                  fmt_split(s["compute_ms"], s["step_ms_mean"]), fmt_split(s["comm_ms"], s["step_ms_mean"]),
                  fmt_split(s["idle_ms"], s["step_ms_mean"]),
                  f"{s['comm_bytes'] / 1e6:.3f}", fmt(s["comm_bytes_closed_form"] / 1e6, ".3f"),
                  f"{s['mem_bytes'] / 2**20:.2f}", fmt(s["mem_bytes_estimate"] / 2**20, ".2f"),
-                 fmt(100 * s["mfu"], ".2f"), f"{s['tokens_per_s']:.0f}", fmt(s["final_loss"], ".4f")]
+                 fmt(100 * s["mfu"], ".2f"), f"{s['tokens_per_s']:.0f}" + spread("tokens_per_s", ".0f"),
+                 fmt(s["final_loss"], ".4f")]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -271,12 +316,17 @@ def plot_step_time(runs, title, path):
     for mode, rs in by_mode(runs):
         x = [r.ranks for r in rs]
         med = np.array([r.stats["step_ms_median"] for r in rs])
-        p90 = np.array([r.stats["step_ms_p90"] for r in rs])
-        ax1.errorbar(x, med, yerr=[np.zeros_like(med), p90 - med], marker="o", capsize=3,
-                     color=COLORS[mode], label=mode)
+        if max(getattr(r, "repeats", 1) for r in rs) > 1:  # the spread of the repeats' medians
+            err = [med - np.array([r.low["step_ms_median"] for r in rs]),
+                   np.array([r.high["step_ms_median"] for r in rs]) - med]
+        else:  # one run: its own 90th percentile
+            err = [np.zeros_like(med), np.array([r.stats["step_ms_p90"] for r in rs]) - med]
+        ax1.errorbar(x, med, yerr=err, marker="o", capsize=3, color=COLORS[mode], label=mode)
     rank_axis(ax1, runs)
     ax1.set_ylim(bottom=0)
-    ax1.set_ylabel("step time, ms (median; bar to the 90th percentile)")
+    repeated = max(getattr(r, "repeats", 1) for r in runs) > 1
+    ax1.set_ylabel("step time, ms: median over repeats of the runs' medians; bar: lowest to highest"
+                   if repeated else "step time, ms (median; bar to the 90th percentile)", fontsize=8 if repeated else None)
     ax1.legend(title="mode")
     ax1.set_title("step time")
     order = sorted(runs, key=lambda r: (r.ranks, MODES.index(r.mode)))
@@ -454,9 +504,11 @@ def main():
     if bad:
         md += ["Left out:", ""] + [f"- {b}" for b in bad] + [""]
     rows = []
-    for (campaign, model), rs in sorted(groups.items()):
+    for (campaign, model), runs_of_model in sorted(groups.items()):
+        rs = points_of(runs_of_model)
         rs.sort(key=lambda r: (MODES.index(r.mode), r.ranks, r.name))
-        title = f"{campaign}: {model}"
+        repeats = sorted({r.repeats for r in rs})
+        title = f"{campaign}: {model}" + (f", {'/'.join(map(str, repeats))} repeats" if repeats != [1] else "")
         base = slug(f"{campaign}-{model}")
         agreement = loss_agreement(rs)
         files = {k: f"{base}-{k}.png" for k in ("step-time", "bytes", "memory", "loss")}
@@ -466,7 +518,9 @@ def main():
         plot_loss(rs, title, os.path.join(args.out, files["loss"]), agreement)
         batches = sorted({r.global_batch for r in rs})
         md += [f"## {title}", "",
-               f"Global batch {', '.join(map(str, batches))} sequences; {len(rs)} run(s).", ""]
+               f"Global batch {', '.join(map(str, batches))} sequences; {len(runs_of_model)} run(s)"
+               + (f" of {len(rs)} deck(s), repeated: each number is the median over a deck's repeats of "
+                  "its runs' values, [lowest-highest] beside step time and tokens/s." if repeats != [1] else "."), ""]
         md += table(rs)
         incomplete = [r for r in rs if r.status not in ("ok", "unknown")]
         if incomplete:
@@ -476,9 +530,10 @@ def main():
                f"![bytes per rank per step]({files['bytes']})", "",
                f"![memory per rank]({files['memory']})", "",
                f"![loss curves]({files['loss']})", ""]
-        for r in rs:
+        for r in sorted(runs_of_model, key=lambda r: (MODES.index(r.mode), r.ranks, r.name)):
             row = dict(campaign=campaign, model=model, mode=r.mode, ranks=r.ranks, layout=r.layout,
-                       global_batch=r.global_batch, status=r.status, run_dir=os.path.abspath(r.dir))
+                       global_batch=r.global_batch, status=r.status, run_dir=os.path.abspath(r.dir),
+                       point=r.point, repeat=r.repeat)
             row.update({k: r.stats[k] for k in r.stats})
             rows.append(row)
     md.append(THEORY)
