@@ -127,9 +127,9 @@ struct DataConfig {
 
 struct CheckpointConfig {
   std::string dir = "checkpoints"; ///< a deck file's default: checkpoints/<its name> (io/deck)
-  int interval = 0;            ///< steps between checkpoints; 0: only at the end
-  int keep = 0;                ///< how many to keep; 0: all
-  std::string resume = "none"; ///< none | auto | <file>
+  int interval = 0;                ///< steps between checkpoints; 0: only at the end
+  int keep = 0;                    ///< how many to keep; 0: all
+  std::string resume = "none";     ///< none | auto | <file>
   /// resume from a checkpoint of another run (other model keys, data, seed, batch or
   /// precision: train::run_identity), e.g. to start from its weights on new data
   bool allow_other_run = false;
