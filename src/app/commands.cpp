@@ -165,6 +165,20 @@ std::string describe(const Deck& deck) {
   return out.str();
 }
 
+namespace {
+
+// A JSON string of s: quotes, backslashes and newlines escaped.
+std::string json_text(const std::string& s) {
+  std::string q = "\"";
+  for (const char c : s)
+    q += c == '"' || c == '\\' ? std::string("\\") + c
+         : c == '\n'           ? std::string("\\n")
+                               : std::string(1, c);
+  return q + "\"";
+}
+
+} // namespace
+
 std::string check_json(const Deck& deck, const std::string& deck_path) {
   const ParallelConfig& p = deck.parallel;
   const comm::Layout layout = comm::layout_of(p);
@@ -172,12 +186,7 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
   const double tokens = static_cast<double>(deck.train.global_batch) * deck.model.seq_len;
   std::ostringstream out;
   out.precision(15);
-  const auto text = [](const std::string& s) {
-    std::string q = "\"";
-    for (const char c : s)
-      q += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
-    return q + "\"";
-  };
+  const auto text = json_text;
   out << "{\"deck\": " << text(deck_path)
       << ", \"layout\": {\"tensor_mode\": " << text(mode_name(p.tensor_mode))
       << ", \"tensor_size\": " << p.tensor_size << ", \"pipeline_size\": " << p.pipeline_size
@@ -286,15 +295,6 @@ Inputs check_inputs(const Deck& deck) {
     in.problems.push_back(std::string("checkpoint: ") + e.what());
   }
   return in;
-}
-
-std::string json_text(const std::string& s) {
-  std::string q = "\"";
-  for (const char c : s)
-    q += c == '"' || c == '\\' ? std::string("\\") + c
-         : c == '\n'           ? std::string("\\n")
-                               : std::string(1, c);
-  return q + "\"";
 }
 
 } // namespace
