@@ -408,6 +408,24 @@ TEST(Checkpoint, UnusableFilesAreErrorsOnEveryRank) {
   msg = error_of([&] { CheckpointReader(path, world); });
   EXPECT_HAS(msg, "checkpoint " + path + ": root attribute format = \"other-fmt\"");
 
+  // A cubelm file whose global heap (where the variable-length format string
+  // lives) is damaged: an Error naming the file, not an abort.
+  {
+    CheckpointWriter w(path, world);
+    w.close();
+  }
+  if (world.rank() == 0) {
+    const std::string bytes = file_text(path);
+    const auto heap = bytes.find("GCOL");
+    ASSERT_NE(heap, std::string::npos) << "no global heap collection in " << path;
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(heap));
+    io.write("XXXX", 4);
+  }
+  MPI_Barrier(world.raw());
+  msg = error_of([&] { CheckpointReader(path, world); });
+  EXPECT_HAS(msg, "checkpoint " + path + ": damaged: HDF5 cannot read it");
+
   const std::string dir = fs::temp_directory_path().string();
   msg = error_of([&] { CheckpointReader(dir, world); });
   EXPECT_HAS(msg, "checkpoint " + dir + ": is a directory");

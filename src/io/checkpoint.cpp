@@ -281,18 +281,26 @@ std::string read_number(hid_t attr, H5T_class_t want, bool accept_integer, hid_t
   return "";
 }
 
-// Rank 0's verdict on a file about to be opened as a checkpoint ("" if fine).
-std::string inspect(const std::string& path) {
-  const std::string intro = "checkpoint " + path + ": ";
-  std::error_code ec;
-  const auto status = fs::status(path, ec);
-  if (!fs::exists(status))
-    return intro + "no such file";
-  if (fs::is_directory(status))
-    return intro + "is a directory, not a checkpoint file";
-  if (::access(path.c_str(), R_OK) != 0)
-    return intro + "cannot be read: " + std::strerror(errno);
-  QuietHdf5 quiet;
+// Marks the reader at work: failed HDF5 calls throw Unreadable (see hdf5_failed).
+class Reading {
+public:
+  Reading() { ++g_reading; }
+  ~Reading() { --g_reading; }
+  Reading(const Reading&) = delete;
+  Reading& operator=(const Reading&) = delete;
+
+private:
+  QuietHdf5 quiet_; // the damage is reported once, by the Error
+};
+
+Error damaged(const std::string& path, const Unreadable& e) {
+  return Error("checkpoint " + path + ": damaged: HDF5 cannot read it (" + std::string(e.what()) +
+                   ")",
+               true);
+}
+
+// inspect's HDF5 part, for a file that exists and can be read.
+std::string inspect_hdf5(const std::string& path, const std::string& intro) {
   if (H5Fis_hdf5(path.c_str()) <= 0)
     return intro + "not an HDF5 file (a cubelm checkpoint is one, with the root attribute " +
            "format = \"" + checkpoint_format + "\")";
@@ -314,6 +322,25 @@ std::string inspect(const std::string& path) {
     return intro + "root attribute format = \"" + format + "\": not a cubelm checkpoint (it " +
            "must be \"" + checkpoint_format + "\")";
   return "";
+}
+
+// Rank 0's verdict on a file about to be opened as a checkpoint ("" if fine).
+std::string inspect(const std::string& path) {
+  const std::string intro = "checkpoint " + path + ": ";
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (!fs::exists(status))
+    return intro + "no such file";
+  if (fs::is_directory(status))
+    return intro + "is a directory, not a checkpoint file";
+  if (::access(path.c_str(), R_OK) != 0)
+    return intro + "cannot be read: " + std::strerror(errno);
+  try {
+    const Reading reading; // a damaged format attribute is the file's fault too
+    return inspect_hdf5(path, intro);
+  } catch (const Unreadable& e) {
+    return damaged(path, e).what();
+  }
 }
 
 // Opens `object`, creating it as a group (with the groups above it) if missing.
@@ -584,28 +611,6 @@ void CheckpointWriter::close() {
 // not cubelm's, so the reader turns such failures into a collective cubelm::Error
 // naming the file (every rank reads the same bytes and fails alike) instead of
 // aborting the job as CUBELM_HDF5_CHECK does.
-
-namespace {
-
-// Marks the reader at work: failed HDF5 calls throw Unreadable (see hdf5_failed).
-class Reading {
-public:
-  Reading() { ++g_reading; }
-  ~Reading() { --g_reading; }
-  Reading(const Reading&) = delete;
-  Reading& operator=(const Reading&) = delete;
-
-private:
-  QuietHdf5 quiet_; // the damage is reported once, by the Error
-};
-
-Error damaged(const std::string& path, const Unreadable& e) {
-  return Error("checkpoint " + path + ": damaged: HDF5 cannot read it (" + std::string(e.what()) +
-                   ")",
-               true);
-}
-
-} // namespace
 
 CheckpointReader::CheckpointReader(const std::string& path, const comm::Communicator& comm)
     : path_(path), comm_(comm) {
