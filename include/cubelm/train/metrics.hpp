@@ -57,6 +57,9 @@ struct StepMetrics {
   double mfu = 0;
   double peak_gflops = 0;   ///< the per-rank peak MFU is measured against; 0: none
   bool peak_raised = false; ///< this step ran above the peak, which is now its rate
+  /// the rank's share of the node the peak was measured on (core/peak.hpp): the
+  /// peak is the node's rate alone times this; 1 when the deck gives the peak
+  double peak_share = 1;
   std::int64_t mem_bytes = 0;
   double comm_bytes = 0; ///< modelled bytes this rank sent in the step
   double wait_ms = 0;    ///< wall-clock time this rank waited for other pipeline stages

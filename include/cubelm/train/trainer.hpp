@@ -72,8 +72,12 @@ public:
   const comm::TrafficCounters& traffic() const { return net_.grid->traffic(); }
   /// \brief True on the rank that prints (world rank 0).
   bool is_root() const { return net_.grid->coords().world == 0; }
-  /// \brief Sets the per-rank peak used for MFU.
-  void set_peak_gflops(double peak) { peak_gflops_ = peak; }
+  /// \brief Sets the per-rank peak used for MFU: the node's rate alone times this
+  /// rank's `share` of the node (core/peak.hpp), which the metrics carry too.
+  void set_peak_gflops(double peak, double share = 1) {
+    peak_gflops_ = peak;
+    peak_share_ = share;
+  }
   /// \brief The pipeline schedule of every stage and its unit-cost timeline.
   const plan::PipelinePlan& plan() const { return plan_; }
   const plan::Timeline& timeline() const { return timeline_; }
@@ -107,6 +111,7 @@ private:
   int bad_ = 0;     // consecutive skipped steps
   double floor_ = -1;
   double peak_gflops_ = 0;
+  double peak_share_ = 1;
 };
 
 } // namespace cubelm::train
