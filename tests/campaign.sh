@@ -85,8 +85,10 @@ want=$(ls "$root"/inputs/perf/tiny/suite/*.toml | wc -l)
 say "campaign: ${#expect[@]} runs through sbatch: ${expect[*]}"
 
 # -------------------------------------------------------------------- report --
-"$root/scripts/report" "$work/campaign" -o "$work/report" || fail "scripts/report failed"
-"$py" "$tests/campaign_check.py" "$work/campaign" "$work/report" "${expect[@]}" || fail "the report does not check"
+machine=(--machine "$root/inputs/machines/cpu-node.toml" --cubelm "$cubelm")
+"$root/scripts/report" "$work/campaign" -o "$work/report" "${machine[@]}" || fail "scripts/report failed"
+"$py" "$tests/campaign_check.py" "$work/campaign" "$work/report" "${expect[@]}" "${machine[@]}" ||
+  fail "the report does not check"
 say "report checked"
 
 # ------------------------------------------------------------------ walltime --

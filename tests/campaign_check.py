@@ -2,11 +2,19 @@
 again from the metrics files on its own (Python's statistics module, not the
 report's numpy), and checks that each PNG is a real image of the expected size.
 
-    campaign_check.py CAMPAIGN_DIR REPORT_DIR MODE@RANKS...
+    campaign_check.py CAMPAIGN_DIR REPORT_DIR MODE@RANKS... [--machine FILE --cubelm PATH]
 
-MODE@RANKS lists the runs the report must hold (e.g. 1d@2 3d@8), no more, no
-fewer. Prints one line per check group and "PASS: report" at the end; the
-first failure prints "FAIL: ..." and exits 1.
+MODE@RANKS lists the decks the report must hold (e.g. 1d@2 3d@8), no more, no
+fewer; each may have been run several times (scripts/sweep --repeat). With
+--machine, each deck's predicted step time is `cubelm check --machine` run here
+again. Prints one line per check group and "PASS: report" at the end; the first
+failure prints "FAIL: ..." and exits 1.
+
+The statistics (docs/perf-runs.md#reading-the-report): a run's step time is the
+median over its measured steps of `step_ms.mean`, its split that median step's
+parts (the mean of the two middle steps' for an even count); a deck's numbers are
+its median run's the same way; tokens/s, speedup, efficiency and MFU follow from
+the step time, MFU against one node rate for the campaign.
 """
 
 import csv
@@ -16,11 +24,13 @@ import os
 import re
 import statistics
 import struct
+import subprocess
 import sys
 import zlib
 
 WARMUP = 1
 PNG_SIZE = (1000, 600)
+MODES = ("none", "1d", "1d+sp", "2d", "3d")
 MODE_COLORS = {"none": (0, 0, 0), "1d": (31, 119, 180), "1d+sp": (255, 127, 14), "2d": (44, 160, 44),
                "3d": (214, 39, 40)}
 
@@ -34,8 +44,18 @@ def close(a, b, rel=1e-9, abs_=1e-12):
     return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
 
 
+def middle(items, key):
+    """The median item of `items` by `key`: the middle one, or for an even count the means of
+    the two middle ones, key by key."""
+    srt = sorted(items, key=lambda d: d[key])
+    n = len(srt)
+    mids = [srt[n // 2]] if n % 2 else [srt[n // 2 - 1], srt[n // 2]]
+    return {k: statistics.fmean(d[k] for d in mids) for k in srt[0]}
+
+
 def expected(run_dir):
-    """Every number of a run's report row, from metrics.jsonl, check.json and deck.toml."""
+    """Every number of a run's report row but those that need the campaign (MFU, speedup),
+    from metrics.jsonl, check.json and deck.toml."""
     steps = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if line.strip()]
     steps.sort(key=lambda s: s["step"])
     m = [s for s in steps if s["step"] >= WARMUP and not s["skipped"]]
@@ -43,38 +63,89 @@ def expected(run_dir):
         if not s["mfu"] <= 1 or not s["peak_gflops"] >= s["gflops_per_rank"] * (1 - 1e-12):
             fail(f"{run_dir} step {s['step']}: MFU {s['mfu']} against a peak of {s['peak_gflops']} "
                  f"GFLOP/s/rank at {s['gflops_per_rank']}: the peak is below the step's rate")
-    ms = [s["ms"] for s in m]
+        if not 0 < s["peak_share"] <= 1:
+            fail(f"{run_dir} step {s['step']}: peak_share {s['peak_share']}, not in (0, 1]")
+    parts = [{"t": s["step_ms"]["mean"], "compute_ms": s["compute_ms"]["mean"],
+              "comm_ms": math.fsum(g["mean"] for g in s["comm_ms"].values()), "idle_ms": s["idle_ms"]["mean"]}
+             for s in m]
     # the 90th percentile by linear interpolation between closest ranks
-    srt = sorted(ms)
+    srt = sorted(d["t"] for d in parts)
     pos = 0.9 * (len(srt) - 1)
     lo = int(math.floor(pos))
     p90 = srt[lo] + (srt[min(lo + 1, len(srt) - 1)] - srt[lo]) * (pos - lo)
+    mid = middle(parts, "t")
     check = json.load(open(os.path.join(run_dir, "check.json")))
     deck = open(os.path.join(run_dir, "deck.toml")).read()
     mode = re.search(r'^tensor_mode = "(\w+)"', deck, re.M).group(1)
     if re.search(r"^sequence_parallel = true", deck, re.M):
         mode += "+sp"
-    return mode, check["world"], {
+    info = json.load(open(os.path.join(run_dir, "run.json")))
+    values = {
         "steps": len(steps),
         "steps_measured": len(m),
-        "step_ms_median": statistics.median(ms),
+        "step_ms_median": statistics.median(d["t"] for d in parts),
         "step_ms_p90": p90,
-        "step_ms_mean": statistics.fmean(s["step_ms"]["mean"] for s in m),
-        "compute_ms": statistics.fmean(s["compute_ms"]["mean"] for s in m),
-        "comm_ms": statistics.fmean(math.fsum(g["mean"] for g in s["comm_ms"].values()) for s in m),
-        "idle_ms": statistics.fmean(s["idle_ms"]["mean"] for s in m),
+        "compute_ms": mid["compute_ms"],
+        "comm_ms": mid["comm_ms"],
+        "idle_ms": mid["idle_ms"],
+        "tokens_per_step": check["tokens_per_step"],
+        "gflop_per_rank_step": check["flops_per_step"] / 1e9 / check["world"],
+        "peak_share": statistics.median(s["peak_share"] for s in m),
+        "node_gflops": min(s["peak_gflops"] / s["peak_share"] for s in m),
         "comm_bytes": statistics.median(s["comm_bytes"] for s in m),
         "comm_bytes_closed_form": check["comm_bytes"],
         "mem_bytes": max(s["mem_bytes"] for s in m),
         "mem_bytes_estimate": check["mem_bytes"],
-        "mfu": statistics.median(s["mfu"] for s in m),
-        "tokens_per_s": statistics.median(s["tokens_per_s"] for s in m),
         "final_loss": steps[-1]["loss"],
-    }, steps
+    }
+    # The metrics' rates agree with the step's tokens and FLOPs of check.json.
+    for s in m:
+        if not close(s["tokens_per_s"] * s["ms"] / 1e3, check["tokens_per_step"], rel=1e-6):
+            fail(f"{run_dir} step {s['step']}: tokens/s x ms = {s['tokens_per_s'] * s['ms'] / 1e3} tokens, "
+                 f"check.json says {check['tokens_per_step']} per step")
+        if not close(s["gflops_per_rank"] * s["ms"] / 1e3, values["gflop_per_rank_step"], rel=1e-6):
+            fail(f"{run_dir} step {s['step']}: GFLOP/s per rank x ms = {s['gflops_per_rank'] * s['ms'] / 1e3} "
+                 f"GFLOP, check.json says {values['gflop_per_rank_step']} per rank and step")
+    return dict(mode=mode, ranks=check["world"], point=info.get("point", info["name"]), values=values,
+                steps=steps, dir=run_dir)
+
+
+def campaign_numbers(runs):
+    """The numbers that need every run: one node rate for MFU (the median of the runs'
+    measurements, raised to the highest rate per share a run reached), then each run's
+    tokens/s, peak and MFU from its step time."""
+    node = statistics.median(r["values"]["node_gflops"] for r in runs)
+    for r in runs:
+        v = r["values"]
+        node = max(node, v["gflop_per_rank_step"] / (v["step_ms_median"] / 1e3) / v["peak_share"])
+    for r in runs:
+        derive(r["values"], node)
+    return node
+
+
+def derive(v, node):
+    step_s = v["step_ms_median"] / 1e3
+    v["tokens_per_s"] = v["tokens_per_step"] / step_s
+    v["peak_gflops"] = node * v["peak_share"]
+    v["mfu"] = v["gflop_per_rank_step"] / step_s / v["peak_gflops"]
+
+
+def point_numbers(runs, node):
+    """A deck's numbers from its runs: the median run's step and split, medians of the rest."""
+    vs = [r["values"] for r in runs]
+    p = {k: statistics.median(v[k] for v in vs) for k in vs[0]}
+    p.update(middle([{k: v[k] for k in ("step_ms_median", "compute_ms", "comm_ms", "idle_ms")} for v in vs],
+                    "step_ms_median"))
+    derive(p, node)
+    p["step_ms_low"] = min(v["step_ms_median"] for v in vs)
+    p["step_ms_high"] = max(v["step_ms_median"] for v in vs)
+    p["tokens_per_s_low"] = min(v["tokens_per_s"] for v in vs)
+    p["tokens_per_s_high"] = max(v["tokens_per_s"] for v in vs)
+    return p
 
 
 def cell_number(cell, index=0):
-    nums = re.findall(r"-?\d+(?:\.\d+)?", cell)
+    nums = re.findall(r"(?<![\d.])-?\d+(?:\.\d+)?|\d+(?:\.\d+)?", cell)  # "1.5-2.5": two numbers
     if len(nums) <= index:
         fail(f"table cell '{cell}' has no number #{index + 1}")
     text = nums[index]
@@ -122,81 +193,158 @@ def png_pixels_check(path):
     return width, height
 
 
+def option(args, name):
+    """Removes `name VALUE` from args; returns VALUE or None."""
+    if name not in args:
+        return None
+    i = args.index(name)
+    value = args[i + 1]
+    del args[i:i + 2]
+    return value
+
+
+def predicted_step_ms(run_dir, machine, cubelm):
+    done = subprocess.run([cubelm, "check", "deck.toml", "--machine", machine, "--json"], cwd=run_dir,
+                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return json.loads(done.stdout)["prediction"]["step_ms"]
+
+
+def table_rows(md):
+    """Every row of the report's tables, as {column name: cell}."""
+    rows, head = [], None
+    for line in md.splitlines():
+        if line.startswith("| mode | ranks |"):
+            head = [x.strip() for x in line.strip("|").split("|")]
+        elif head and re.match(r"\| (none|1d|1d\+sp|2d|3d) \| \d+ \|", line):
+            rows.append(dict(zip(head, [x.strip() for x in line.strip("|").split("|")])))
+        elif not line.startswith("|"):
+            head = None
+    return rows
+
+
 def main():
-    campaign, report = sys.argv[1], sys.argv[2]
-    want = set(sys.argv[3:])
-    runs = {}
-    for name in sorted(os.listdir(campaign)):
-        d = os.path.join(campaign, name)
-        if os.path.isfile(os.path.join(d, "metrics.jsonl")):
-            mode, ranks, values, steps = expected(d)
-            runs[f"{mode}@{ranks}"] = (d, values, steps)
-    if set(runs) != want:
-        fail(f"the campaign directory holds runs {sorted(runs)}, expected {sorted(want)}")
+    args = sys.argv[1:]
+    machine, cubelm = option(args, "--machine"), option(args, "--cubelm")
+    machine, cubelm = (os.path.abspath(x) if x else x for x in (machine, cubelm))
+    campaign, report = args[0], args[1]
+    want = set(args[2:])
+    runs = [expected(os.path.join(campaign, name)) for name in sorted(os.listdir(campaign))
+            if os.path.isfile(os.path.join(campaign, name, "metrics.jsonl"))]
+    decks = {}
+    for r in runs:
+        decks.setdefault(f"{r['mode']}@{r['ranks']}", []).append(r)
+    if set(decks) != want:
+        fail(f"the campaign directory holds runs of {sorted(decks)}, expected {sorted(want)}")
+    for key, rs in decks.items():
+        if len({r["point"] for r in rs}) != 1:
+            fail(f"{key}: runs of several decks ({sorted({r['point'] for r in rs})})")
+    node = campaign_numbers(runs)
+    points = {key: point_numbers(rs, node) for key, rs in decks.items()}
+    ref = min(decks, key=lambda k: (int(k.split("@")[1]), MODES.index(k.split("@")[0])))
+    ref_ranks = int(ref.split("@")[1])
+    for key, p in points.items():
+        for v in [p] + [r["values"] for r in decks[key]]:
+            v["speedup"] = v["tokens_per_s"] / points[ref]["tokens_per_s"]
+            v["efficiency"] = v["speedup"] * ref_ranks / int(key.split("@")[1])
+        p["predicted_step_ms"] = predicted_step_ms(decks[key][0]["dir"], machine, cubelm) if machine else None
+        # one statistic: the step's parts add up to the step
+        for v in [p] + [r["values"] for r in decks[key]]:
+            if not close(v["compute_ms"] + v["comm_ms"] + v["idle_ms"], v["step_ms_median"], rel=1e-7):  # 9 digits
+                fail(f"{key}: compute {v['compute_ms']} + comm {v['comm_ms']} + idle {v['idle_ms']} is not the "
+                     f"step {v['step_ms_median']}")
+        if not 0 < p["mfu"] <= 1:
+            fail(f"{key}: MFU {100 * p['mfu']:.2f}%: a deck's MFU is above 0 and at most 100%")
+    print(f"campaign: {len(runs)} runs of {len(decks)} decks; one node rate {node:.1f} GFLOP/s for MFU; "
+          f"speedup against {ref}")
 
-    # report.csv: every number equal to the independent computation
+    # report.csv: one row per run, every number equal to the independent computation
     rows = list(csv.DictReader(open(os.path.join(report, "report.csv"))))
-    got = {f"{r['mode']}@{r['ranks']}": r for r in rows}
-    if set(got) != want:
-        fail(f"report.csv has runs {sorted(got)}, expected {sorted(want)}")
-    for key, (d, values, _) in runs.items():
-        row = got[key]
-        if os.path.realpath(row["run_dir"]) != os.path.realpath(d):
-            fail(f"report.csv: {key} comes from {row['run_dir']}, expected {d}")
-        for k, v in values.items():
+    got = {os.path.realpath(row["run_dir"]): row for row in rows}
+    if set(got) != {os.path.realpath(r["dir"]) for r in runs} or len(rows) != len(runs):
+        fail(f"report.csv has runs {sorted(got)}, expected the {len(runs)} of {campaign}")
+    for r in runs:
+        row = got[os.path.realpath(r["dir"])]
+        key = f"{r['mode']}@{r['ranks']}"
+        if f"{row['mode']}@{row['ranks']}" != key:
+            fail(f"report.csv: {r['dir']} is {row['mode']}@{row['ranks']}, expected {key}")
+        for k, v in r["values"].items():
             if not close(float(row[k]), float(v)):
-                fail(f"report.csv: {key} {k} = {row[k]}, the metrics give {v!r}")
-    print(f"report.csv: {len(rows)} runs x {len(values)} numbers agree with the metrics files")
+                fail(f"report.csv: {r['dir']} {k} = {row[k]}, the metrics give {v!r}")
+        if machine and not close(float(row["predicted_step_ms"]), points[key]["predicted_step_ms"]):
+            fail(f"report.csv: {r['dir']} predicted {row['predicted_step_ms']} ms, cubelm check says "
+                 f"{points[key]['predicted_step_ms']}")
+    print(f"report.csv: {len(rows)} runs x {len(runs[0]['values'])} numbers agree with the metrics files")
 
-    # report.md: one table row per run, each number as the metrics give it (to its digits)
+    # points.csv: one row per deck, its median run's numbers
+    prows = {f"{row['mode']}@{row['ranks']}": row for row in csv.DictReader(open(os.path.join(report, "points.csv")))}
+    if set(prows) != want:
+        fail(f"points.csv has decks {sorted(prows)}, expected {sorted(want)}")
+    for key, p in points.items():
+        if int(prows[key]["repeats"]) != len(decks[key]):
+            fail(f"points.csv: {key} has {prows[key]['repeats']} repeats, the campaign {len(decks[key])}")
+        for k, v in p.items():
+            if k in prows[key] and v is not None and not close(float(prows[key][k]), float(v)):
+                fail(f"points.csv: {key} {k} = {prows[key][k]}, the metrics give {v!r}")
+    print(f"points.csv: {len(prows)} decks agree with their runs")
+
+    # report.md: one table row per deck, each number as computed (to its digits)
     md = open(os.path.join(report, "report.md")).read()
-    table_rows = [line for line in md.splitlines() if re.match(r"\| (none|1d|1d\+sp|2d|3d) \| \d+ \|", line)]
-    if len(table_rows) != len(want):
-        fail(f"report.md has {len(table_rows)} table rows, expected {len(want)}")
-    for line in table_rows:
-        c = [x.strip() for x in line.strip("|").split("|")]
-        key = f"{c[0]}@{c[1]}"
-        if key not in runs:
-            fail(f"report.md: a row for {key}, which is not in the campaign")
-        v = runs[key][1]
-        w = f"report.md {key}"
-        check_table_cell(w + " step ms median", c[3], v["step_ms_median"])
-        check_table_cell(w + " step ms p90", c[4], v["step_ms_p90"])
-        for i, k in ((5, "compute_ms"), (6, "comm_ms"), (7, "idle_ms")):
-            check_table_cell(f"{w} {k}", c[i], v[k])
-            check_table_cell(f"{w} {k} share", c[i], 100 * v[k] / v["step_ms_mean"], index=1)
-        check_table_cell(w + " bytes measured", c[8], v["comm_bytes"], 1e-6)
-        check_table_cell(w + " bytes closed form", c[9], v["comm_bytes_closed_form"], 1e-6)
-        check_table_cell(w + " memory measured", c[10], v["mem_bytes"], 1 / 2**20)
-        check_table_cell(w + " memory estimate", c[11], v["mem_bytes_estimate"], 1 / 2**20)
-        check_table_cell(w + " MFU", c[12], v["mfu"], 100)
-        if not 0 < v["mfu"] <= 1:
-            fail(f"{w}: MFU {100 * v['mfu']:.2f}%: a run's MFU is above 0 and at most 100%")
-        check_table_cell(w + " tokens/s", c[13], v["tokens_per_s"])
-        check_table_cell(w + " final loss", c[14], v["final_loss"])
-    print(f"report.md: {len(table_rows)} table rows agree with the metrics files")
+    trs = table_rows(md)
+    if sorted(f"{c['mode']}@{c['ranks']}" for c in trs) != sorted(want):
+        fail(f"report.md has table rows {sorted(c['mode'] + '@' + c['ranks'] for c in trs)}, expected {sorted(want)}")
+    for c in trs:
+        key = f"{c['mode']}@{c['ranks']}"
+        p, w = points[key], f"report.md {key}"
+        check_table_cell(w + " step ms", c["step ms"], p["step_ms_median"])
+        if len(decks[key]) > 1:
+            check_table_cell(w + " step ms lowest", c["step ms"], p["step_ms_low"], index=1)
+            check_table_cell(w + " step ms highest", c["step ms"], p["step_ms_high"], index=2)
+            check_table_cell(w + " tokens/s lowest", c["tokens/s"], p["tokens_per_s_low"], index=1)
+            check_table_cell(w + " tokens/s highest", c["tokens/s"], p["tokens_per_s_high"], index=2)
+        check_table_cell(w + " step ms p90", c["step ms p90"], p["step_ms_p90"])
+        for col, k in (("compute ms (share)", "compute_ms"), ("exposed comm ms (share)", "comm_ms"),
+                       ("idle ms (share)", "idle_ms")):
+            check_table_cell(f"{w} {k}", c[col], p[k])
+            check_table_cell(f"{w} {k} share", c[col], 100 * p[k] / p["step_ms_median"], index=1)
+        check_table_cell(w + " tokens/s", c["tokens/s"], p["tokens_per_s"])
+        check_table_cell(w + " speedup", c["speedup"], p["speedup"])
+        check_table_cell(w + " efficiency", c["efficiency %"], p["efficiency"], 100)
+        check_table_cell(w + " bytes measured", c["MB/rank/step measured"], p["comm_bytes"], 1e-6)
+        check_table_cell(w + " bytes closed form", c["MB/rank/step closed form"], p["comm_bytes_closed_form"], 1e-6)
+        check_table_cell(w + " memory measured", c["MiB/rank measured"], p["mem_bytes"], 1 / 2**20)
+        check_table_cell(w + " memory estimate", c["MiB/rank estimate"], p["mem_bytes_estimate"], 1 / 2**20)
+        check_table_cell(w + " MFU", c["MFU %"], p["mfu"], 100)
+        if machine:
+            check_table_cell(w + " predicted", c["predicted step ms"], p["predicted_step_ms"])
+        elif "predicted step ms" in c:
+            fail(f"{w}: a predicted step time without --machine")
+        check_table_cell(w + " final loss", c["final loss"], p["final_loss"])
+    if f"{node:.1f} GFLOP/s" not in md:
+        fail(f"report.md does not print the campaign's peak, a node's sgemm at {node:.1f} GFLOP/s")
+    print(f"report.md: {len(trs)} table rows agree with the metrics files; the campaign's peak is printed")
 
     # The physics: measured traffic is the closed form, and every layout learns the same.
-    for key, (_, v, _) in runs.items():
+    for r in runs:
+        v = r["values"]
         if not close(v["comm_bytes"], v["comm_bytes_closed_form"], rel=1e-9):
-            fail(f"{key}: {v['comm_bytes']} bytes per step measured, closed form {v['comm_bytes_closed_form']}")
-    ref_key = min(runs, key=lambda k: int(k.split("@")[1]))
-    ref = {s["step"]: s["loss"] for s in runs[ref_key][2]}
+            fail(f"{r['dir']}: {v['comm_bytes']} bytes per step measured, closed form {v['comm_bytes_closed_form']}")
+    ref_steps = {s["step"]: s["loss"] for s in decks[ref][0]["steps"]}
     worst = 0.0
-    for key, (_, _, steps) in runs.items():
-        if [s["step"] for s in steps] != sorted(ref):
-            fail(f"{key}: steps {[s['step'] for s in steps]} differ from {ref_key}'s")
-        for s in steps:
-            worst = max(worst, abs(s["loss"] - ref[s["step"]]))
+    for r in runs:
+        if [s["step"] for s in r["steps"]] != sorted(ref_steps):
+            fail(f"{r['dir']}: steps {[s['step'] for s in r['steps']]} differ from {ref}'s")
+        for s in r["steps"]:
+            worst = max(worst, abs(s["loss"] - ref_steps[s["step"]]))
     if worst > 1e-4:
-        fail(f"the loss curves differ by {worst:.3g} (more than 1e-4) from {ref_key}'s")
-    print(f"traffic equals the closed form in every run; loss curves within {worst:.2g} of {ref_key}'s")
+        fail(f"the loss curves differ by {worst:.3g} (more than 1e-4) from {ref}'s")
+    print(f"traffic equals the closed form in every run; loss curves within {worst:.2g} of {ref}'s")
 
-    # The plots: named in report.md, real PNGs of 1000 x 600 pixels, the loss plot drawn in
-    # every mode's colour.
+    # The plots: named in report.md, real PNGs of 1000 x 600 pixels; the loss plot draws the
+    # reference in its mode's colour on the left and every other mode's difference on the right.
     pngs = re.findall(r"!\[[^]]*\]\(([^)]+\.png)\)", md)
-    if len(pngs) != 4:
-        fail(f"report.md names {len(pngs)} plots, expected 4 (step time, bytes, memory, loss)")
+    kinds = ["step-time", "scaling", "bytes", "memory", "loss"] + (["predicted"] if machine else [])
+    if sorted(next((k for k in kinds if p.endswith(f"-{k}.png")), p) for p in pngs) != sorted(kinds):
+        fail(f"report.md names the plots {pngs}, expected one of each of {kinds}")
     for name in pngs:
         path = os.path.join(report, name)
         if not os.path.isfile(path):
@@ -207,17 +355,22 @@ def main():
     import matplotlib.image  # Pillow decodes the pixels
     loss_png = next(p for p in pngs if p.endswith("-loss.png"))
     pixels = (matplotlib.image.imread(os.path.join(report, loss_png))[:, :, :3] * 255).round().astype(int)
-    # inside the plot's axes only (report.py places them at [0.08, 0.1, 0.62, 0.8] of the
-    # figure), so that the legend's samples do not count
     h, w = pixels.shape[:2]
-    pixels = pixels[int(0.12 * h):int(0.88 * h), int(0.09 * w):int(0.69 * w)]
-    for mode in {k.split("@")[0] for k in runs}:
-        rgb = MODE_COLORS[mode]
-        hits = int(((abs(pixels - rgb).sum(axis=2)) <= 24).sum())
-        if hits < 50:
-            fail(f"{loss_png}: only {hits} pixels of {mode}'s colour {rgb}: its curve is not drawn")
+
+    def hits(rgb, box):  # pixels of a colour inside an axes box of report.py's LOSS_AXES (inset)
+        x0, y0, bw, bh = box
+        inside = pixels[int((1 - y0 - bh) * h) + 3:int((1 - y0) * h) - 3, int(x0 * w) + 3:int((x0 + bw) * w) - 3]
+        return int(((abs(inside - rgb).sum(axis=2)) <= 24).sum())
+
+    ref_box, diff_box = [0.07, 0.1, 0.22, 0.72], [0.37, 0.1, 0.42, 0.72]
+    if hits(MODE_COLORS[ref.split("@")[0]], ref_box) < 50:
+        fail(f"{loss_png}: the reference's curve ({ref}) is not drawn in its colour on the left")
+    for mode in {k.split("@")[0] for k in decks if k != ref}:
+        n = hits(MODE_COLORS[mode], diff_box)
+        if n < 50:
+            fail(f"{loss_png}: only {n} pixels of {mode}'s colour {MODE_COLORS[mode]}: its difference is not drawn")
     print(f"plots: {len(pngs)} PNGs of {PNG_SIZE[0]} x {PNG_SIZE[1]} pixels, valid chunks and image data; "
-          "every mode's curve in the loss plot")
+          "the reference and every mode's difference in the loss plot")
     print("PASS: report")
 
 

@@ -91,11 +91,16 @@ local)
       grep -q '"repeats": 2' "$f" || fail "no run directory none-1.r$k with its repeat: $(ls "$work/rep")"
   done
   cmp -s "$work/rep/none-1.r1/deck.toml" "$work/rep/none-1.r2/deck.toml" || fail "the repeats' decks differ"
-  # ... run, and reported as one point: the median over the repeats, [lowest-highest] beside.
-  "$root/scripts/sweep" --steps 3 --repeat 2 -o "$work/rep" "${decks[0]}" >"$work/rep.out" 2>&1 ||
+  # ... run, and reported as one point a deck: its median run, [lowest-highest] beside;
+  # campaign_check.py computes the report again from the metrics.
+  "$root/scripts/sweep" --steps 3 --repeat 2 -o "$work/rep" "${decks[@]}" >"$work/rep.out" 2>&1 ||
     fail "the repeats failed: $(tail -3 "$work/rep.out")"
   "$root/scripts/report" "$work/rep" -o "$work/rep-report" >/dev/null || fail "scripts/report of repeats failed"
-  grep -q "^## rep: .*, 2 repeats$" "$work/rep-report/report.md" || fail "the repeats' section title names no repeats"
+  py=$(source "$root/scripts/lib.sh" && cubelm_python numpy matplotlib) || fail "no Python with numpy and matplotlib"
+  "$py" "$root/tests/campaign_check.py" "$work/rep" "$work/rep-report" none@1 1d@2 ||
+    fail "the report of the repeats does not check"
+  grep -q "^## rep: .*, 3 steps (1 warm-up), 2 repeats, on [^ ]*: .*, [0-9]* CPUs$" "$work/rep-report/report.md" ||
+    fail "the repeats' section title names no steps, repeats or machine: $(grep '^## rep' "$work/rep-report/report.md")"
   [ "$(grep -c '^| none | 1 | 1 rank | [0-9.]* \[[0-9.]*-[0-9.]*\] |' "$work/rep-report/report.md")" = 1 ] ||
     fail "not one table row with the repeats' spread: $(grep '^| none' "$work/rep-report/report.md")"
   [ "$(tr -d '\r' <"$work/rep-report/report.csv" | grep -c ',none-1,[12]$')" = 2 ] || fail "report.csv has not one row per repeat"
@@ -108,7 +113,7 @@ local)
     fail "the relative data.path was not made absolute: $(grep path "$work/rel/rel/deck.toml")"
   "$root/scripts/report" "$work/runs" "$work/llmc" -o "$work/report" || fail "scripts/report failed"
   [ "$(grep -c '^| \(none\|1d\) |' "$work/report/report.md")" = 3 ] || fail "report.md has not 3 rows"
-  [ "$(ls "$work/report"/*.png | wc -l)" = 8 ] || fail "not 8 plots (2 campaigns)"
+  [ "$(ls "$work/report"/*.png | wc -l)" = 10 ] || fail "not 10 plots (2 campaigns)"
   echo "scripts/sweep ran 3 runs here (one on an llm.c file), skipped the finished ones; scripts/report read them"
   ;;
 errors)
@@ -147,6 +152,11 @@ errors)
   d=$(mk badcheck) && echo "{" >"$d/check.json"
   expect_error "badcheck/check.json: not valid JSON" report "$d"
   expect_error "none after the warm-up \(--warmup 5\)" report "$good" --warmup 5
+  d=$(mk badshare) && sed -i '2s/"peak_share": [0-9.e+-]*/"peak_share": 1.5/' "$d/metrics.jsonl"
+  expect_error "badshare/metrics.jsonl:2: 'peak_share' is 1.5, expected a number in \(0, 1\]" report "$d"
+  expect_error "--machine $work/no-machine.toml: no such file" report "$good" --machine "$work/no-machine.toml"
+  expect_error "--cubelm $work/empty: not an executable program" \
+    report "$good" --machine "$root/inputs/machines/cpu-node.toml" --cubelm "$work/empty"
   # --skip-bad reports the rest and names what it left out.
   "$root/scripts/report" --skip-bad "$good" "$work/badline" "$work/badmode" -o "$work/out" >/dev/null ||
     fail "scripts/report --skip-bad failed"

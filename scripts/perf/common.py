@@ -107,9 +107,10 @@ def mode_of(deck, path="deck"):
 
 
 def world_of(deck):
-    """Ranks the deck's layout needs: data_size x pipeline_size x tensor_size."""
+    """Ranks the deck's layout needs: data_size x pipeline_size x context_size x tensor_size."""
     p = deck.get("parallel", {})
-    return int(p.get("data_size", 1)) * int(p.get("pipeline_size", 1)) * int(p.get("tensor_size", 1))
+    return (int(p.get("data_size", 1)) * int(p.get("pipeline_size", 1)) * int(p.get("context_size", 1))
+            * int(p.get("tensor_size", 1)))
 
 
 def layout_text(deck):
@@ -119,6 +120,8 @@ def layout_text(deck):
     parts = [f"tp {mode}:{p.get('tensor_size', 1)}"] if mode != "none" else ["1 rank"]
     if p.get("pipeline_size", 1) > 1:
         parts.append(f"pp {p['pipeline_size']}")
+    if p.get("context_size", 1) > 1:
+        parts.append(f"cp {p['context_size']}")
     if p.get("data_size", 1) > 1:
         parts.append(f"dp {p['data_size']}")
     return " x ".join(parts)

@@ -118,8 +118,18 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
   export CUBELM_TASK_CPUS=$cpt
   launch+=(bash "$CUBELM_ROOT/scripts/perf/rank.sh")
 fi
+# The node, for the report's titles: its processor, its CPUs, its GPUs.
+node=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+[ -n "$node" ] || node=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+node="${node:-unknown processor}, $(nproc --all) CPUs"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c |
+    awk '{ n = $1; $1 = ""; printf "%s%d x%s", (NR > 1 ? ", " : ""), n, $0 }')
+  [ -z "$gpus" ] || node="$node, $gpus"
+fi
 {
   echo "=== job $job_id on $(hostname -s), $(date "+%Y-%m-%d %H:%M:%S"): $ranks rank(s)"
+  echo "=== node: $node"
   echo "=== launch: ${launch[*]:-(one process)} $cubelm train deck.toml"
   echo "=== placement: $placement; OMP_NUM_THREADS=$OMP_NUM_THREADS${CUBELM_END_TIME:+; CUBELM_END_TIME=$CUBELM_END_TIME}"
 } >>train.log

@@ -257,10 +257,11 @@ StepMetrics Trainer::step() {
       }
   for (const auto& e : m.traffic)
     m.comm_bytes += e.bytes;
-  m.ms = timer.seconds() * 1e3;
+  const double seconds = timer.seconds(); // one reading: tokens_per_s x ms is the step's tokens
+  m.ms = seconds * 1e3;
   m.wait_ms = run.wait_s * 1e3;
   m.time = split(m.ms, waits_before);
-  m.tokens_per_s = tokens / timer.seconds();
+  m.tokens_per_s = tokens / seconds;
   // The model's FLOPs are shared by all ranks of the layout.
   m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9 /
                       comm::layout_of(deck_.parallel).world_size();
