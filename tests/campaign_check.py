@@ -14,7 +14,7 @@ The statistics (docs/perf-runs.md#reading-the-report): a run's step time is the
 median over its measured steps of `step_ms.mean`, its split that median step's
 parts (the mean of the two middle steps' for an even count); a deck's numbers are
 its median run's the same way; tokens/s, speedup, efficiency and MFU follow from
-the step time, MFU against one node rate for the campaign.
+the step time, MFU against one rate per thread for the campaign.
 """
 
 import csv
@@ -63,8 +63,8 @@ def expected(run_dir):
         if not s["mfu"] <= 1 or not s["peak_gflops"] >= s["gflops_per_rank"] * (1 - 1e-12):
             fail(f"{run_dir} step {s['step']}: MFU {s['mfu']} against a peak of {s['peak_gflops']} "
                  f"GFLOP/s/rank at {s['gflops_per_rank']}: the peak is below the step's rate")
-        if not 0 < s["peak_share"] <= 1:
-            fail(f"{run_dir} step {s['step']}: peak_share {s['peak_share']}, not in (0, 1]")
+        if not 0 < s["peak_share"] <= 1 or not s["peak_threads"] >= 1:
+            fail(f"{run_dir} step {s['step']}: peak_share {s['peak_share']}, peak_threads {s['peak_threads']}")
     parts = [{"t": s["step_ms"]["mean"], "compute_ms": s["compute_ms"]["mean"],
               "comm_ms": math.fsum(g["mean"] for g in s["comm_ms"].values()), "idle_ms": s["idle_ms"]["mean"]}
              for s in m]
@@ -91,7 +91,8 @@ def expected(run_dir):
         "tokens_per_step": check["tokens_per_step"],
         "gflop_per_rank_step": check["flops_per_step"] / 1e9 / check["world"],
         "peak_share": statistics.median(s["peak_share"] for s in m),
-        "node_gflops": min(s["peak_gflops"] / s["peak_share"] for s in m),
+        "peak_threads": statistics.median(s["peak_threads"] for s in m),
+        "thread_gflops": min(s["peak_gflops"] / s["peak_share"] / s["peak_threads"] for s in m),
         "comm_bytes": statistics.median(s["comm_bytes"] for s in m),
         "comm_bytes_closed_form": check["comm_bytes"],
         "mem_bytes": max(s["mem_bytes"] for s in m),
@@ -111,13 +112,13 @@ def expected(run_dir):
 
 
 def campaign_numbers(runs):
-    """The numbers that need every run: one node rate for MFU (the median of the runs'
-    measurements, raised to the highest rate per share a run reached), then each run's
-    tokens/s, peak and MFU from its step time."""
-    node = statistics.median(r["values"]["node_gflops"] for r in runs)
+    """The numbers that need every run: one rate per thread for MFU (the median of the runs'
+    measurements, raised to the highest rate per thread and share a run reached), then each
+    run's tokens/s, peak and MFU from its step time."""
+    node = statistics.median(r["values"]["thread_gflops"] for r in runs)
     for r in runs:
         v = r["values"]
-        node = max(node, v["gflop_per_rank_step"] / (v["step_ms_median"] / 1e3) / v["peak_share"])
+        node = max(node, v["gflop_per_rank_step"] / (v["step_ms_median"] / 1e3) / v["peak_share"] / v["peak_threads"])
     for r in runs:
         derive(r["values"], node)
     return node
@@ -126,7 +127,7 @@ def campaign_numbers(runs):
 def derive(v, node):
     step_s = v["step_ms_median"] / 1e3
     v["tokens_per_s"] = v["tokens_per_step"] / step_s
-    v["peak_gflops"] = node * v["peak_share"]
+    v["peak_gflops"] = node * v["peak_threads"] * v["peak_share"]
     v["mfu"] = v["gflop_per_rank_step"] / step_s / v["peak_gflops"]
 
 
@@ -254,7 +255,7 @@ def main():
                      f"step {v['step_ms_median']}")
         if not 0 < p["mfu"] <= 1:
             fail(f"{key}: MFU {100 * p['mfu']:.2f}%: a deck's MFU is above 0 and at most 100%")
-    print(f"campaign: {len(runs)} runs of {len(decks)} decks; one node rate {node:.1f} GFLOP/s for MFU; "
+    print(f"campaign: {len(runs)} runs of {len(decks)} decks; one rate {node:.1f} GFLOP/s per thread for MFU; "
           f"speedup against {ref}")
 
     # report.csv: one row per run, every number equal to the independent computation
@@ -320,7 +321,7 @@ def main():
             fail(f"{w}: a predicted step time without --machine")
         check_table_cell(w + " final loss", c["final loss"], p["final_loss"])
     if f"{node:.1f} GFLOP/s" not in md:
-        fail(f"report.md does not print the campaign's peak, a node's sgemm at {node:.1f} GFLOP/s")
+        fail(f"report.md does not print the campaign's peak, sgemm at {node:.1f} GFLOP/s per thread")
     print(f"report.md: {len(trs)} table rows agree with the metrics files; the campaign's peak is printed")
 
     # The physics: measured traffic is the closed form, and every layout learns the same.

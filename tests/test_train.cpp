@@ -145,14 +145,15 @@ TEST(Train, MfuNeverExceedsOne) {
   }
   // A peak above every step is kept as it is.
   train::Trainer u(small_deck(1, 2));
-  u.set_peak_gflops(1e12, 0.25); // a quarter of a node measured at 4e12
+  u.set_peak_gflops(1e12, 0.25, 3); // a quarter of a node measured at 4e12 on 3 threads
   const auto m = u.step();
   EXPECT_FALSE(m.peak_raised);
   EXPECT_EQ(m.peak_gflops, 1e12);
   EXPECT_LT(m.mfu, 1e-3);
   // The share travels with the peak, so a report can put every run of a campaign
   // against one node rate (scripts/report).
-  EXPECT_NE(train::format_json(m).find("\"peak_gflops\": 1e+12, \"peak_share\": 0.25,"),
+  EXPECT_NE(train::format_json(m).find(
+                "\"peak_gflops\": 1e+12, \"peak_share\": 0.25, \"peak_threads\": 3,"),
             std::string::npos)
       << train::format_json(m);
 }

@@ -22,9 +22,9 @@ of the two middle runs' for an even count), with the lowest and highest run
 beside them. Tokens/s is tokens per step over that step time; speedup and
 efficiency compare tokens/s with the run of the fewest ranks of the model;
 MFU is the model's FLOPs per rank over that step time against one peak per
-campaign: the median of the runs' start-up sgemm measurements of a node, times
-each run's share of its node (raised to the highest rate a run reached, if one
-beat it). Bytes per rank are the median over the steps of `comm_bytes`, beside
+campaign: the median of the runs' start-up sgemm measurements of a node per
+thread they ran on, times each rank's threads and share of its node (raised to
+the highest rate a run reached, if one beat it). Bytes per rank are the median over the steps of `comm_bytes`, beside
 the closed form of `cubelm check --json`; memory is rank 0's allocation beside
 the estimate for the fullest rank; the final loss is the last step's.
 """
@@ -71,7 +71,8 @@ SPLIT_KEYS = ("compute_ms", "comm_ms", "idle_ms")  # the parts of a step, adding
 CSV_COLUMNS = ["campaign", "model", "mode", "ranks", "layout", "global_batch", "steps", "steps_measured",
                "step_ms_median", "step_ms_p90", "compute_ms", "comm_ms", "idle_ms", "tokens_per_step",
                "tokens_per_s", "speedup", "efficiency", "comm_bytes", "comm_bytes_closed_form", "mem_bytes",
-               "mem_bytes_estimate", "gflop_per_rank_step", "peak_share", "node_gflops", "peak_gflops", "mfu",
+               "mem_bytes_estimate", "gflop_per_rank_step", "peak_share", "peak_threads", "thread_gflops",
+               "peak_gflops", "mfu",
                "predicted_step_ms", "final_loss", "status", "run_dir", "point", "repeat"]
 POINT_COLUMNS = ["campaign", "model", "point", "mode", "ranks", "layout", "global_batch", "repeats",
                  "step_ms_median", "step_ms_low", "step_ms_high", "step_ms_p90", "compute_ms", "comm_ms", "idle_ms",
@@ -96,13 +97,14 @@ def median_split(items, total):
     return {k: float(np.mean([d[k] for d in middle])) for k in order[0]}
 
 
-def derive(stats, node_gflops):
+def derive(stats, thread_gflops):
     """Tokens/s and MFU of a run or point from its step time: tokens per step over the step,
-    the model's GFLOP per rank and step over the step against the node rate times the share
-    (the run's own start-up peak when its metrics carry no share)."""
+    the model's GFLOP per rank and step over the step against the campaign's rate per thread
+    times the rank's threads and share of its node (the run's own start-up peak when its
+    metrics carry no share)."""
     step_s = stats["step_ms_median"] / 1e3
-    shared = finite(node_gflops) and finite(stats["peak_share"])
-    peak = node_gflops * stats["peak_share"] if shared else stats["own_peak_gflops"]
+    shared = finite(thread_gflops) and finite(stats["peak_share"])
+    peak = thread_gflops * stats["peak_threads"] * stats["peak_share"] if shared else stats["own_peak_gflops"]
     return {"tokens_per_s": stats["tokens_per_step"] / step_s, "peak_gflops": peak,
             "mfu": stats["gflop_per_rank_step"] / step_s / peak if peak > 0 else NAN}
 
@@ -163,6 +165,7 @@ class Run:
         middle = median_split(parts, "step_ms")
         shares = [s.get("peak_share") for s in m]
         shared = all(finite(x) and x > 0 for x in shares)
+        threads = [s.get("peak_threads", 1) for s in m]
         last = max(self.steps, key=lambda s: s["step"])
         return {
             "steps": len(self.steps),
@@ -177,8 +180,11 @@ class Run:
             "gflop_per_rank_step": (self.check["flops_per_step"] / 1e9 / self.ranks if self.check else
                                     float(np.median([s["gflops_per_rank"] * s["ms"] / 1e3 for s in m]))),
             "peak_share": float(np.median(shares)) if shared else NAN,
-            # the node's rate alone: the peak over the share (the lowest, should a step have raised it)
-            "node_gflops": min(s["peak_gflops"] / s["peak_share"] for s in m) if shared else NAN,
+            "peak_threads": int(np.median(threads)),
+            # the node's rate alone per thread it was measured with (per device in a GPU build):
+            # the peak over the share and threads (the lowest, should a step have raised it)
+            "thread_gflops": (min(s["peak_gflops"] / s["peak_share"] / s.get("peak_threads", 1) for s in m)
+                              if shared else NAN),
             "own_peak_gflops": float(min(s["peak_gflops"] for s in m)),
             "comm_bytes": float(np.median([s["comm_bytes"] for s in m])),
             "comm_bytes_closed_form": float(self.check["comm_bytes"]) if self.check else NAN,
@@ -232,8 +238,8 @@ class Point:
         self.stats.update(median_split([{k: r.stats[k] for k in ("step_ms_median",) + SPLIT_KEYS} for r in runs],
                                        "step_ms_median"))
 
-    def derive(self, node_gflops):
-        self.stats.update(derive(self.stats, node_gflops))
+    def derive(self, thread_gflops):
+        self.stats.update(derive(self.stats, thread_gflops))
 
 
 def points_of(runs):
@@ -245,21 +251,24 @@ def points_of(runs):
 
 
 class CampaignPeak:
-    """One node rate for the MFU of every run of a campaign: the median of the runs' start-up
-    sgemm measurements of a node, raised to the highest rate per unit of share a run reached
-    should one beat it (cubelm's own rule: a peak no step beats, docs/launching.md#mfu)."""
+    """One rate for the MFU of every run of a campaign: the median of the runs' start-up sgemm
+    measurements of a node per thread they ran on (per device in a GPU build), raised to the
+    highest rate per thread and unit of share a run reached should one beat it (cubelm's own
+    rule: a peak no step beats, docs/launching.md#mfu). A run's peak is that rate times its
+    threads and its share of the node."""
 
     def __init__(self, runs):
-        measured = [r.stats["node_gflops"] for r in runs if finite(r.stats["node_gflops"])]
+        measured = [r.stats["thread_gflops"] for r in runs if finite(r.stats["thread_gflops"])]
         self.count = len(measured)
-        self.without = [r for r in runs if not finite(r.stats["node_gflops"])]
+        self.without = [r for r in runs if not finite(r.stats["thread_gflops"])]
         if not measured:
             self.value = self.median = self.low = self.high = NAN
             self.raised = False
             return
         self.median, self.low, self.high = float(np.median(measured)), min(measured), max(measured)
-        reached = max(r.stats["gflop_per_rank_step"] / (r.stats["step_ms_median"] / 1e3) / r.stats["peak_share"]
-                      for r in runs if finite(r.stats["node_gflops"]))
+        reached = max(r.stats["gflop_per_rank_step"] / (r.stats["step_ms_median"] / 1e3)
+                      / (r.stats["peak_share"] * r.stats["peak_threads"])
+                      for r in runs if finite(r.stats["thread_gflops"]))
         self.raised = reached > self.median
         self.value = max(self.median, reached)
 
@@ -267,13 +276,12 @@ class CampaignPeak:
         if not self.count:
             return ("MFU against each run's own start-up peak (its metrics carry no `peak_share`: a cubelm "
                     "older than the campaign peak)")
-        text = (f"MFU against one peak for the campaign: a node's sgemm at {self.value:.1f} GFLOP/s, times each "
-                f"run's share of its node (the median of {self.count} run(s)' start-up measurements, "
-                f"{self.low:.1f} to {self.high:.1f} GFLOP/s")
+        text = (f"MFU against one peak for the campaign: sgemm at {self.value:.1f} GFLOP/s per thread (per GPU "
+                f"in a GPU build), times each rank's threads and its share of the node (the median of "
+                f"{self.count} run(s)' start-up measurements, {self.low:.1f} to {self.high:.1f} GFLOP/s")
         text += ", raised to the highest rate a run reached)" if self.raised else ")"
         if self.count > 1 and self.high > 1.5 * self.low:
-            text += ("; the measurements differ by more than 1.5x: another thread count per rank, or a "
-                     "busy node at start-up")
+            text += "; the measurements differ by more than 1.5x: a busy or noisy node at start-up"
         if self.without:
             text += "; " + ", ".join(r.name for r in self.without) + " against their own peak (no `peak_share`)"
         return text
@@ -311,6 +319,8 @@ def read_metrics(path):
                 raise UserError(f"{where}: 'comm_ms' is missing or not an object of {{\"mean\": x, \"max\": y}} by group")
             if "peak_share" in s and not (finite(s["peak_share"]) and 0 < s["peak_share"] <= 1):
                 raise UserError(f"{where}: 'peak_share' is {s['peak_share']!r}, expected a number in (0, 1]")
+            if "peak_threads" in s and not (isinstance(s["peak_threads"], int) and s["peak_threads"] >= 1):
+                raise UserError(f"{where}: 'peak_threads' is {s['peak_threads']!r}, expected a whole number >= 1")
             if s["step"] in seen:
                 raise UserError(f"{where}: step {s['step']} again (first on line {seen[s['step']]})")
             seen[s["step"]] = n

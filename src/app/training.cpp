@@ -94,12 +94,14 @@ int run_training(const Deck& deck, std::ostream& out) {
   std::string peak_from = "from the deck";
   double peak = deck.log.peak_gflops;
   double share = 1;
+  int measured_threads = 1;
   if (peak <= 0) {
     // The node's sgemm rate with no other rank running, times this rank's share of
     // the node (core/peak.hpp): an MFU of the machine, never above 100%.
     const NodePeak node = measure_node_peak(kernels::measure_gemm_gflops, threads);
     peak = node.per_rank();
     share = node.share();
+    measured_threads = node.threads;
     char how[200];
     std::snprintf(how, sizeof(how), "sgemm %.1f GFLOP/s alone on the node, %d thread%s", node.alone,
                   threads, threads == 1 ? "" : "s");
@@ -110,7 +112,7 @@ int run_training(const Deck& deck, std::ostream& out) {
       peak_from += how;
     }
   }
-  trainer.set_peak_gflops(peak, share);
+  trainer.set_peak_gflops(peak, share, measured_threads);
   char line[480];
   std::snprintf(line, sizeof(line),
                 "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s; %s, %s)\n",

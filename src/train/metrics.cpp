@@ -109,9 +109,10 @@ std::string format_json(const StepMetrics& m) {
   out << ", \"grad_norm\": " << Number{m.grad_norm} << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms
       << ", \"tokens_per_s\": " << m.tokens_per_s << ", \"gflops_per_rank\": " << m.gflops_per_rank
       << ", \"mfu\": " << m.mfu << ", \"peak_gflops\": " << m.peak_gflops
-      << ", \"peak_share\": " << m.peak_share << ", \"mem_bytes\": " << m.mem_bytes
-      << ", \"comm_bytes\": " << m.comm_bytes << ", \"wait_ms\": " << m.wait_ms
-      << ", \"compute_ms\": " << m.time.compute_ms << ", \"comm_ms\": {";
+      << ", \"peak_share\": " << m.peak_share << ", \"peak_threads\": " << m.peak_threads
+      << ", \"mem_bytes\": " << m.mem_bytes << ", \"comm_bytes\": " << m.comm_bytes
+      << ", \"wait_ms\": " << m.wait_ms << ", \"compute_ms\": " << m.time.compute_ms
+      << ", \"comm_ms\": {";
   for (std::size_t i = 0; i < m.time.comm_ms.size(); ++i)
     out << (i == 0 ? "" : ", ") << "\"" << m.time.comm_ms[i].first
         << "\": " << m.time.comm_ms[i].second;

@@ -273,6 +273,7 @@ StepMetrics Trainer::step() {
   }
   m.peak_gflops = peak_gflops_;
   m.peak_share = peak_share_;
+  m.peak_threads = peak_threads_;
   m.mfu = peak_gflops_ > 0 ? std::min(1.0, m.gflops_per_rank / peak_gflops_) : 0.0;
   m.mem_bytes = memory().total();
   ++step_;

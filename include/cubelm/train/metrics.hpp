@@ -60,6 +60,9 @@ struct StepMetrics {
   /// the rank's share of the node the peak was measured on (core/peak.hpp): the
   /// peak is the node's rate alone times this; 1 when the deck gives the peak
   double peak_share = 1;
+  /// host threads the node's rate was measured with (1 in a device build, or when
+  /// the deck gives the peak): a report divides by them for a rate per CPU
+  int peak_threads = 1;
   std::int64_t mem_bytes = 0;
   double comm_bytes = 0; ///< modelled bytes this rank sent in the step
   double wait_ms = 0;    ///< wall-clock time this rank waited for other pipeline stages

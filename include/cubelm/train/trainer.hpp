@@ -72,11 +72,13 @@ public:
   const comm::TrafficCounters& traffic() const { return net_.grid->traffic(); }
   /// \brief True on the rank that prints (world rank 0).
   bool is_root() const { return net_.grid->coords().world == 0; }
-  /// \brief Sets the per-rank peak used for MFU: the node's rate alone times this
-  /// rank's `share` of the node (core/peak.hpp), which the metrics carry too.
-  void set_peak_gflops(double peak, double share = 1) {
+  /// \brief Sets the per-rank peak used for MFU: the node's rate alone, measured
+  /// with `threads` host threads, times this rank's `share` of the node
+  /// (core/peak.hpp); the metrics carry all three.
+  void set_peak_gflops(double peak, double share = 1, int threads = 1) {
     peak_gflops_ = peak;
     peak_share_ = share;
+    peak_threads_ = threads;
   }
   /// \brief The pipeline schedule of every stage and its unit-cost timeline.
   const plan::PipelinePlan& plan() const { return plan_; }
@@ -112,6 +114,7 @@ private:
   double floor_ = -1;
   double peak_gflops_ = 0;
   double peak_share_ = 1;
+  int peak_threads_ = 1;
 };
 
 } // namespace cubelm::train
