@@ -587,10 +587,11 @@ def plot_bytes(points, title, path):
         if np.isfinite(closed).any():
             ax.plot([r.ranks for r in rs], closed, "s", color=c, markerfacecolor="none", markersize=11,
                     label=f"{mode} closed form")
-        # The theory for the runs that are tensor parallel alone, through the first of them.
-        if mode in THEORY_CURVES and len(pure) > 1:
+        # The theory for the runs that are tensor parallel alone, through the first of them,
+        # over the plot's ranks (a mode of one such run still shows where it would go).
+        if mode in THEORY_CURVES and pure:
             f, text = THEORY_CURVES[mode]
-            xs = np.geomspace(pure[0].ranks, pure[-1].ranks, 50)
+            xs = np.geomspace(min(r.ranks for r in sending), max(r.ranks for r in sending), 50)
             ax.plot(xs, pure[0].stats["comm_bytes"] / 1e6 * f(xs) / f(pure[0].ranks), ":", color=c, linewidth=2,
                     label=f"{mode} theory ∝ {text}")
     ax.set_xscale("log", base=2)
@@ -605,7 +606,7 @@ def plot_bytes(points, title, path):
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     note = ("lines: tensor parallel alone; triangles: with data or pipeline parallelism, which adds the "
-            "gradient reduction;\ndotted: each mode's closed-form leading term through its first line point")
+            "gradient reduction;\ndotted: each mode's closed-form leading term through its first point on a line")
     if left_out:
         note += "; left out (no traffic): " + ", ".join(f"{r.mode} at {r.ranks}" for r in left_out)
     ax.set_title(note, fontsize=8)
