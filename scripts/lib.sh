@@ -3,6 +3,11 @@
 
 CUBELM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
+# ccache (cmake/CubelmCcache.cmake) keeps its objects beside the dependency
+# builds, so that every clone's build reuses them; a user's CCACHE_DIR wins.
+export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cubelm/ccache}
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
+
 # Where dependency builds live: outside the checkout so that every clone and
 # every build directory reuses them. Override with CUBELM_DEPS_PREFIX.
 cubelm_deps_prefix() {
