@@ -137,7 +137,9 @@ std::vector<Case> cases() {
             {1, 1, 8, "1f1b", 1, 1, 0, "full", 0, 8, false, "3d", 8, 4},
             {1, 1, 1, "1f1b", 1, 1, 0, "none", 0, 8, false, "3d", 4, 4, true},
             {2, 2, 2, "1f1b", 1, 2, 0, "none", 0, 2, true, "1d", 4, 2, true}};
-  default:
+  default: // a rank count without cases must not pass quietly
+    ADD_FAILURE() << "no cases for " << comm::Communicator::world().size()
+                  << " ranks: add them to this table";
     return {};
   }
 }

@@ -117,7 +117,9 @@ std::vector<Case> cases() {
             {"3d", 8, 1, 1, "layered", 1, 2, 0, "full"},
             {"none", 1, 4, 2, "1f1b", 1, 4, 0, "none"},
             {"none", 1, 1, 8, "layered", 1, 2, 1, "none"}};
-  default:
+  default: // a rank count without cases must not pass quietly
+    ADD_FAILURE() << "no cases for " << comm::Communicator::world().size()
+                  << " ranks: add them to this table";
     return {};
   }
 }
