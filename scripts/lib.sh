@@ -14,6 +14,19 @@ cubelm_deps_prefix() {
   echo "${CUBELM_DEPS_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/cubelm/deps}"
 }
 
+# Puts the nvcc at $1 on PATH for a CUDA build of cubelm: through ccache
+# (scripts/nvcc-ccache, as `nvcc` in build/nvcc-ccache, which Kokkos's
+# nvcc_wrapper calls) when ccache is installed and CUBELM_CCACHE is not OFF.
+cubelm_cuda_path() {
+  local nvcc=$1 shim=$CUBELM_ROOT/build/nvcc-ccache
+  export PATH="$(dirname "$nvcc"):$PATH"
+  case "${CUBELM_CCACHE:-ON}" in OFF | off | 0) return 0 ;; esac
+  command -v ccache >/dev/null 2>&1 || return 0
+  mkdir -p "$shim"
+  ln -sfn "$CUBELM_ROOT/scripts/nvcc-ccache" "$shim/nvcc"
+  export CUBELM_REAL_NVCC=$nvcc PATH="$shim:$PATH"
+}
+
 # The nvcc to use for the CUDA variant, or nothing.
 cubelm_find_nvcc() {
   if command -v nvcc >/dev/null 2>&1; then
