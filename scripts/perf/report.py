@@ -442,6 +442,13 @@ def by_batch(points):
 
 
 # ------------------------------------------------------------------- plots --
+def finish(fig, title, path):
+    """Every plot's end: the section's title above, written to path as a PNG."""
+    fig.suptitle(title, fontsize=11)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
 def slug(text):
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
 
@@ -537,9 +544,7 @@ def plot_step_time(points, title, path):
     ax2.set_ylabel("ms: the median step's parts")
     ax2.legend(fontsize=8)
     ax2.set_title("where the median step's time goes (the bars add up to it)", fontsize=10)
-    fig.suptitle(title, fontsize=11)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    finish(fig, title, path)
 
 
 def plot_scaling(points, title, path):
@@ -569,9 +574,7 @@ def plot_scaling(points, title, path):
     axes[0].set_title("throughput", fontsize=10)
     axes[1].set_title("speedup", fontsize=10)
     axes[2].set_title("efficiency = speedup x ranks ref. / ranks", fontsize=10)
-    fig.suptitle(title, fontsize=11)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    finish(fig, title, path)
 
 
 def plot_bytes(points, title, path):
@@ -610,9 +613,7 @@ def plot_bytes(points, title, path):
     if left_out:
         note += "; left out (no traffic): " + ", ".join(f"{r.mode} at {r.ranks}" for r in left_out)
     ax.set_title(note, fontsize=8)
-    fig.suptitle(title, fontsize=11)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    finish(fig, title, path)
 
 
 def plot_memory(points, title, path):
@@ -639,9 +640,7 @@ def plot_memory(points, title, path):
     ax.set_ylabel("MiB per rank (parameters, gradients, AdamW, activations)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle(title, fontsize=11)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    finish(fig, title, path)
 
 
 LOSS_AXES = ([0.07, 0.1, 0.22, 0.72], [0.37, 0.1, 0.42, 0.72])  # campaign_check.py reads inside these
@@ -682,9 +681,7 @@ def plot_loss(points, title, path, agreement):
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     ax.set_title("\n".join(agreement), fontsize=8)
-    fig.suptitle(title, fontsize=11)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    finish(fig, title, path)
 
 
 def plot_predicted(points, title, path, target):
@@ -728,9 +725,7 @@ def plot_predicted(points, title, path, target):
     if missing:
         note += "\nno prediction: " + ", ".join(f"{r.mode} at {r.ranks}" for r in missing)
     ax.set_title(note, fontsize=8)
-    fig.suptitle(title, fontsize=11)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    finish(fig, title, path)
 
 
 # -------------------------------------------------------------------- main --
