@@ -246,8 +246,9 @@ TEST(Planner, LayoutsAreValidDecksAndCoverTheSpace) {
   }
 }
 
-// The timed timeline with unit costs is plan::simulate's, stage by stage; with message
-// delays d, gpipe with one layer per stage takes (m + p - 1)(f + b) + 2 (p - 1) d.
+// plan::simulate is the timed timeline with unit costs, its idle gaps filled in: each
+// stage's intervals tile [0, makespan] and its passes add up to the timed busy time. With
+// message delays d, gpipe with one layer per stage takes (m + p - 1)(f + b) + 2 (p - 1) d.
 TEST(Planner, TimedTimelineIsTheUnitCostTimelineAndAddsDelays) {
   for (const Schedule schedule :
        {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::layered})
@@ -259,12 +260,20 @@ TEST(Planner, TimedTimelineIsTheUnitCostTimelineAndAddsDelays) {
             continue;
           const plan::PipelinePlan plan = plan::make_plan(schedule, p, m, v, layers);
           for (const auto& [f, b] : {std::pair<double, double>{1, 2}, {1, 3}, {2, 5}}) {
-            const plan::Timeline want = plan::simulate(plan, f, b);
-            const plan::TimedTimeline got =
+            const plan::Timeline unit = plan::simulate(plan, f, b);
+            const plan::TimedTimeline timed =
                 plan::simulate_timed(plan, plan::unit_costs(plan, f, b));
-            EXPECT_EQ(got.makespan, want.makespan);
-            EXPECT_EQ(got.busy, want.busy);
-            EXPECT_EQ(got.idle, want.idle);
+            EXPECT_EQ(unit.makespan, timed.makespan);
+            for (std::size_t s = 0; s < unit.stages.size(); ++s) {
+              double at = 0, busy = 0;
+              for (const plan::Interval& i : unit.stages[s]) {
+                EXPECT_EQ(i.start, at) << "stage " << s << ": a gap or an overlap";
+                at = i.start + i.length;
+                busy += i.kind == plan::Interval::idle ? 0 : i.length;
+              }
+              EXPECT_EQ(at, unit.makespan);
+              EXPECT_EQ(busy, timed.busy[s]);
+            }
           }
         }
   for (int p = 2; p <= 4; ++p)

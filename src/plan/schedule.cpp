@@ -1,11 +1,12 @@
 #include "cubelm/plan/schedule.hpp"
 
+#include "cubelm/plan/timed.hpp"
+
 #include "cubelm/core/error.hpp"
 
 #include <algorithm>
 #include <map>
 #include <set>
-#include <tuple>
 
 namespace cubelm::plan {
 
@@ -184,67 +185,30 @@ double Timeline::bubble(int stage) const {
 }
 
 Timeline simulate(const PipelinePlan& plan, double forward_cost, double backward_cost) {
-  const int p = plan.stages, last = plan.virtual_stages() - 1;
+  // The timed timeline with unit costs and no delays (plan/timed.hpp), its passes
+  // recorded; here the idle gaps between them and the activation sets in flight.
+  std::vector<std::vector<Interval>> passes;
+  const TimedTimeline timed =
+      simulate_timed(plan, unit_costs(plan, forward_cost, backward_cost), &passes);
   Timeline t;
-  t.stages.resize(static_cast<std::size_t>(p));
-  t.busy.assign(static_cast<std::size_t>(p), 0.0);
-  t.idle.assign(static_cast<std::size_t>(p), 0.0);
-  t.peak_in_flight.assign(static_cast<std::size_t>(p), 0);
-  std::map<std::tuple<int, int, int>, double> end; // (op, micro, virtual stage) -> end time
-  std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
-  std::vector<double> free(static_cast<std::size_t>(p), 0.0);
-  std::vector<int> held(static_cast<std::size_t>(p), 0);
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int s = 0; s < p; ++s) {
-      const auto si = static_cast<std::size_t>(s);
-      const auto& actions = plan.actions[si];
-      while (next[si] < actions.size()) {
-        const Action& a = actions[next[si]];
-        const int k = plan.virtual_stage(s, a.chunk);
-        const bool fwd = a.op == Op::forward;
-        std::tuple<int, int, int> dep;
-        bool needs = true;
-        if (fwd) {
-          needs = k > 0;
-          dep = {0, a.micro, k - 1};
-        } else {
-          dep = k == last ? std::make_tuple(0, a.micro, k) : std::make_tuple(1, a.micro, k + 1);
-        }
-        const auto found = end.find(dep);
-        if (needs && found == end.end())
-          break; // wait for another stage
-        const double ready = needs ? std::max(free[si], found->second) : free[si];
-        const double layers =
-            static_cast<double>(plan.layers_of[si][static_cast<std::size_t>(a.chunk)].size());
-        const double length = layers * (fwd ? forward_cost : backward_cost);
-        if (ready > free[si])
-          t.stages[si].push_back({Interval::idle, -1, -1, free[si], ready - free[si]});
-        t.stages[si].push_back(
-            {fwd ? Interval::forward : Interval::backward, a.micro, a.chunk, ready, length});
-        free[si] = ready + length;
-        t.busy[si] += length;
-        end[{fwd ? 0 : 1, a.micro, k}] = free[si];
-        held[si] += fwd ? 1 : -1;
-        t.peak_in_flight[si] = std::max(t.peak_in_flight[si], held[si]);
-        ++next[si];
-        progress = true;
-      }
+  t.makespan = timed.makespan;
+  t.busy = timed.busy;
+  t.idle = timed.idle;
+  t.stages.resize(passes.size());
+  t.peak_in_flight.assign(passes.size(), 0);
+  for (std::size_t s = 0; s < passes.size(); ++s) {
+    double free = 0;
+    int held = 0;
+    for (const Interval& pass : passes[s]) {
+      if (pass.start > free)
+        t.stages[s].push_back({Interval::idle, -1, -1, free, pass.start - free});
+      t.stages[s].push_back(pass);
+      free = pass.start + pass.length;
+      held += pass.kind == Interval::forward ? 1 : -1;
+      t.peak_in_flight[s] = std::max(t.peak_in_flight[s], held);
     }
-  }
-  for (int s = 0; s < p; ++s)
-    CUBELM_ASSERT(next[static_cast<std::size_t>(s)] ==
-                      plan.actions[static_cast<std::size_t>(s)].size(),
-                  "pipeline schedule '" + std::string(schedule_name(plan.schedule)) +
-                      "' deadlocks at stage " + std::to_string(s));
-  for (double f : free)
-    t.makespan = std::max(t.makespan, f);
-  for (int s = 0; s < p; ++s) {
-    const auto si = static_cast<std::size_t>(s);
-    if (t.makespan > free[si])
-      t.stages[si].push_back({Interval::idle, -1, -1, free[si], t.makespan - free[si]});
-    t.idle[si] = t.makespan - t.busy[si];
+    if (t.makespan > free)
+      t.stages[s].push_back({Interval::idle, -1, -1, free, t.makespan - free});
   }
   return t;
 }

@@ -1,6 +1,6 @@
-// The timeline of a plan with per-pass costs and message delays. Written apart from
-// plan::simulate (a map of end times there, flat arrays here, for plans of thousands of
-// micro-batches); tests/test_planner.cpp checks that both agree on unit costs.
+// The timeline of a plan with per-pass costs and message delays, in flat arrays (plans
+// of thousands of micro-batches). plan::simulate is this with unit costs, its passes
+// recorded; tests/test_schedule.cpp checks it against the schedules' closed forms.
 
 #include "cubelm/plan/timed.hpp"
 
@@ -26,7 +26,8 @@ PassCosts unit_costs(const PipelinePlan& plan, double forward_cost, double backw
   return c;
 }
 
-TimedTimeline simulate_timed(const PipelinePlan& plan, const PassCosts& costs) {
+TimedTimeline simulate_timed(const PipelinePlan& plan, const PassCosts& costs,
+                             std::vector<std::vector<Interval>>* passes) {
   const int p = plan.stages, vs = plan.virtual_stages(), m = plan.micro;
   const auto P = static_cast<std::size_t>(p);
   // End times per (virtual stage, micro-batch); -1 while not run.
@@ -44,6 +45,8 @@ TimedTimeline simulate_timed(const PipelinePlan& plan, const PassCosts& costs) {
     t.last_backward_start.emplace_back(chunks.size(), 0.0);
     t.last_backward_end.emplace_back(chunks.size(), 0.0);
   }
+  if (passes != nullptr)
+    passes->assign(P, {});
   std::vector<std::size_t> next(P, 0);
   bool progress = true;
   while (progress) {
@@ -84,6 +87,9 @@ TimedTimeline simulate_timed(const PipelinePlan& plan, const PassCosts& costs) {
           t.last_backward_start[si][ci] = ready;
           t.last_backward_end[si][ci] = ready + length;
         }
+        if (passes != nullptr)
+          (*passes)[si].push_back(
+              {forward ? Interval::forward : Interval::backward, a.micro, a.chunk, ready, length});
         t.done[si] = ready + length;
         t.busy[si] += length;
         (forward ? fwd_end : bwd_end)[at(k, a.micro)] = t.done[si];

@@ -39,7 +39,9 @@ struct TimedTimeline {
 /// starting when the stage is free and its input has arrived) with `costs`: a forward's
 /// input arrives `to_next` after the previous virtual stage's forward ended on another
 /// stage, a backward's `to_prev` after the next one's backward. InternalError if the
-/// plan cannot finish.
-TimedTimeline simulate_timed(const PipelinePlan& plan, const PassCosts& costs);
+/// plan cannot finish. With `passes`, each stage's passes in time order (no idle
+/// gaps; plan::simulate adds them).
+TimedTimeline simulate_timed(const PipelinePlan& plan, const PassCosts& costs,
+                             std::vector<std::vector<Interval>>* passes = nullptr);
 
 } // namespace cubelm::plan
