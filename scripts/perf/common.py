@@ -22,6 +22,9 @@ except ImportError:  # Python < 3.11
     sys.exit("cubelm: the campaign tools need Python 3.11 or later (tomllib); "
              f"this is {sys.version.split()[0]}: set CUBELM_PYTHON to a newer python3")
 
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+"""The checkout these tools belong to."""
+
 MODES = ("none", "1d", "1d+sp", "2d", "3d")
 """Tensor-parallel modes as the campaign tools name them (1d+sp: 1D with sequence parallelism)."""
 

@@ -38,7 +38,7 @@ import re
 import subprocess
 import sys
 
-from common import (MODES, UserError, load_deck, main_guard, mode_of, model_text, read_json,
+from common import (MODES, ROOT, UserError, load_deck, main_guard, mode_of, model_text, read_json,
                     world_of)
 
 try:
@@ -51,7 +51,6 @@ except ImportError as e:
     sys.exit(f"scripts/report: {e}: install the Debian packages python3-numpy and python3-matplotlib "
              "(scripts/setup does)")
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 FIGSIZE, DPI = (10, 6), 100  # 1000 x 600 pixels
 COLORS = {"none": "black", "1d": "tab:blue", "1d+sp": "tab:orange", "2d": "tab:green", "3d": "tab:red"}
 # Bytes a rank sends per step against the tensor-parallel size p, up to a constant, from the
@@ -97,6 +96,11 @@ def median_split(items, total):
     return {k: float(np.mean([d[k] for d in middle])) for k in order[0]}
 
 
+def model_gflops(stats):
+    """The model's GFLOP/s per rank at the step time of `stats`."""
+    return stats["gflop_per_rank_step"] / (stats["step_ms_median"] / 1e3)
+
+
 def derive(stats, thread_gflops):
     """Tokens/s and MFU of a run or point from its step time: tokens per step over the step,
     the model's GFLOP per rank and step over the step against the campaign's rate per thread
@@ -106,7 +110,7 @@ def derive(stats, thread_gflops):
     shared = finite(thread_gflops) and finite(stats["peak_share"])
     peak = thread_gflops * stats["peak_threads"] * stats["peak_share"] if shared else stats["own_peak_gflops"]
     return {"tokens_per_s": stats["tokens_per_step"] / step_s, "peak_gflops": peak,
-            "mfu": stats["gflop_per_rank_step"] / step_s / peak if peak > 0 else NAN}
+            "mfu": model_gflops(stats) / peak if peak > 0 else NAN}
 
 
 class Run:
@@ -266,8 +270,7 @@ class CampaignPeak:
             self.raised = False
             return
         self.median, self.low, self.high = float(np.median(measured)), min(measured), max(measured)
-        reached = max(r.stats["gflop_per_rank_step"] / (r.stats["step_ms_median"] / 1e3)
-                      / (r.stats["peak_share"] * r.stats["peak_threads"])
+        reached = max(model_gflops(r.stats) / (r.stats["peak_share"] * r.stats["peak_threads"])
                       for r in runs if finite(r.stats["thread_gflops"]))
         self.raised = reached > self.median
         self.value = max(self.median, reached)

@@ -20,10 +20,9 @@ import subprocess
 import sys
 import time
 
-from common import (UserError, deck_text, layout_text, load_deck, main_guard, mode_of,
+from common import (ROOT, UserError, deck_text, layout_text, load_deck, main_guard, mode_of,
                     model_text, read_json, world_of, write_json)
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 JOB_SH = os.path.join(ROOT, "scripts", "perf", "job.sh")
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
           "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD"}

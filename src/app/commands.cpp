@@ -186,18 +186,18 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
   const double tokens = static_cast<double>(deck.train.global_batch) * deck.model.seq_len;
   std::ostringstream out;
   out.precision(15);
-  const auto text = json_text;
-  out << "{\"deck\": " << text(deck_path)
-      << ", \"layout\": {\"tensor_mode\": " << text(mode_name(p.tensor_mode))
+  out << "{\"deck\": " << json_text(deck_path)
+      << ", \"layout\": {\"tensor_mode\": " << json_text(mode_name(p.tensor_mode))
       << ", \"tensor_size\": " << p.tensor_size << ", \"pipeline_size\": " << p.pipeline_size
-      << ", \"data_size\": " << p.data_size << ", \"schedule\": " << text(schedule_name(p.schedule))
+      << ", \"data_size\": " << p.data_size
+      << ", \"schedule\": " << json_text(schedule_name(p.schedule))
       << ", \"virtual_stages\": " << p.virtual_stages << ", \"microbatches\": " << p.microbatches
       << ", \"zero\": " << p.zero
       << ", \"sequence_parallel\": " << (p.sequence_parallel ? "true" : "false")
       << ", \"expert_size\": " << p.expert_size
       << ", \"expert_tensor_size\": " << p.expert_tensor_size
       << ", \"context_size\": " << p.context_size
-      << ", \"recompute\": " << text(recompute_name(p.recompute))
+      << ", \"recompute\": " << json_text(recompute_name(p.recompute))
       << "}, \"world\": " << layout.world_size()
       << ", \"parameters\": " << model::parameter_count(deck.model)
       << ", \"tokens_per_step\": " << tokens
@@ -212,7 +212,8 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
     total += v.bytes;
   out << ", \"comm_bytes\": " << total << ", \"comm\": {";
   for (std::size_t i = 0; i < traffic.size(); ++i)
-    out << (i == 0 ? "" : ", ") << text(traffic[i].group + "." + comm::kind_name(traffic[i].kind))
+    out << (i == 0 ? "" : ", ")
+        << json_text(traffic[i].group + "." + comm::kind_name(traffic[i].kind))
         << ": {\"calls\": " << traffic[i].calls << ", \"bytes\": " << traffic[i].bytes << "}";
   out << "}}";
   return out.str();
