@@ -12,9 +12,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -392,11 +394,27 @@ TEST(Kernels, OptimizerChunksMatchPerSegmentKernels) {
     moment += sg[1];
   }
   const auto a = host(p), b = host(p2), ma = host(m), mb = host(m2), va = host(v), vb = host(v2);
+  // Bitwise on CPUs. nvcc fuses multiplies and adds into FMAs per kernel as it sees
+  // fit, and on an H100 the two kernels' parameters differed in the last bit: there
+  // 2 units in the last place are allowed.
+  constexpr bool on_host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  const auto same = [&](F x, F y) {
+    return on_host ? x == y
+                   : std::fabs(x - y) <= 2 * std::numeric_limits<F>::epsilon() *
+                                             std::max(std::fabs(x), std::fabs(y));
+  };
   for (std::size_t i = 0; i < a.size(); ++i)
-    ASSERT_EQ(a[i], b[i]) << "element " << i; // gaps untouched in both
+    ASSERT_TRUE(same(a[i], b[i])) << "element " << i << ": " << a[i] << " vs " << b[i];
   for (std::size_t i = 0; i < ma.size(); ++i) {
-    ASSERT_EQ(ma[i], mb[i]) << "m " << i;
-    ASSERT_EQ(va[i], vb[i]) << "v " << i;
+    ASSERT_TRUE(same(ma[i], mb[i])) << "m " << i << ": " << ma[i] << " vs " << mb[i];
+    ASSERT_TRUE(same(va[i], vb[i])) << "v " << i << ": " << va[i] << " vs " << vb[i];
+  }
+  // Outside the segments both are untouched: equal on every build.
+  for (std::int64_t i = 0; i < total; ++i) {
+    const bool inside = (i >= seg[0][0] && i < seg[0][0] + seg[0][1]) ||
+                        (i >= seg[1][0] && i < seg[1][0] + seg[1][1]);
+    if (!inside)
+      ASSERT_EQ(a[static_cast<std::size_t>(i)], b[static_cast<std::size_t>(i)]) << "gap " << i;
   }
   EXPECT_EQ(host(g), hg) << "the gradients are read, not scaled in place";
 }

@@ -537,7 +537,20 @@ TEST(NodePeak, MeasuredOnceOnEachNode) {
   MPI_Comm_free(&node);
   EXPECT_EQ(node_calls, 1);
   EXPECT_EQ(p.ranks, node_size);
-  EXPECT_GE(p.cpus, static_cast<int>(launch_cpus().size()));
+  // A host build counts the node's CPUs; a device build its distinct GPUs, one
+  // thread each (here the node's ranks may share one GPU).
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const auto& devices = world_devices();
+  const bool gpu = static_cast<std::size_t>(world_rank) < devices.size() &&
+                   !devices[static_cast<std::size_t>(world_rank)].device.empty();
+  if (gpu) {
+    EXPECT_GE(p.cpus, 1);
+    EXPECT_LE(p.cpus, node_size);
+    EXPECT_EQ(p.threads, 1);
+  } else {
+    EXPECT_GE(p.cpus, static_cast<int>(launch_cpus().size()));
+  }
   EXPECT_GT(p.share(), 0.0);
   EXPECT_LE(p.share(), 1.0);
 }

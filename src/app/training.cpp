@@ -91,6 +91,7 @@ int run_training(const Deck& deck, std::ostream& out) {
   std::ostringstream discard; // only world rank 0 prints
   std::ostream& say = trainer.is_root() ? out : discard;
   const int threads = static_cast<int>(Kokkos::DefaultHostExecutionSpace().concurrency());
+  constexpr bool on_gpu = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
   std::string peak_from = "from the deck";
   double peak = deck.log.peak_gflops;
   double share = 1;
@@ -103,8 +104,12 @@ int run_training(const Deck& deck, std::ostream& out) {
     share = node.share();
     measured_threads = node.threads;
     char how[200];
-    std::snprintf(how, sizeof(how), "sgemm %.1f GFLOP/s alone on the node, %d thread%s", node.alone,
-                  threads, threads == 1 ? "" : "s");
+    if (on_gpu)
+      std::snprintf(how, sizeof(how), "%s gemm %.1f GFLOP/s alone on the GPU",
+                    precision_name(deck.train.precision), node.alone);
+    else
+      std::snprintf(how, sizeof(how), "sgemm %.1f GFLOP/s alone on the node, %d thread%s",
+                    node.alone, threads, threads == 1 ? "" : "s");
     peak_from = how;
     if (node.share() < 1) {
       std::snprintf(how, sizeof(how), " x %.3g: %d ranks x %d threads on %d CPUs", node.share(),
@@ -113,12 +118,18 @@ int run_training(const Deck& deck, std::ostream& out) {
     }
   }
   trainer.set_peak_gflops(peak, share, measured_threads);
+  // The products' library: cuBLAS on a GPU; on CPUs the BLAS, its threads and kernels.
+  const std::string threading = kernels::blas_threading(),
+                    kernels_note = kernels::blas_kernel_decision().note;
+  const std::string blas = on_gpu ? std::string("cuBLAS")
+                           : kernels_note.rfind(threading, 0) == 0
+                               ? kernels_note
+                               : threading + ", " + kernels_note;
   char line[480];
   std::snprintf(line, sizeof(line),
-                "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s; %s, %s)\n",
+                "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s; %s)\n",
                 deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
-                peak_from.c_str(), kernels::blas_threading().c_str(),
-                kernels::blas_kernel_decision().note.c_str());
+                peak_from.c_str(), blas.c_str());
   say << line;
   if (threads > 1 && kernels::blas_has_own_threads())
     say << "warning: the BLAS (" << kernels::blas_threading()
