@@ -31,12 +31,11 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch buffers of the mode (Workspace::scratch) under sequence parallelism.
-enum Scratch : std::size_t {
-  kLocal = 0, // a LayerNorm's own rows: its output before the gather, its gradient after
-  kFull = 1   // N rows: a row-parallel output before the reduce-scatter, its gathered
-              // gradient, the lookup's partial rows, the gathered embedding gradient
-};
+// Scratch buffers of the mode (Workspace::scratch) under sequence parallelism:
+// kLocal, a LayerNorm's own rows: its output before the gather, its gradient after;
+// kFull, N rows: a row-parallel output before the reduce-scatter, its gathered
+// gradient, the lookup's partial rows, the gathered embedding gradient.
+constexpr ScratchName kLocal = "1d/local", kFull = "1d/full";
 
 // The sequence-parallel split of the residual stream: `rows` tokens, blocks of rows / p.
 struct SeqSplit {
@@ -280,8 +279,10 @@ public:
                               double proj_std, std::uint64_t seed) override {
     // Under tensor parallelism each rank routes a share of the tokens, its experts'
     // group spanning the tensor ranks (docs/grid.md#expert-parallelism).
-    return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_,
-                       this->context(), &group_, sequence_parallel_, nullptr, expert_tensor_);
+    MoePlacement placement = this->moe_placement();
+    placement.sequence_parallel = sequence_parallel_;
+    return make_moe<T>(params, ws_, names, shape, {hidden, rows, std_dev, proj_std, seed},
+                       placement);
   }
 
 private:
@@ -290,8 +291,6 @@ private:
   }
 
   using ModeBase<T>::ws_;
-  using ModeBase<T>::ep_;
-  using ModeBase<T>::expert_tensor_;
   const comm::Group& group_;
   bool sequence_parallel_;
 };

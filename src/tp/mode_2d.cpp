@@ -66,7 +66,8 @@ namespace {
 
 // Scratch buffers: a broadcast activation block, a broadcast weight block, a partial
 // product shaped like an activation, and two shaped like a weight block.
-enum Scratch : std::size_t { kAct, kWeight, kPartial, kWeightPartial, kWeightSum };
+constexpr ScratchName kAct = "2d/act", kWeight = "2d/weight", kPartial = "2d/partial",
+                      kWeightPartial = "2d/weight_partial", kWeightSum = "2d/weight_sum";
 
 template <class T>
 struct Grid2D {
@@ -77,7 +78,7 @@ struct Grid2D {
 
   // Block `own` of group rank k, broadcast over `g`: this rank's own view if it is k.
   Mat<T> broadcast(const ExecSpace& exec, const comm::Group& g, const Mat<T>& own, int k,
-                   Scratch which) const {
+                   ScratchName which) const {
     const Mat<T> buf = g.rank() == k ? own : ws.scratch(which, own.extent(0), own.extent(1));
     g.broadcast(exec, buf, k);
     return buf;
@@ -284,15 +285,14 @@ public:
     // Each rank routes a share of its rows, made whole over the row group (the ranks holding
     // the other features of its rows); the experts' group spans the tensor ranks
     // (docs/grid.md#expert-parallelism).
-    return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_,
-                       this->context(), &tensor_, false, &grid_.row, expert_tensor_);
+    MoePlacement placement = this->moe_placement();
+    placement.features = &grid_.row;
+    return make_moe<T>(params, ws_, names, shape, {hidden, rows, std_dev, proj_std, seed},
+                       placement);
   }
 
 private:
   using ModeBase<T>::ws_;
-  using ModeBase<T>::tensor_;
-  using ModeBase<T>::ep_;
-  using ModeBase<T>::expert_tensor_;
   Grid2D<T> grid_;
 };
 

@@ -87,7 +87,9 @@ namespace {
 
 // Scratch buffers: gathered input, gathered weight, gathered output (or its gradient),
 // the input gradient's partial sum, a weight-shaped partial and its reduced block.
-enum Scratch : std::size_t { kInput, kWeight, kOutput, kInputGrad, kWeightGrad, kWeightBlock };
+constexpr ScratchName kInput = "3d/input", kWeight = "3d/weight", kOutput = "3d/output",
+                      kInputGrad = "3d/input_grad", kWeightGrad = "3d/weight_grad",
+                      kWeightBlock = "3d/weight_block";
 
 struct Direction {
   const comm::Group* in;
@@ -349,15 +351,14 @@ public:
     // Each rank routes a share of its rows, made whole over the C axis (the ranks holding
     // the other features of its rows); the experts' group spans the tensor ranks
     // (docs/grid.md#expert-parallelism).
-    return make_moe<T>(params, ws_, names, shape, hidden, rows, std_dev, proj_std, seed, ep_,
-                       this->context(), &tensor_, false, cube_.c, expert_tensor_);
+    MoePlacement placement = this->moe_placement();
+    placement.features = cube_.c;
+    return make_moe<T>(params, ws_, names, shape, {hidden, rows, std_dev, proj_std, seed},
+                       placement);
   }
 
 private:
   using ModeBase<T>::ws_;
-  using ModeBase<T>::tensor_;
-  using ModeBase<T>::ep_;
-  using ModeBase<T>::expert_tensor_;
   Cube<T> cube_;
 };
 

@@ -3,6 +3,7 @@
 
 #include "cubelm/tp/mode.hpp"
 
+#include <cstdint>
 #include <memory>
 
 namespace cubelm::tp::detail {
@@ -11,23 +12,44 @@ template <class T>
 std::unique_ptr<Mode<T>> make_1d(const comm::ProcessGrid& grid);
 template <class T>
 class Workspace;
-/// The MoE feed-forward of a tensor-parallel group of one rank (moe.cpp): every expert
-/// here, or with an expert-parallel group `ep` of more than one rank, its share of them;
-/// `context`: the context-parallel group whose ranks share the sequences (or nullptr),
-/// over which the load fractions are summed. Under 1d tensor parallelism (`tensor` of more
-/// than one rank, which `ep` spans) each tensor rank routes an equal share of the `rows`
-/// tokens; `split`: with sequence parallelism, the output is this rank's rows only. Under
-/// 2d and 3d (`features`: the ranks that hold the same rows, each a block of the features)
-/// the rows are exchanged over `features` into whole rows of an equal share per rank.
-/// `expert_tensor`: expert tensor parallelism, each expert's hidden layer split over
-/// `tensor`, whose ranks route the gathered shares alike (`ep` then spans replicas only).
+/// Where an MoE feed-forward's tokens and experts live on this rank. Each mode fills one
+/// (ModeBase::moe_placement holds what all modes share) and make_moe builds from it.
+struct MoePlacement {
+  /// The experts spread over this group when it has more than one rank (experts / ep
+  /// each); else every expert is here.
+  const comm::Group* ep = nullptr;
+  /// The ranks sharing the sequences (context parallelism), over which the load
+  /// fractions are summed; or nullptr.
+  const comm::Group* context = nullptr;
+  /// Tensor parallelism (more than one rank): each rank of it routes an equal share of
+  /// the rows, through experts whose `ep` spans these ranks; or nullptr.
+  const comm::Group* tensor = nullptr;
+  /// 2d and 3d: the ranks that hold the other features of this rank's rows (2d: the row
+  /// group, 3d: the C axis), over which the rows are exchanged into whole rows of a share.
+  /// nullptr under 1d, where every rank of `tensor` holds whole rows.
+  const comm::Group* features = nullptr;
+  /// 1d with sequence parallelism: the output is this rank's block of the rows (the
+  /// residual stream's layout), not all of them.
+  bool sequence_parallel = false;
+  /// Expert tensor parallelism: each expert's hidden layer sliced over `tensor`, whose
+  /// ranks route the gathered shares alike (`ep` then spans replicas only).
+  bool expert_tensor = false;
+};
+
+/// The sizes and the initialisation of an MoE feed-forward: `rows` local rows of `hidden`
+/// features in (a LayerNorm's output), w1 drawn with std_dev, w2 with proj_std.
+struct MoeSizes {
+  std::int64_t hidden = 0, rows = 0;
+  double std_dev = 0, proj_std = 0;
+  std::uint64_t seed = 0;
+};
+
+/// The MoE feed-forward of `placement` (moe.cpp): its router and experts registered in
+/// `params`, its scratch in `ws`.
 template <class T>
 std::unique_ptr<MoE<T>> make_moe(Params<T>& params, Workspace<T>& ws, const MoeNames& names,
-                                 const MoeShape& shape, std::int64_t hidden, std::int64_t rows,
-                                 double std_dev, double proj_std, std::uint64_t seed,
-                                 const comm::Group* ep, const comm::Group* context,
-                                 const comm::Group* tensor = nullptr, bool split = false,
-                                 const comm::Group* features = nullptr, bool expert_tensor = false);
+                                 const MoeShape& shape, const MoeSizes& sizes,
+                                 const MoePlacement& placement);
 template <class T>
 std::unique_ptr<Mode<T>> make_2d(const comm::ProcessGrid& grid);
 template <class T>

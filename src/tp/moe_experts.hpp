@@ -23,21 +23,23 @@ template <class T>
 class ExpertBank {
 public:
   /// Registers experts [first, first + count) of `names` (global indices) with GPT-2's
-  /// MLP shape [hidden, ffn], [ffn], [ffn, hidden], [hidden], marked as experts' tensors.
+  /// MLP shape [hidden, ffn], [ffn], [ffn, hidden], [hidden] (ffn = 4 hidden), marked as
+  /// experts' tensors.
   /// With expert tensor parallelism (`etp` of more than one rank) rank t of it holds
   /// hidden-layer features [t f, (t + 1) f), f = ffn / etp: those columns of w1 and b1 and
   /// rows of w2; b2 is replicated over `etp` and added by its rank 0, so that the ranks'
   /// outputs are partial sums.
   ExpertBank(Params<T>& params, Workspace<T>& ws, const MoeNames& names, int first, int count,
-             std::int64_t hidden, std::int64_t ffn, double std_dev, double proj_std,
-             std::uint64_t seed, const comm::Group* etp = nullptr) {
+             const MoeSizes& sizes, const comm::Group* etp) {
     CUBELM_ASSERT(first >= 0 && count >= 1 && first + count <= static_cast<int>(names.w1.size()),
                   "experts " + std::to_string(first) + " + " + std::to_string(count) +
                       " outside the layer's " + std::to_string(names.w1.size()));
-    const bool split = etp != nullptr && etp->size() > 1;
-    const std::int64_t f = split ? ffn / etp->size() : ffn, f0 = split ? etp->rank() * f : 0;
+    const bool sliced = etp != nullptr && etp->size() > 1;
+    const std::int64_t hidden = sizes.hidden, ffn = 4 * hidden;
+    const std::int64_t f = sliced ? ffn / etp->size() : ffn, f0 = sliced ? etp->rank() * f : 0;
+    const std::uint64_t seed = sizes.seed;
     ffn_ = f;
-    leader_ = !split || etp->rank() == 0;
+    leader_ = !sliced || etp->rank() == 0;
     auto add = [&](const std::string& name, std::vector<std::int64_t> dims,
                    std::vector<std::int64_t> offset, std::vector<std::int64_t> local, double sd) {
       Param<T>& p =
@@ -47,10 +49,10 @@ public:
     };
     for (int i = first; i < first + count; ++i) {
       const auto k = static_cast<std::size_t>(i);
-      w1_.push_back(add(names.w1[k], {hidden, ffn}, {0, f0}, {hidden, f}, std_dev));
+      w1_.push_back(add(names.w1[k], {hidden, ffn}, {0, f0}, {hidden, f}, sizes.std_dev));
       b1_.push_back(add(names.b1[k], {ffn}, {f0}, {f}, 0));
-      w2_.push_back(add(names.w2[k], {ffn, hidden}, {f0, 0}, {f, hidden}, proj_std));
-      if (split) {
+      w2_.push_back(add(names.w2[k], {ffn, hidden}, {f0, 0}, {f, hidden}, sizes.proj_std));
+      if (sliced) {
         Param<T>& b2 = Shared<T>::replicated(
                            params, make_param<T>(names.b2[k], {hidden}, {0}, {hidden}, 0, 0, seed),
                            *etp, nullptr, ws)

@@ -12,17 +12,25 @@
 #include "cubelm/kernels/loss.hpp"
 #include "cubelm/kernels/optim.hpp"
 #include "cubelm/tp/mode.hpp"
+#include "modes.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cubelm::tp::detail {
 
 using kernels::Tokens;
+
+/// The name of a scratch buffer: "<unit>/<buffer>" (e.g. "1d/full", "moe/expert_in"),
+/// so that the buffers of the modes and of the MoE layers they hold never collide.
+using ScratchName = std::string_view;
 
 /// Buffers of a mode: persistent ones, and scratch buffers shared by all layers
 /// (each is sized at construction to the largest request).
@@ -45,33 +53,36 @@ public:
     bytes_ += n * static_cast<std::int64_t>(sizeof(std::int32_t));
     return Tokens(label, n);
   }
-  /// Makes scratch buffer `which` hold at least `elements` (construction time only:
+  /// Makes scratch buffer `name` hold at least `elements` (construction time only:
   /// views handed out earlier would dangle after a reallocation).
-  void reserve(std::size_t which, std::int64_t elements) {
-    if (which >= scratch_.size())
-      scratch_.resize(which + 1);
-    if (scratch_[which].extent_int(0) < elements)
-      scratch_[which] = Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                                  "cubelm::scratch_" + std::to_string(which)),
-                               elements);
+  void reserve(ScratchName name, std::int64_t elements) {
+    auto it = scratch_.find(name);
+    if (it == scratch_.end())
+      it = scratch_.emplace(std::string(name), Vec<T>()).first;
+    if (static_cast<std::int64_t>(it->second.extent(0)) < elements)
+      it->second = Vec<T>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::scratch/" + std::string(name)),
+          elements);
   }
-  /// A rows x cols matrix over scratch buffer `which`.
-  Mat<T> scratch(std::size_t which, std::int64_t rows, std::int64_t cols) const {
-    CUBELM_ASSERT(which < scratch_.size() && scratch_[which].extent_int(0) >= rows * cols,
-                  "scratch buffer " + std::to_string(which) + " was not reserved for " +
+  /// A rows x cols matrix over scratch buffer `name`.
+  Mat<T> scratch(ScratchName name, std::int64_t rows, std::int64_t cols) const {
+    const auto it = scratch_.find(name);
+    CUBELM_ASSERT(it != scratch_.end() &&
+                      static_cast<std::int64_t>(it->second.extent(0)) >= rows * cols,
+                  "scratch buffer " + std::string(name) + " was not reserved for " +
                       std::to_string(rows) + " x " + std::to_string(cols));
-    return Mat<T>(scratch_[which].data(), rows, cols);
+    return Mat<T>(it->second.data(), rows, cols);
   }
   std::int64_t bytes() const {
     std::int64_t total = bytes_;
-    for (const auto& s : scratch_)
+    for (const auto& [name, s] : scratch_)
       total += static_cast<std::int64_t>(s.extent(0) * sizeof(T));
     return total;
   }
 
 private:
   std::int64_t bytes_ = 0;
-  std::vector<Vec<T>> scratch_;
+  std::map<std::string, Vec<T>, std::less<>> scratch_;
 };
 
 /// What every mode has: the workspace its layers allocate from, and its byte count.
@@ -85,6 +96,17 @@ protected:
   explicit ModeBase(const comm::ProcessGrid& grid)
       : Mode<T>(grid), tensor_(grid.tp()), ep_(grid.layout().ep > 1 ? &grid.ep() : nullptr),
         expert_tensor_(grid.layout().etp > 1) {}
+  /// The MoE placement every mode shares: its experts' group, the context group and,
+  /// under tensor parallelism, the tensor group; the mode adds how its rows lie.
+  MoePlacement moe_placement() const {
+    MoePlacement p;
+    p.ep = ep_;
+    p.context = this->context();
+    p.tensor = tensor_.size() > 1 ? &tensor_ : nullptr;
+    p.expert_tensor = expert_tensor_;
+    return p;
+  }
+
   Workspace<T> ws_;
   const comm::Group& tensor_; // the whole tensor-parallel group
   const comm::Group* ep_;     // MoE layers' expert-parallel group (expert_size > 1)
