@@ -6,7 +6,7 @@
 //
 // One exception, counted exactly: a pipeline stage whose input-gradient send is still
 // in flight when the slot is reused takes another input buffer from a pool
-// (ShardedGPT::detach_input). The pool only grows when more sends are in flight at
+// (PipelineStage::pooled_inputs). The pool only grows when more sends are in flight at
 // once than ever before, which depends on timing; each such growth is one allocation,
 // and the pool never holds more buffers than the step sends input gradients.
 //
@@ -123,7 +123,7 @@ void expect_no_allocations(const std::vector<std::string>& all, const std::strin
     const Deck deck = deck_for(layout, model);
     train::Trainer trainer(deck);
     trainer.step(); // the first step may allocate what it keeps
-    const int pooled = trainer.model().pooled_inputs();
+    const int pooled = trainer.stage().pooled_inputs();
     const comm::detail::StagingPool& pp_staging = trainer.grid().pp().staging();
     const auto pp_buffers = static_cast<int>(pp_staging.buffers());
     g_allocations.clear();
@@ -131,7 +131,7 @@ void expect_no_allocations(const std::vector<std::string>& all, const std::strin
     for (int s = 0; s < 3; ++s)
       trainer.step();
     g_counting = false;
-    const int grown = trainer.model().pooled_inputs() - pooled;
+    const int grown = trainer.stage().pooled_inputs() - pooled;
     if (grown > 0 && g_allocations["cubelm::stream"] == grown)
       g_allocations.erase("cubelm::stream");
     const int staged = static_cast<int>(pp_staging.buffers()) - pp_buffers;
@@ -142,7 +142,7 @@ void expect_no_allocations(const std::vector<std::string>& all, const std::strin
       found += " " + label + " x" + std::to_string(n);
     EXPECT_TRUE(g_allocations.empty()) << "allocations in steps 2-4:" << found;
     const int sends = deck.parallel.microbatches * deck.parallel.virtual_stages;
-    EXPECT_LE(trainer.model().pooled_inputs(), sends);
+    EXPECT_LE(trainer.stage().pooled_inputs(), sends);
     // pp's staging buffers: at most the transfers of a step (sends and receives, both ways).
     EXPECT_LE(static_cast<int>(pp_staging.buffers()), 4 * sends);
   }

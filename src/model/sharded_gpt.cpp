@@ -289,17 +289,15 @@ const Mat<T>& ShardedGPT<T>::input(int slot) const {
 }
 
 template <class T>
-void ShardedGPT<T>::detach_input(int slot) {
+Mat<T> ShardedGPT<T>::replace_input(int slot, Mat<T> buffer) {
   CUBELM_ASSERT(slot >= 0 && slot < stage_.slots, "activation slot out of range");
   Mat<T>& front = slots_[static_cast<std::size_t>(slot)]->stream.front();
-  // A pooled buffer that only the pool holds is free: swap it in, the busy one out.
-  for (Mat<T>& spare : spare_inputs_)
-    if (spare.use_count() == 1) {
-      std::swap(front, spare);
-      return;
-    }
-  spare_inputs_.push_back(front);
-  front = matrix<T>("cubelm::stream", stream_rows_, outer_);
+  if (buffer.data() == nullptr)
+    buffer = matrix<T>("cubelm::stream", stream_rows_, outer_);
+  CUBELM_ASSERT(buffer.extent(0) == front.extent(0) && buffer.extent(1) == front.extent(1),
+                "an input buffer of another shape");
+  std::swap(front, buffer);
+  return buffer;
 }
 
 template <class T>

@@ -6,6 +6,8 @@
 #include "cubelm/model/memory.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <string>
 #include <utility>
 
 namespace cubelm::train {
@@ -32,130 +34,186 @@ int PipelineStage::tag(const plan::Message& m) const {
   return t;
 }
 
-PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
-                                         const comm::ProcessGrid& grid,
-                                         const std::vector<io::Batch>& batches, double grad_scale,
-                                         const model::ShardedGPT<real>::UnitDone& done) {
-  const ExecSpace exec;
-  const comm::Group& pp = grid.pp();
-  const comm::Matching matching = untagged_ ? comm::Matching::in_order : comm::Matching::by_tag;
-  const int slots = plan_.slots[static_cast<std::size_t>(stage_)];
-  const auto& actions = plan_.actions[static_cast<std::size_t>(stage_)];
-  // Per slot: the send of its output (received before the slot's backward, so
-  // waiting for it never blocks for long) and of its input gradient (in flight until
-  // the previous stage reaches that backward: never waited for, the slot gets a new
-  // input buffer instead and the request keeps the old one until it completes).
-  std::vector<comm::Request> forward(static_cast<std::size_t>(slots));
-  std::vector<comm::Request> backward(static_cast<std::size_t>(slots));
-  std::vector<comm::Request> retired;
-  // Sends whose action has run and whose exchange has not been posted yet.
-  struct Due {
-    plan::Message message;
-    kernels::Mat<real> data; // holds the buffer, also once its slot has a new one
-    int slot;
-    bool detached; // the slot got a new input buffer since
-  };
-  std::vector<Due> due;
-  std::size_t next = 0; // the next exchange of exchanges_
-  Result r;
-  auto wait_for = [&](auto&& receive) {
-    Kokkos::Timer timer;
-    receive();
-    r.wait_s += timer.seconds();
-  };
-  // Posts the exchange before action `i`, if there is one: the sends due in it and
-  // the receive of `want` into `into`. Returns the receive's Request.
-  auto exchange = [&](std::size_t i, const plan::Message& want,
-                      const kernels::Mat<real>* into) -> comm::Request {
-    if (next == exchanges_.size() || exchanges_[next].before != i) {
+namespace {
+
+using Mat = kernels::Mat<real>;
+
+// The messages of one step on one stage. Before an action the stage posts the plan's next
+// exchange, if it comes before that action: one comm::Batch of the sends that are due and
+// the receive the action needs. The requests of the sends are kept per slot: the send of a
+// slot's output (received before the slot's backward, so waiting for it never blocks for
+// long) and of its input gradient (in flight until the previous stage reaches that
+// backward: never waited for, the slot takes another input buffer instead and the request,
+// retired, keeps the old one until it completes).
+class StepMessages {
+public:
+  StepMessages(const comm::Group& pp, comm::Matching matching,
+               const std::vector<plan::Exchange>& exchanges, int slots,
+               std::function<int(const plan::Message&)> tag)
+      : pp_(pp), matching_(matching), exchanges_(exchanges), tag_(std::move(tag)),
+        forward_(static_cast<std::size_t>(slots)), backward_(static_cast<std::size_t>(slots)) {}
+
+  // An action made message `m` from `data`, a buffer of `slot`: it is due in a later
+  // exchange, and `data` is held until then.
+  void made(const plan::Message& m, const Mat& data, int slot) {
+    due_.push_back({m, data, slot, false});
+  }
+
+  // Before the forward that reuses `slot`: waits for the send of the slot's output, and
+  // returns true when the slot's input buffer still backs a send of its gradient, due or
+  // in flight. That send's request is then retired (completed ones are dropped first, so
+  // their buffers are free again): the slot must take another input buffer.
+  bool input_busy(int slot) {
+    const auto k = static_cast<std::size_t>(slot);
+    for (const Due& d : due_)
+      CUBELM_ASSERT(d.message.backward || d.slot != slot,
+                    "pipeline: slot " + std::to_string(slot) + " reused before its output is sent");
+    forward_[k].wait();
+    bool busy = !backward_[k].test();
+    for (const Due& d : due_)
+      busy = busy || (d.message.backward && d.slot == slot && !d.detached);
+    if (!busy)
+      return false;
+    retired_.erase(
+        std::remove_if(retired_.begin(), retired_.end(), [](comm::Request& q) { return q.test(); }),
+        retired_.end());
+    retired_.push_back(std::move(backward_[k]));
+    for (Due& d : due_)
+      d.detached = d.detached || (d.message.backward && d.slot == slot);
+    return true;
+  }
+
+  // Posts the exchange before action `i`, if there is one: the sends due in it and the
+  // receive of `want` into `into`. Returns the receive's Request.
+  comm::Request post(const ExecSpace& exec, std::size_t i, const plan::Message& want,
+                     const Mat* into) {
+    if (next_ == exchanges_.size() || exchanges_[next_].before != i) {
       CUBELM_ASSERT(!want.exists(), "pipeline: no exchange receives " + want.describe());
       return {};
     }
-    const plan::Exchange& e = exchanges_[next++];
+    const plan::Exchange& e = exchanges_[next_++];
     CUBELM_ASSERT(e.recv.exists() == want.exists() && (!want.exists() || e.recv.same(want)),
                   "pipeline: the exchange before action " + std::to_string(i) + " receives " +
                       e.recv.describe() + ", the action needs " + want.describe());
-    comm::Batch batch(pp, matching);
+    comm::Batch batch(pp_, matching_);
     std::vector<Due> posted;
     for (const plan::Message& m : e.sends) {
       const auto it =
-          std::find_if(due.begin(), due.end(), [&](const Due& d) { return d.message.same(m); });
-      CUBELM_ASSERT(it != due.end(), "pipeline: " + m.describe() + " is sent before it is made");
-      batch.send(it->data, m.to, tag(m));
+          std::find_if(due_.begin(), due_.end(), [&](const Due& d) { return d.message.same(m); });
+      CUBELM_ASSERT(it != due_.end(), "pipeline: " + m.describe() + " is sent before it is made");
+      batch.send(it->data, m.to, tag_(m));
       posted.push_back(std::move(*it));
-      due.erase(it);
+      due_.erase(it);
     }
     if (want.exists())
-      batch.recv(*into, want.from, tag(want));
+      batch.recv(*into, want.from, tag_(want));
     std::vector<comm::Request> requests = batch.post(exec);
     for (std::size_t k = 0; k < posted.size(); ++k) {
       const Due& d = posted[k];
       const auto slot = static_cast<std::size_t>(d.slot);
       if (!d.message.backward)
-        forward[slot] = std::move(requests[k]);
+        forward_[slot] = std::move(requests[k]);
       else if (d.detached)
-        retired.push_back(std::move(requests[k]));
+        retired_.push_back(std::move(requests[k]));
       else
-        backward[slot] = std::move(requests[k]);
+        backward_[slot] = std::move(requests[k]);
     }
     return want.exists() ? std::move(requests.back()) : comm::Request();
+  }
+
+  // After the last of `actions` actions: posts the exchange left (sends only).
+  void post_last(const ExecSpace& exec, std::size_t actions) {
+    post(exec, actions, plan::Message(), nullptr);
+    CUBELM_ASSERT(due_.empty() && next_ == exchanges_.size(),
+                  "pipeline: the step ends with sends that were never posted");
+  }
+
+  // Waits for every send of the step.
+  void wait_all() {
+    comm::wait_all(forward_);
+    comm::wait_all(backward_);
+    comm::wait_all(retired_);
+  }
+
+private:
+  // A send whose action has run and whose exchange has not been posted yet.
+  struct Due {
+    plan::Message message;
+    Mat data; // holds the buffer, also once its slot has a new one
+    int slot;
+    bool detached; // the slot got a new input buffer since
   };
+
+  const comm::Group& pp_;
+  comm::Matching matching_;
+  const std::vector<plan::Exchange>& exchanges_;
+  std::function<int(const plan::Message&)> tag_;
+  std::size_t next_ = 0; // the next exchange of exchanges_
+  std::vector<Due> due_;
+  std::vector<comm::Request> forward_, backward_, retired_;
+};
+
+} // namespace
+
+void PipelineStage::detach_input(model::ShardedGPT<real>& model, int slot) {
+  // A pooled buffer that only the pool holds is free: swap it in, the busy one out.
+  for (Mat& spare : spare_inputs_)
+    if (spare.use_count() == 1) {
+      spare = model.replace_input(slot, spare);
+      return;
+    }
+  spare_inputs_.push_back(model.replace_input(slot, Mat()));
+}
+
+PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
+                                         const comm::ProcessGrid& grid,
+                                         const std::vector<io::Batch>& batches, double grad_scale,
+                                         const model::ShardedGPT<real>::UnitDone& done) {
+  const ExecSpace exec;
+  StepMessages messages(grid.pp(), untagged_ ? comm::Matching::in_order : comm::Matching::by_tag,
+                        exchanges_, plan_.slots[static_cast<std::size_t>(stage_)],
+                        [this](const plan::Message& m) { return tag(m); });
+  Result r;
+  auto wait_for = [&](comm::Request& request) {
+    Kokkos::Timer timer;
+    request.wait();
+    r.wait_s += timer.seconds();
+  };
+  const auto& actions = plan_.actions[static_cast<std::size_t>(stage_)];
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const plan::Action& a = actions[i];
     const int s = a.slot;
     const io::Batch& batch = batches.at(static_cast<std::size_t>(a.micro));
     comm::watchdog::set_micro_batch(a.micro);
-    comm::Request& fwd = forward[static_cast<std::size_t>(s)];
-    comm::Request& bwd = backward[static_cast<std::size_t>(s)];
     const plan::Message want = plan::receive_before(plan_, stage_, i);
     if (a.op == plan::Op::forward) {
-      for (const Due& d : due)
-        CUBELM_ASSERT(d.message.backward || d.slot != s,
-                      "pipeline: slot " + std::to_string(s) + " reused before its output is sent");
-      fwd.wait();
       // The slot's input holds the gradient its last backward sends, unless that send
       // is complete: then the slot takes another buffer.
-      bool sending = !bwd.test();
-      for (const Due& d : due)
-        sending = sending || (d.message.backward && d.slot == s && !d.detached);
-      if (sending) {
-        // Completed sends give their buffers back to the model's pool first.
-        retired.erase(std::remove_if(retired.begin(), retired.end(),
-                                     [](comm::Request& q) { return q.test(); }),
-                      retired.end());
-        retired.push_back(std::move(bwd));
-        model.detach_input(s);
-        for (Due& d : due)
-          d.detached = d.detached || (d.message.backward && d.slot == s);
-      }
+      if (messages.input_busy(s))
+        detach_input(model, s);
       if (!plan_.first(stage_, a.chunk) && a.input_from >= 0)
         Kokkos::deep_copy(exec, model.input(s), model.output(a.chunk - 1, a.input_from));
-      comm::Request in = exchange(i, want, &model.input(s));
-      wait_for([&] { in.wait(); });
+      comm::Request in = messages.post(exec, i, want, &model.input(s));
+      wait_for(in);
       model.forward(a.chunk, s, batch.inputs);
     } else {
       if (!plan_.last(stage_, a.chunk) && a.grad_from >= 0)
         Kokkos::deep_copy(exec, model.output_grad(), model.input_grad(a.grad_from));
-      comm::Request in = exchange(i, want, &model.output_grad());
-      wait_for([&] { in.wait(); });
+      comm::Request in = messages.post(exec, i, want, &model.output_grad());
+      wait_for(in);
       r.loss_sum += model.backward(a.chunk, s, batch.inputs, batch.targets, grad_scale,
                                    a.last_backward ? done : nullptr);
     }
     const plan::Message made = plan::send_after(plan_, stage_, i);
     if (made.exists())
-      due.push_back({made,
-                     a.op == plan::Op::forward ? model.output(a.chunk, s) : model.input_grad(s), s,
-                     false});
+      messages.made(made,
+                    a.op == plan::Op::forward ? model.output(a.chunk, s) : model.input_grad(s), s);
   }
-  comm::Request none = exchange(actions.size(), plan::Message(), nullptr);
-  CUBELM_ASSERT(due.empty() && next == exchanges_.size(),
-                "pipeline: the step ends with sends that were never posted");
+  messages.post_last(exec, actions.size());
   comm::watchdog::set_micro_batch(-1);
-  wait_for([&] {
-    comm::wait_all(forward);
-    comm::wait_all(backward);
-    comm::wait_all(retired);
-  });
+  Kokkos::Timer timer;
+  messages.wait_all();
+  r.wait_s += timer.seconds();
   exec.fence();
   return r;
 }

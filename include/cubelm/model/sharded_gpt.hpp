@@ -60,13 +60,10 @@ public:
   /// replaces the input, which backward no longer needs).
   const Mat<T>& input_grad(int slot) const { return input(slot); }
 
-  /// \brief Gives `slot` another input buffer while something else (a send in flight)
-  /// still holds the current one. Buffers come from a pool that keeps every buffer it
-  /// handed out and reuses those nothing else holds any more, so steady-state steps
-  /// allocate nothing; the pool grows to the most sends ever in flight at once.
-  void detach_input(int slot);
-  /// \brief Buffers detach_input's pool holds (in flight or free).
-  int pooled_inputs() const { return static_cast<int>(spare_inputs_.size()); }
+  /// \brief Makes `buffer` the input of `slot` and returns the buffer it had, which
+  /// something else (a send in flight) may still hold; an empty `buffer` is replaced by a
+  /// new one of the input's shape ("cubelm::stream"). The pipeline stage pools them.
+  Mat<T> replace_input(int slot, Mat<T> buffer);
 
   /// \brief Forward of local chunk `chunk` for the micro-batch in `slot` (enqueued on the
   /// default execution space instance, like backward: collectives and sends fence it);
@@ -132,7 +129,6 @@ private:
   std::vector<int> layer_ids_;
   std::unique_ptr<tp::LayerNorm<T>> lnf_;
   std::vector<std::unique_ptr<SlotBuffers>> slots_;
-  std::vector<Mat<T>> spare_inputs_;    // detach_input's pool
   std::unique_ptr<Acts> redo_;          // recompute: one layer's activations, re-made in backward
   Mat<T> redo_x1_, redo_x2_;            // recompute: the layer's inner residual state and output
   Kokkos::View<double*, MemSpace> aux_; // MoE load-balancing loss sum (take_aux_sum)

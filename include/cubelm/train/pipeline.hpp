@@ -52,13 +52,22 @@ public:
   /// plan::plan_exchanges), false when MPI matches them by tag.
   bool untagged() const { return untagged_; }
 
+  /// \brief Input buffers the stage's pool holds (in flight or free): a slot whose input
+  /// still backs a send of its gradient when the slot is reused takes a free one, or a new
+  /// one that joins the pool, so steady-state steps allocate nothing; the pool grows to
+  /// the most such sends ever in flight at once.
+  int pooled_inputs() const { return static_cast<int>(spare_inputs_.size()); }
+
 private:
   int tag(const plan::Message& m) const;
+  // Gives `slot` another input buffer from the pool while a send still holds its current one.
+  void detach_input(model::ShardedGPT<real>& model, int slot);
 
   const plan::PipelinePlan& plan_;
   int stage_;
   std::vector<plan::Exchange> exchanges_; // this stage's, in posting order
   bool untagged_ = false;
+  std::vector<kernels::Mat<real>> spare_inputs_; // detach_input's pool
 };
 
 } // namespace cubelm::train

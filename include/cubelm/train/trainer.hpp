@@ -84,6 +84,8 @@ public:
   const plan::PipelinePlan& plan() const { return plan_; }
   const plan::Timeline& timeline() const { return timeline_; }
   const comm::ProcessGrid& grid() const { return *net_.grid; }
+  /// \brief This rank's pipeline stage (its input buffer pool).
+  const PipelineStage& stage() const { return stage_; }
   DataParallel& data_parallel() { return *dp_; }
 
 private:
