@@ -8,6 +8,8 @@
 #include "cubelm/kernels/attention.hpp"
 #include "cubelm/kernels/attention_blocks.hpp"
 
+#include "view_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,24 +23,10 @@
 
 using namespace cubelm;
 using namespace cubelm::kernels;
+using cubelm::testing::host;
+using cubelm::testing::randomize;
 
 namespace {
-
-template <class V>
-void randomize(const V& view, unsigned seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  auto h = Kokkos::create_mirror_view(view);
-  for (std::size_t i = 0; i < view.span(); ++i)
-    h.data()[i] = static_cast<typename V::value_type>(dist(gen));
-  Kokkos::deep_copy(view, h);
-}
-
-template <class V>
-std::vector<double> host(const V& view) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
-  return std::vector<double>(h.data(), h.data() + view.span());
-}
 
 // Largest |a - b| / max(1, |b|).
 double max_error(const std::vector<double>& a, const std::vector<double>& b) {
@@ -404,24 +392,7 @@ TEST(AttentionBlocks, BlockBackwardAgainstFiniteDifferences) {
     attention_block_backward<double>(exec, q, k[b], v[b], w, lse, delta, q_offset, k_offset[b],
                                      scores[b], ds[b], dq, dk[b], dv[b]);
   auto fd_error = [&](const Batch<double>& param, const Batch<double>& analytic) {
-    auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), param);
-    const auto grad = host(analytic);
-    const double h = 1e-6;
-    double worst = 0;
-    for (std::size_t i = 0; i < param.span(); ++i) {
-      const double orig = hp.data()[i];
-      hp.data()[i] = orig + h;
-      Kokkos::deep_copy(param, hp);
-      const double up = loss();
-      hp.data()[i] = orig - h;
-      Kokkos::deep_copy(param, hp);
-      const double down = loss();
-      hp.data()[i] = orig;
-      Kokkos::deep_copy(param, hp);
-      const double numeric = (up - down) / (2 * h);
-      worst = std::max(worst, std::fabs(grad[i] - numeric) / std::max(1.0, std::fabs(numeric)));
-    }
-    return worst;
+    return cubelm::testing::fd_error(param, analytic, loss).worst;
   };
   constexpr double kTol = 1e-7;
   EXPECT_LT(fd_error(q, dq), kTol) << "dq";

@@ -10,6 +10,8 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/io/checkpoint.hpp"
 
+#include "test_helpers.hpp"
+
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -65,19 +67,10 @@ private:
   std::string path_;
 };
 
-// The message of the collective cubelm::Error that `f` throws.
+// The message of the collective cubelm::Error that `f` throws: checkpoint errors are
+// raised on every rank.
 std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_TRUE(e.collective()) << "checkpoint errors are raised on every rank: " << e.what();
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected cubelm::Error, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no cubelm::Error";
-  return "";
+  return cubelm::testing::error_of(f, true);
 }
 
 // The message of the cubelm::InternalError (API misuse) that `f` throws.

@@ -10,6 +10,8 @@
 #include "cubelm/io/synthetic.hpp"
 #include "cubelm/io/tokens.hpp"
 
+#include "test_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -96,16 +98,9 @@ Bytes llmc_bytes(std::int32_t magic, std::int32_t version, std::int32_t count,
   return b;
 }
 
-// The message of the cubelm::Error that `f` raises.
+// The message of the cubelm::Error that `f` raises: a data file is read by one rank.
 std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_FALSE(e.collective()) << "a data file is read by one rank";
-    return e.what();
-  }
-  ADD_FAILURE() << "no cubelm::Error raised";
-  return "";
+  return cubelm::testing::error_of(f, false);
 }
 
 } // namespace

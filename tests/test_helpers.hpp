@@ -2,12 +2,16 @@
 // Small helpers shared by the model tests.
 
 #include "cubelm/comm/communicator.hpp"
+#include "cubelm/core/error.hpp"
 #include "cubelm/io/deck.hpp"
 
+#include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <unistd.h>
@@ -52,6 +56,26 @@ inline std::string temp_path(const char* stem) {
   long long id = static_cast<long long>(::getpid());
   MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   return (std::filesystem::temp_directory_path() / (stem + std::to_string(id) + ".h5")).string();
+}
+
+/// The message of the cubelm::Error that `f` raises, which must be collective (raised on
+/// every rank) or not as `collective` says; "" and a test failure when `f` raises none or
+/// another exception.
+inline std::string error_of(const std::function<void()>& f, bool collective) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.collective(), collective)
+        << (collective ? "expected an error raised on every rank: "
+                       : "expected an error of one rank: ")
+        << e.what();
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected cubelm::Error, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no cubelm::Error raised";
+  return "";
 }
 
 } // namespace cubelm::testing

@@ -13,6 +13,8 @@
 #include "cubelm/kernels/precision.hpp"
 #include "cubelm/kernels/vmath.hpp"
 
+#include "view_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 
 using namespace cubelm;
 using namespace cubelm::kernels;
+using cubelm::testing::randomize;
 
 namespace {
 
@@ -35,16 +38,6 @@ auto on_host(const V& view) {
   auto h = Kokkos::create_mirror(view);
   Kokkos::deep_copy(h, view);
   return h;
-}
-
-template <class V>
-void randomize(const V& view, unsigned seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  auto h = Kokkos::create_mirror_view(view);
-  for (std::size_t i = 0; i < view.span(); ++i)
-    h.data()[i] = static_cast<typename V::value_type>(dist(gen));
-  Kokkos::deep_copy(view, h);
 }
 
 Tokens device_tokens(const std::vector<std::int32_t>& ids) {

@@ -10,6 +10,8 @@
 #include "cubelm/kernels/loss.hpp"
 #include "cubelm/kernels/optim.hpp"
 
+#include "view_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,25 +24,12 @@
 
 using namespace cubelm;
 using namespace cubelm::kernels;
+using cubelm::testing::fd_error;
+using cubelm::testing::host;
+using cubelm::testing::randomize;
 using D = double;
 
 namespace {
-
-template <class V>
-void randomize(const V& view, unsigned seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  auto h = Kokkos::create_mirror_view(view);
-  for (std::size_t i = 0; i < view.span(); ++i)
-    h.data()[i] = dist(gen);
-  Kokkos::deep_copy(view, h);
-}
-
-template <class V>
-std::vector<double> host(const V& view) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
-  return std::vector<double>(h.data(), h.data() + view.span());
-}
 
 template <class V>
 double dot(const V& a, const V& b) {
@@ -49,30 +38,6 @@ double dot(const V& a, const V& b) {
   for (std::size_t i = 0; i < x.size(); ++i)
     s += x[i] * y[i];
   return s;
-}
-
-// Largest |analytic - numeric| / max(1, |numeric|) over every element of `param`,
-// where numeric is the central difference of loss() with step h.
-template <class V>
-double fd_error(const V& param, const std::function<double()>& loss, const V& analytic,
-                double h = 1e-6) {
-  auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), param);
-  const auto grad = host(analytic);
-  double worst = 0;
-  for (std::size_t i = 0; i < param.span(); ++i) {
-    const double orig = hp.data()[i];
-    hp.data()[i] = orig + h;
-    Kokkos::deep_copy(param, hp);
-    const double up = loss();
-    hp.data()[i] = orig - h;
-    Kokkos::deep_copy(param, hp);
-    const double down = loss();
-    hp.data()[i] = orig;
-    Kokkos::deep_copy(param, hp);
-    const double numeric = (up - down) / (2 * h);
-    worst = std::max(worst, std::fabs(grad[i] - numeric) / std::max(1.0, std::fabs(numeric)));
-  }
-  return worst;
 }
 
 constexpr double kTol = 1e-7;
@@ -128,8 +93,8 @@ TEST(Kernels, EmbeddingBackwardIsTheAdjointOfForward) {
     return dot(y, w);
   };
   embedding_backward<D>(exec, make_token_index(toks, vocab), w, seq, dwte, dwpe);
-  EXPECT_LT(fd_error(wte, loss, dwte), kTol);
-  EXPECT_LT(fd_error(wpe, loss, dwpe), kTol);
+  EXPECT_LT(fd_error(wte, dwte, loss).worst, kTol);
+  EXPECT_LT(fd_error(wpe, dwpe, loss).worst, kTol);
 }
 
 TEST(Kernels, LayerNormGradients) {
@@ -156,9 +121,9 @@ TEST(Kernels, LayerNormGradients) {
     EXPECT_NEAR(mu / hid, 0.0, 1e-12);
   }
   layernorm_backward<D>(exec, w, x, g, mean, rstd, dx, dg, db);
-  EXPECT_LT(fd_error(x, loss, dx), kTol);
-  EXPECT_LT(fd_error(g, loss, dg), kTol);
-  EXPECT_LT(fd_error(b, loss, db), kTol);
+  EXPECT_LT(fd_error(x, dx, loss).worst, kTol);
+  EXPECT_LT(fd_error(g, dg, loss).worst, kTol);
+  EXPECT_LT(fd_error(b, db, loss).worst, kTol);
 }
 
 TEST(Kernels, GeluBiasAndResidual) {
@@ -180,7 +145,7 @@ TEST(Kernels, GeluBiasAndResidual) {
                 1e-14);
   }
   gelu_backward<D>(exec, x, th, w, dx);
-  EXPECT_LT(fd_error(x, loss, dx), kTol);
+  EXPECT_LT(fd_error(x, dx, loss).worst, kTol);
 
   Vec<D> b("b", hid), db("db", hid);
   randomize(b, 13);
@@ -190,7 +155,7 @@ TEST(Kernels, GeluBiasAndResidual) {
     return dot(y, w);
   };
   bias_backward<D>(exec, w, db);
-  EXPECT_LT(fd_error(b, loss_b, db), kTol);
+  EXPECT_LT(fd_error(b, db, loss_b).worst, kTol);
 
   Mat<D> z("z", rows, hid);
   Kokkos::deep_copy(z, 1.0);
@@ -242,9 +207,9 @@ TEST(Kernels, AttentionGradients) {
         }
       }
   attention_backward<D>(exec, q, k, v, heads, probs, w, scratch, work, dq, dk, dv);
-  EXPECT_LT(fd_error(q, loss, dq), kTol);
-  EXPECT_LT(fd_error(k, loss, dk), kTol);
-  EXPECT_LT(fd_error(v, loss, dv), kTol);
+  EXPECT_LT(fd_error(q, dq, loss).worst, kTol);
+  EXPECT_LT(fd_error(k, dk, loss).worst, kTol);
+  EXPECT_LT(fd_error(v, dv, loss).worst, kTol);
 }
 
 TEST(Kernels, CrossEntropyValueGradientAndStability) {
@@ -277,7 +242,7 @@ TEST(Kernels, CrossEntropyValueGradientAndStability) {
   Mat<D> grad("g", rows, vocab);
   Kokkos::deep_copy(grad, logits);
   cross_entropy<D>(exec, grad, tgt, losses, scale);
-  EXPECT_LT(fd_error(logits, loss, grad), kTol);
+  EXPECT_LT(fd_error(logits, grad, loss).worst, kTol);
 
   // Huge logits stay finite: the row maximum is subtracted before exp.
   Mat<float> big("big", 1, 3);
@@ -397,11 +362,11 @@ TEST(Kernels, OptimizerChunksMatchPerSegmentKernels) {
   // Bitwise on CPUs. nvcc fuses multiplies and adds into FMAs per kernel as it sees
   // fit, and on an H100 the two kernels' parameters differed in the last bit: there
   // 2 units in the last place are allowed.
-  constexpr bool on_host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
   const auto same = [&](F x, F y) {
-    return on_host ? x == y
-                   : std::fabs(x - y) <= 2 * std::numeric_limits<F>::epsilon() *
-                                             std::max(std::fabs(x), std::fabs(y));
+    return cubelm::testing::kHostMemory
+               ? x == y
+               : std::fabs(x - y) <=
+                     2 * std::numeric_limits<F>::epsilon() * std::max(std::fabs(x), std::fabs(y));
   };
   for (std::size_t i = 0; i < a.size(); ++i)
     ASSERT_TRUE(same(a[i], b[i])) << "element " << i << ": " << a[i] << " vs " << b[i];

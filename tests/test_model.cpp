@@ -5,6 +5,7 @@
 #include "cubelm/model/sharded_gpt.hpp"
 
 #include "test_helpers.hpp"
+#include "view_helpers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -99,28 +100,14 @@ TEST(Model, EveryGradientMatchesFiniteDifferences) {
   const double scale = 1.0 / n;
   gpt.zero_grad();
   gpt.forward_backward(in, tgt, scale);
-  const double h = 1e-6;
   double worst = 0;
   std::string worst_name;
   for (auto& p : gpt.params()) {
-    auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.value);
-    auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
-    for (std::int64_t i = 0; i < p.size(); ++i) {
-      const double orig = hv(i);
-      hv(i) = orig + h;
-      Kokkos::deep_copy(p.value, hv);
-      const double up = gpt.forward_backward(in, tgt, 0.0) * scale;
-      hv(i) = orig - h;
-      Kokkos::deep_copy(p.value, hv);
-      const double down = gpt.forward_backward(in, tgt, 0.0) * scale;
-      hv(i) = orig;
-      Kokkos::deep_copy(p.value, hv);
-      const double numeric = (up - down) / (2 * h);
-      const double err = std::fabs(hg(i) - numeric) / std::max(1e-3, std::fabs(numeric));
-      if (err > worst) {
-        worst = err;
-        worst_name = p.name + "[" + std::to_string(i) + "]";
-      }
+    const cubelm::testing::FdError e = cubelm::testing::fd_error(
+        p.value, p.grad, [&] { return gpt.forward_backward(in, tgt, 0.0) * scale; }, 1e-3, true);
+    if (e.worst > worst) {
+      worst = e.worst;
+      worst_name = p.name + "[" + std::to_string(e.at) + "]";
     }
   }
   EXPECT_LT(worst, 1e-6) << "worst at " << worst_name;

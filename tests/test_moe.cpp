@@ -15,6 +15,7 @@
 #include "cubelm/train/trainer.hpp"
 
 #include "test_helpers.hpp"
+#include "view_helpers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -27,6 +28,7 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::host;
 using cubelm::testing::random_tokens;
 
 namespace {
@@ -40,12 +42,6 @@ ModelConfig moe_model(int experts, int top_k, double capacity = 0, double aux = 
   c.capacity_factor = capacity;
   c.aux_loss = aux;
   return c;
-}
-
-template <class V>
-std::vector<double> to_host(const V& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<double>(h.data(), h.data() + h.span());
 }
 
 void fill(tp::Param<double>& p, std::mt19937& gen, double scale, double offset = 0) {
@@ -79,38 +75,15 @@ double worst_gradient_error(model::ShardedGPT<double>& gpt, const std::vector<st
   gpt.zero_grad();
   gpt.forward_backward(in, tgt, scale);
   gpt.take_aux_sum();
-  const double h = 1e-6;
-  // On a GPU each objective is some hundred kernel launches: there every tensor is
-  // probed at about 8 elements spread over it (first and last included), which keeps
-  // every kernel's gradient under test; a host build probes every element.
-  constexpr bool on_host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
   double worst = 0;
   for (auto& p : gpt.params()) {
-    auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.value);
-    const std::vector<double> grad = to_host(p.grad);
-    const std::int64_t stride = on_host ? 1 : std::max<std::int64_t>(1, (p.size() - 1) / 7);
-    std::vector<std::int64_t> probes;
-    for (std::int64_t i = 0; i < p.size(); i += stride)
-      probes.push_back(i);
-    if (probes.back() != p.size() - 1)
-      probes.push_back(p.size() - 1);
-    for (const std::int64_t i : probes) {
-      const double orig = hv(i);
-      hv(i) = orig + h;
-      Kokkos::deep_copy(p.value, hv);
-      const double up = objective(gpt, in, tgt);
-      hv(i) = orig - h;
-      Kokkos::deep_copy(p.value, hv);
-      const double down = objective(gpt, in, tgt);
-      hv(i) = orig;
-      Kokkos::deep_copy(p.value, hv);
-      const double numeric = (up - down) / (2 * h);
-      const double err = std::fabs(grad[static_cast<std::size_t>(i)] - numeric) /
-                         std::max(1e-3, std::fabs(numeric));
-      if (err > worst) {
-        worst = err;
-        name = p.name + "[" + std::to_string(i) + "]";
-      }
+    // Every element on CPUs; about 8 of each tensor on a GPU (each objective is some
+    // hundred kernel launches there), which keeps every kernel's gradient under test.
+    const cubelm::testing::FdError e = cubelm::testing::fd_error(
+        p.value, p.grad, [&] { return objective(gpt, in, tgt); }, 1e-3, true);
+    if (e.worst > worst) {
+      worst = e.worst;
+      name = p.name + "[" + std::to_string(e.at) + "]";
     }
   }
   return worst;
@@ -161,7 +134,7 @@ TEST(MoE, RoutingAndAuxLossClosedForm) {
   kernels::IntVec pairs("pairs", 6), offsets("offsets", 5);
   kernels::Vec<double> fraction("fraction", 4);
   kernels::moe_dispatch<double>(exec, choice, -1, keys, sorter, slot, pairs, offsets, fraction);
-  const std::vector<double> f = to_host(fraction);
+  const std::vector<double> f = host(fraction);
   const double want_f[4] = {1.0 / 6, 2.0 / 6, 2.0 / 6, 1.0 / 6};
   double aux = 0;
   for (int e = 0; e < 4; ++e) {
@@ -171,10 +144,10 @@ TEST(MoE, RoutingAndAuxLossClosedForm) {
   aux *= 0.01 * 4;
   Kokkos::View<double*, MemSpace> means("means", 4), total("total", 1);
   kernels::moe_aux_loss<double>(exec, probs, fraction, 0.01 * 4 * 3, means, total);
-  EXPECT_NEAR(to_host(total)[0] / 3, aux, 1e-16);
+  EXPECT_NEAR(host(total)[0] / 3, aux, 1e-16);
   // Rows are grouped by expert, first choices first: expert 2 holds (t0, j1) then (t1, j1).
-  EXPECT_EQ(to_host(offsets), (std::vector<double>{0, 1, 3, 5, 6}));
-  const std::vector<double> pr = to_host(pairs);
+  EXPECT_EQ(host(offsets), (std::vector<double>{0, 1, 3, 5, 6}));
+  const std::vector<double> pr = host(pairs);
   EXPECT_EQ(pr, (std::vector<double>{2, 1, 5, 3, 4, 0})); // pair = j N + t
 
   // Capacity 1: each expert keeps the first pair in priority order.
@@ -188,8 +161,8 @@ TEST(MoE, RoutingAndAuxLossClosedForm) {
   EXPECT_GE(hs(0, 1), 0);
   EXPECT_EQ(hs(1, 1), -1);
   EXPECT_EQ(hs(2, 1), -1);
-  EXPECT_EQ(to_host(offsets), (std::vector<double>{0, 1, 2, 3, 4}));
-  EXPECT_EQ(to_host(fraction), f); // the load counts pairs before dropping
+  EXPECT_EQ(host(offsets), (std::vector<double>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(host(fraction), f); // the load counts pairs before dropping
 }
 
 // One MoE layer against a host computation written from docs/model.md: dropless, and
@@ -213,7 +186,7 @@ TEST(MoE, LayerMatchesAnIndependentReference) {
       auto get = [&](const std::string& name) {
         for (auto& p : params)
           if (p.name == name)
-            return to_host(p.value);
+            return host(p.value);
         return std::vector<double>();
       };
       kernels::Mat<double> x("x", N, H), y("y", N, H);
@@ -226,7 +199,7 @@ TEST(MoE, LayerMatchesAnIndependentReference) {
       kernels::MoeSaved<double> saved = moe->make_saved();
       Kokkos::View<double*, MemSpace> aux("aux", 1);
       moe->forward(ExecSpace(), x, y, saved, aux);
-      const std::vector<double> got = to_host(y);
+      const std::vector<double> got = host(y);
 
       // The reference.
       const std::vector<double> wr = get(n.router);
@@ -306,7 +279,7 @@ TEST(MoE, LayerMatchesAnIndependentReference) {
       for (int e = 0; e < E; ++e)
         want_aux += load[e] * mean[e];
       want_aux *= coef * E;
-      EXPECT_NEAR(to_host(aux)[0] / N, want_aux, 1e-14);
+      EXPECT_NEAR(host(aux)[0] / N, want_aux, 1e-14);
     }
 }
 
@@ -349,7 +322,7 @@ TEST(MoE, LargeCapacityEqualsDropless) {
   EXPECT_EQ(a.model->forward_backward(in, tgt, 0.1), b.model->forward_backward(in, tgt, 0.1));
   EXPECT_EQ(a.model->take_aux_sum(), b.model->take_aux_sum());
   for (std::size_t i = 0; i < a.model->params().size(); ++i)
-    EXPECT_EQ(to_host(a.model->params()[i].grad), to_host(b.model->params()[i].grad))
+    EXPECT_EQ(host(a.model->params()[i].grad), host(b.model->params()[i].grad))
         << a.model->params()[i].name;
 }
 
@@ -366,7 +339,7 @@ TEST(MoE, OneExpertAndIdenticalExpertsEqualTheDenseModel) {
   EXPECT_EQ(dense.model->forward_backward(in, tgt, 0.5), one.model->forward_backward(in, tgt, 0.5));
   for (std::size_t i = 0; i < dense.model->params().size(); ++i) {
     EXPECT_EQ(dense.model->params()[i].name, one.model->params()[i].name);
-    EXPECT_EQ(to_host(dense.model->params()[i].grad), to_host(one.model->params()[i].grad));
+    EXPECT_EQ(host(dense.model->params()[i].grad), host(one.model->params()[i].grad));
   }
   EXPECT_EQ(one.model->take_aux_sum(), 0.0);
 

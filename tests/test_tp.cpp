@@ -10,6 +10,7 @@
 #include "cubelm/train/trainer.hpp"
 
 #include "test_helpers.hpp"
+#include "view_helpers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -30,13 +31,8 @@ ModelConfig tiny() {
   return cubelm::testing::tiny_model(32, 16, 8);
 }
 
+using cubelm::testing::host;
 using cubelm::testing::random_tokens;
-
-template <class T>
-std::vector<double> host(const kernels::Vec<T>& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<double>(h.data(), h.data() + h.extent(0));
-}
 
 // The block [offset, offset + local) of a full row-major tensor.
 template <class T>
