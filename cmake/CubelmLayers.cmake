@@ -35,6 +35,7 @@ set(CUBELM_KOKKOS_FREE
   include/cubelm/plan/messages.hpp
   include/cubelm/plan/schedule.hpp
   include/cubelm/plan/timed.hpp
+  include/cubelm/tp/collectives.hpp
   include/cubelm/tp/shapes.hpp
   include/cubelm/io/deck.hpp
   include/cubelm/io/machine.hpp

@@ -4,9 +4,12 @@
 # it with CTest once per rank count as <name>_<n>ranks, launched through
 # MPIEXEC_EXECUTABLE with MPIEXEC_NUMPROC_FLAG and MPIEXEC_PREFLAGS. Every run
 # gets OMP_NUM_THREADS=1 and may oversubscribe the cores (8 ranks on a laptop
-# is normal); running as root is allowed for Open MPI, which refuses otherwise.
+# is normal); running as root is allowed for Open MPI, which refuses otherwise. Every
+# model the tests run checks each piece's tensor-parallel collectives against their
+# description (CUBELM_CHECK_COLLECTIVES, tp/collectives.hpp).
 
 set(CUBELM_TEST_ENVIRONMENT
+    CUBELM_CHECK_COLLECTIVES=1
     OMP_NUM_THREADS=1
     OMP_PROC_BIND=false
     OMPI_MCA_rmaps_base_oversubscribe=1

@@ -4,6 +4,8 @@
 #include "cubelm/kernels/elementwise.hpp"
 #include "cubelm/kernels/optim.hpp"
 
+#include "collective_check.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -88,7 +90,11 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
                           tp::Mode<T>& mode, StageLayout stage)
     : config_(config), mode_(mode), stage_(std::move(stage)), batch_(batch),
       sequences_(mode.sequences(batch)), positions_(mode.positions(config.seq_len)),
-      heads_(mode.local_heads(config.heads)) {
+      heads_(mode.local_heads(config.heads)),
+      check_(std::make_unique<detail::CollectiveCheck>(mode.traffic(), mode.layout(), config,
+                                                       static_cast<double>(batch) *
+                                                           mode.positions(config.seq_len).local,
+                                                       static_cast<int>(sizeof(T)))) {
   if (stage_.chunks.empty()) // the default: every layer in one chunk
     stage_.chunks = StageLayout::whole(config.layers).chunks;
   CUBELM_ASSERT(stage_.slots >= 1, "a stage needs at least one activation slot");
@@ -323,6 +329,9 @@ template <class T>
 void ShardedGPT<T>::forward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x,
                                   const Mat<T>& x1, const Mat<T>& x2, bool count_aux) {
   using namespace kernels;
+  using tp::Pass;
+  using tp::Piece;
+  check_->begin();
   y.ln1->forward(exec, x, a.ln1_out, a.ln1);
   y.qkv->forward(exec, a.ln1_out, {a.q, a.k, a.v});
   if (context_)
@@ -331,6 +340,8 @@ void ShardedGPT<T>::forward_layer(const ExecSpace& exec, Layer& y, Acts& a, cons
     attention_forward<T>(exec, a.q, a.k, a.v, heads_, a.probs, work_, a.att);
   y.proj->forward(exec, a.att, {x1});
   add_inplace<T>(exec, x1, x);
+  check_->end({{Piece::attention, Pass::forward}});
+  check_->begin();
   y.ln2->forward(exec, x1, a.ln2_out, a.ln2);
   if (y.moe) {
     y.moe->forward(exec, a.ln2_out, x2, a.moe,
@@ -341,6 +352,7 @@ void ShardedGPT<T>::forward_layer(const ExecSpace& exec, Layer& y, Acts& a, cons
     y.fc2->forward(exec, a.g, {x2});
   }
   add_inplace<T>(exec, x2, x1);
+  check_->end({{y.moe ? Piece::moe : Piece::mlp, Pass::forward}});
 }
 
 // dx_ holds the gradient of the layer's output on entry and of its input on exit.
@@ -348,6 +360,9 @@ template <class T>
 void ShardedGPT<T>::backward_layer(const ExecSpace& exec, Layer& y, Acts& a, const Mat<T>& x,
                                    const Mat<T>& x1, double grad_scale) {
   using namespace kernels;
+  using tp::Pass;
+  using tp::Piece;
+  check_->begin();
   if (y.moe) {
     y.moe->backward(exec, a.ln2_out, dx_, d_outer_, a.moe, T(grad_scale));
   } else {
@@ -356,6 +371,8 @@ void ShardedGPT<T>::backward_layer(const ExecSpace& exec, Layer& y, Acts& a, con
     y.fc1->backward(exec, a.ln2_out, {dh_}, d_outer_);
   }
   y.ln2->backward(exec, x1, d_outer_, dx_, a.ln2);
+  check_->end({{y.moe ? Piece::moe : Piece::mlp, Pass::backward}});
+  check_->begin();
   y.proj->backward(exec, a.att, {dx_}, da_);
   if (context_)
     context_->backward(exec, a.q, a.k, a.v, a.att, a.lse, da_, dq_, dk_, dv_);
@@ -364,6 +381,7 @@ void ShardedGPT<T>::backward_layer(const ExecSpace& exec, Layer& y, Acts& a, con
                           dv_);
   y.qkv->backward(exec, a.ln1_out, {dq_, dk_, dv_}, d_outer_);
   y.ln1->backward(exec, x, d_outer_, dx_, a.ln1);
+  check_->end({{Piece::attention, Pass::backward}});
 }
 
 template <class T>
@@ -377,7 +395,9 @@ void ShardedGPT<T>::forward(int chunk, int slot, const std::vector<std::int32_t>
     const std::size_t expected = static_cast<std::size_t>(batch_) * config_.seq_len;
     CUBELM_ASSERT(inputs.size() == expected, "the embedding needs the whole micro-batch: " +
                                                  std::to_string(expected) + " token ids");
+    check_->begin();
     embedding_->forward(exec, local(inputs, local_inputs_), s.stream[0]);
+    check_->end({{tp::Piece::lookup, tp::Pass::forward}, {tp::Piece::table, tp::Pass::forward}});
   }
   const auto& ids = stage_.chunks[static_cast<std::size_t>(chunk)];
   for (int i = 0; i < c; ++i) {
@@ -388,8 +408,11 @@ void ShardedGPT<T>::forward(int chunk, int slot, const std::vector<std::int32_t>
       forward_layer(exec, y, s.acts[i], s.stream[2 * i], s.stream[2 * i + 1], s.stream[2 * i + 2],
                     true);
   }
-  if (head)
+  if (head) {
+    check_->begin();
     lnf_->forward(exec, output(chunk, slot), s.lnf_out, s.lnf);
+    check_->end({{tp::Piece::head, tp::Pass::forward}});
+  }
 }
 
 template <class T>
@@ -412,10 +435,18 @@ double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32
   const bool head = stage_.last && chunk + 1 == static_cast<int>(stage_.chunks.size());
   double sum = 0;
   if (head) {
+    check_->begin();
     sum =
         embedding_->loss(exec, s.lnf_out, local(targets, local_targets_), T(grad_scale), d_outer_);
     Kokkos::deep_copy(exec, dx_, T(0));
     lnf_->backward(exec, output(chunk, slot), d_outer_, dx_, s.lnf);
+    // A stage without the lookup gathers the tied table and reduce-scatters its gradient here.
+    if (stage_.first)
+      check_->end({{tp::Piece::head, tp::Pass::backward}});
+    else
+      check_->end({{tp::Piece::head, tp::Pass::backward},
+                   {tp::Piece::table, tp::Pass::forward},
+                   {tp::Piece::table, tp::Pass::backward}});
     if (done)
       done(config_.layers);
   }
@@ -433,7 +464,9 @@ double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32
       done(id);
   }
   if (embed) {
+    check_->begin();
     embedding_->backward(exec, local(inputs, local_inputs_), dx_);
+    check_->end({{tp::Piece::lookup, tp::Pass::backward}, {tp::Piece::table, tp::Pass::backward}});
     if (done)
       done(-1);
   } else {

@@ -12,6 +12,7 @@
 #include "cubelm/model/shape.hpp"
 #include "cubelm/plan/messages.hpp"
 #include "cubelm/plan/schedule.hpp"
+#include "cubelm/tp/collectives.hpp"
 #include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
@@ -58,144 +59,31 @@ private:
 
 using Units = UnitWork;
 
-// The tensor-parallel collectives of `u`, times `m` micro-batches; N tokens per
-// micro-batch, T per sequence.
+// The tensor-parallel collectives of `u`, times `m` micro-batches of N tokens on this rank
+// (tp/collectives.hpp describes each piece): a layer's forward runs again when recomputed.
 void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cfg, double n_tokens,
                      const Units& u, double m) {
-  const double H = cfg.hidden, V = static_cast<double>(tp::padded_vocab(cfg, layout)),
-               T = cfg.seq_len, N = n_tokens;
-  const double L = u.layers, F = u.recomputed, in = u.lookup ? 1 : 0, out = u.head ? 1 : 0;
-  const double q = layout.side();
-  // MoE layers under tensor parallelism (docs/communication.md): each rank holds a share
-  // of N / p tokens. It routes them: the router's gradient (H E) is summed over the group
-  // once per layer and micro-batch, the load fractions (E) once per forward. Or with expert
-  // tensor parallelism the shares are all-gathered (forward, again backward and when
-  // recomputed, with the output's gradient backward), the partial outputs and input
-  // gradients reduce-scattered, and the gates' gradient (N k) summed over the group.
-  // M, MF: such layers, recomputed.
-  const double M = layout.tp > 1 ? u.moe : 0, MF = layout.tp > 1 ? u.moe_recomputed : 0;
-  const double E = cfg.experts;
-  t.size("tp", layout.tp);
-  // Under 1d without sequence parallelism the tokens are replicated already: the partial
-  // outputs and input gradients are all-reduced instead (N H each).
-  const bool replicated = (layout.mode == TensorMode::none || layout.mode == TensorMode::d1) &&
-                          !layout.sequence_parallel;
-  if (layout.etp > 1) {
-    const double share = N * H / layout.tp;
-    if (replicated) {
-      t.add("tp", Kind::all_reduce, m * (2 * M + MF), m * (2 * M + MF) * N * H);
-    } else {
-      t.add("tp", Kind::all_gather, m * (3 * M + MF), m * (3 * M + MF) * share);
-      t.add("tp", Kind::reduce_scatter, m * (2 * M + MF), m * (2 * M + MF) * share);
+  for (const auto& [group, ranks] : tp::collective_groups(layout))
+    t.size(group, ranks);
+  const double in = u.lookup ? 1 : 0, out = u.head ? 1 : 0, table = u.lookup || u.head ? 1 : 0;
+  const double dense = u.layers - u.moe, dense_again = u.recomputed - u.moe_recomputed;
+  const struct {
+    tp::Piece piece;
+    double forwards, backwards;
+  } runs[] = {{tp::Piece::lookup, in, in},
+              {tp::Piece::attention, u.layers + u.recomputed, u.layers},
+              {tp::Piece::mlp, dense + dense_again, dense},
+              {tp::Piece::moe, u.moe + u.moe_recomputed, u.moe},
+              {tp::Piece::head, out, out},
+              {tp::Piece::table, table, table}};
+  for (const auto& r : runs)
+    for (const tp::Pass pass : {tp::Pass::forward, tp::Pass::backward}) {
+      const double times = m * (pass == tp::Pass::forward ? r.forwards : r.backwards);
+      if (times == 0)
+        continue;
+      for (const tp::Collective& c : tp::collectives(layout, cfg, n_tokens, r.piece, pass))
+        t.add(c.group, c.kind, times * c.calls, times * c.elements, c.bytes > 0 ? c.bytes : 4);
     }
-    t.add("tp", Kind::all_reduce, m * M, m * M * N * cfg.top_k);
-  } else {
-    t.add("tp", Kind::all_reduce, m * (2 * M + MF), m * (M * H * E + (M + MF) * E));
-  }
-  // Dense layers (with their MLP's linears), recomputed.
-  const double Ld = L - u.moe, Fd = F - u.moe_recomputed;
-  switch (layout.mode) {
-  case TensorMode::none:
-  case TensorMode::d1: {
-    if (layout.sequence_parallel && layout.tp > 1) {
-      // Each all-reduce of N H rows becomes a reduce-scatter and an all-gather of this
-      // rank's N / p rows: the lookup's rows (and their gradient gathered), per layer
-      // two LayerNorm outputs gathered and two row-parallel outputs reduce-scattered
-      // forward and the reverse backward, ln_f's output; the LayerNorm and row-parallel
-      // bias gradients are summed over the group (H each), and the loss's row statistics.
-      // An MoE layer's output is its rows already (no reduce-scatter forward, again when
-      // recomputed) and it takes its rows of the output's gradient (no all-gather
-      // backward); it has no b2.
-      const double block = N * H / layout.tp, moves = in + 4 * L + 2 * F + out;
-      t.add("tp", Kind::all_gather, m * (moves - M), m * (moves - M) * block);
-      t.add("tp", Kind::reduce_scatter, m * (moves - M - MF), m * (moves - M - MF) * block);
-      t.add("tp", Kind::all_reduce, m * (6 * L - M + 4 * out),
-            m * ((6 * L - M + 2 * out) * H + out * 3 * N));
-      break;
-    }
-    // Without sequence parallelism an MoE layer's shares' outputs and input gradients are
-    // all-gathered (N H / p each; with expert tensor parallelism all-reduced, above).
-    if (layout.etp == 1)
-      t.add("tp", Kind::all_gather, m * (2 * M + MF), m * (2 * M + MF) * N * H / layout.tp);
-    // lookup: the rows summed over the vocabulary slices; per layer two forward
-    // (row-parallel outputs) and two backward (column-parallel input gradients), one of
-    // each for a layer whose MoE feed-forward replaces the MLP; head: the input gradient,
-    // and the loss's row maxima then (sum of exp, target) where the vocabulary is split
-    // (one rank holding it all computes the loss in one kernel, with nothing to sum).
-    const double pairs = 4 * L - 2 * u.moe + 2 * F - u.moe_recomputed;
-    const double stats = layout.tp > 1 ? 2 * out : 0;
-    t.add("tp", Kind::all_reduce, m * (in + pairs + out + stats),
-          m * ((in + pairs + out) * N * H + stats * 3 * N / 2));
-    break;
-  }
-  case TensorMode::d2: {
-    t.size("tp.row", static_cast<int>(q));
-    t.size("tp.col", static_cast<int>(q));
-    const double R = N / q, LF = L + F, LFd = Ld + Fd;
-    // Per layer, forward: X blocks along rows, W blocks along columns, the two
-    // LayerNorms' statistics, biases and LayerNorm vectors gathered; backward: X and
-    // W blocks again, dX and dW blocks reduced, the statistics' row sums, the vectors'
-    // gradients reduce-scattered. Attention's linears (QKV, the projection: 2 H input
-    // features, 4 H^2 weights, 4 H of vectors with the LayerNorms' 4 H) in every layer, the
-    // MLP's (W1, W2: 5 H, 8 H^2, 5 H) in the dense ones.
-    t.add("tp.row", Kind::broadcast, m * (2 * q * (LF + L) + 2 * q * (LFd + Ld) + q * out),
-          m * (2 * R * H * (LF + L) + 5 * R * H * (LFd + Ld) + out * R * V));
-    t.add("tp.row", Kind::reduce, m * (2 * q * L + 2 * q * Ld + q * out),
-          m * (2 * R * H * L + 5 * R * H * Ld + out * R * V));
-    t.add("tp.row", Kind::all_reduce, m * (4 * LF + 2 * L + 5 * out),
-          m * (4 * R * LF + 4 * R * L + 7 * R * out));
-    t.add("tp.col", Kind::broadcast, m * (4 * q * (LF + L) + 2 * q * (LFd + Ld) + 2 * q * out),
-          m * (H * H / q * (4 * (LF + L) + 8 * (LFd + Ld)) + out * 2 * V * H / q));
-    t.add("tp.col", Kind::reduce, m * (4 * q * L + 2 * q * Ld + q * out),
-          m * (H * H / q * (4 * L + 8 * Ld) + out * V * H / q));
-    t.add("tp.col", Kind::all_gather, m * (8 * LF + 2 * LFd + 2 * out + in),
-          m * (H / (q * q) * (8 * LF + 5 * LFd) + out * 2 * H / (q * q) + in * R * H / q));
-    t.add("tp.col", Kind::reduce_scatter, m * (8 * L + 2 * Ld + 2 * out + in),
-          m * (H / (q * q) * (8 * L + 5 * Ld) + out * 2 * H / (q * q) + in * R * H / q));
-    t.add("tp.col", Kind::all_reduce, m * out, m * out, 8); // the loss sum, a double
-    // An MoE layer's rows made whole over the row group and back: forward the input and
-    // the output, backward the input again, the output's gradient and the input's; each
-    // an [R, H / q] block of which (q - 1) / q goes to the other ranks.
-    t.add("tp.row", Kind::all_to_all, m * (5 * M + 2 * MF),
-          m * (5 * M + 2 * MF) * (q - 1) * R * H / (q * q));
-    break;
-  }
-  case TensorMode::d3: {
-    for (const char* g : {"tp.a", "tp.b", "tp.c"})
-      t.size(g, static_cast<int>(q));
-    for (const char* g : {"tp.ab", "tp.bc", "tp.ca"})
-      t.size(g, static_cast<int>(q * q));
-    const double R = N / (q * q), X = R * H / q, W = H * H / (q * q * q);
-    // wte is gathered over B and its gradient reduce-scattered by the lookup, or by the
-    // head on a stage without the lookup. Per layer: attention's linears (QKV, the
-    // projection) in every layer, the MLP's (W1, W2) in the dense ones (Ld, Fd).
-    const double wte = u.lookup || u.head ? 1 : 0;
-    t.add("tp.a", Kind::all_gather, m * (F + Fd + 3 * L + 3 * Ld + in + out),
-          m * X * (F + Fd + 3 * L + 3 * Ld + in + out));
-    t.add("tp.a", Kind::reduce_scatter, m * (F + Fd + 2 * L + 2 * Ld + in + out),
-          m * X * (F + Fd + 2 * L + 2 * Ld + in + out));
-    t.add("tp.a", Kind::all_reduce, m * 2 * out, m * 3 * R * out);
-    t.add("tp.b", Kind::all_gather, m * (4 * F + 2 * Fd + 8 * L + 4 * Ld + wte),
-          m * (W * (4 * F + 8 * Fd + 8 * L + 16 * Ld) + wte * V * H / (q * q * q)));
-    t.add("tp.b", Kind::reduce_scatter, m * (4 * L + 2 * Ld + wte),
-          m * (W * (4 * L + 8 * Ld) + wte * V * H / (q * q * q)));
-    t.add("tp.b", Kind::all_reduce, m * in, m * in * T * H / q); // wpe's gradient
-    t.add("tp.c", Kind::all_gather, m * (F + Fd + 5 * L + 3 * Ld + out),
-          m * (X * (F + 4 * Fd + 5 * L + 12 * Ld) + out * R * V / q));
-    t.add("tp.c", Kind::reduce_scatter, m * (3 * F + Fd + 4 * L + 2 * Ld + out),
-          m * (X * (3 * F + 4 * Fd + 4 * L + 8 * Ld) + out * R * V / q));
-    t.add("tp.c", Kind::all_reduce, m * (4 * F + 6 * L + 3 * out),
-          m * (4 * R * F + 8 * R * L + 4 * R * out));
-    t.add("tp.bc", Kind::all_reduce, m * (3 * L + Ld), m * (3 * L + 4 * Ld) * H / q);
-    t.add("tp.bc", Kind::all_reduce, m * out, m * out, 8); // the loss sum, a double
-    t.add("tp.ab", Kind::all_reduce, m * (5 * L + Ld + 2 * out),
-          m * ((5 * L + Ld) * H / q + 2 * H / q * out));
-    // An MoE layer's rows made whole over the C axis and back (as in 2d: 5 exchanges per
-    // layer, 2 per recomputed one, of [R, H / q] blocks).
-    t.add("tp.c", Kind::all_to_all, m * (5 * M + 2 * MF), m * (5 * M + 2 * MF) * (q - 1) * X / q);
-    break;
-  }
-  }
 }
 
 // Elements of one rank's block of parameter `e` in the layout's tensor mode

@@ -17,6 +17,10 @@
 
 namespace cubelm::model {
 
+namespace detail {
+class CollectiveCheck; // src/model/collective_check.hpp
+}
+
 using kernels::Mat;
 using kernels::Vec;
 
@@ -142,6 +146,8 @@ private:
   // local token ids of the micro-batch being run.
   std::unique_ptr<tp::ContextAttention<T>> context_;
   std::vector<std::int32_t> local_inputs_, local_targets_;
+  // CUBELM_CHECK_COLLECTIVES: each piece's collectives against tp/collectives.hpp.
+  std::unique_ptr<detail::CollectiveCheck> check_;
 };
 
 /// \brief A model together with the process grid and mode it runs on.

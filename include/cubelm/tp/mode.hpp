@@ -194,14 +194,18 @@ public:
   /// \brief Bytes of the buffers the mode's layers allocated (saved statistics, gathered
   /// blocks, logits, scratch shared by all layers).
   virtual std::int64_t workspace_bytes() const = 0;
+  /// \brief The counters every collective of the grid's groups adds to.
+  const comm::TrafficCounters& traffic() const { return *traffic_; }
 
 protected:
   explicit Mode(const comm::ProcessGrid& grid)
-      : layout_(grid.layout()), context_(grid.layout().cp > 1 ? &grid.cp() : nullptr) {}
+      : layout_(grid.layout()), context_(grid.layout().cp > 1 ? &grid.cp() : nullptr),
+        traffic_(&grid.tp().traffic()) {}
 
 private:
   comm::Layout layout_;
   const comm::Group* context_ = nullptr;
+  const comm::TrafficCounters* traffic_;
 };
 
 /// \brief The mode of the grid's layout: "none" and "1d" are Megatron-style 1D
