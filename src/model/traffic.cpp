@@ -220,16 +220,11 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
 
   // The pipeline: a message per chunk boundary crossed, n x ho floats (the residual
   // stream in the tensor-parallel layout); receives are counted with 0 bytes.
+  const tp::ActivationSplit split = tp::activation_split(layout);
   if (layout.pp > 1) {
     t.size("pp", layout.pp);
-    const double q = layout.side();
-    const double rows = layout.mode == TensorMode::d2   ? n_tokens / q
-                        : layout.mode == TensorMode::d3 ? n_tokens / (q * q)
-                        : layout.sequence_parallel      ? n_tokens / layout.tp
-                                                        : n_tokens;
-    const double cols = layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3
-                            ? deck.model.hidden / q
-                            : deck.model.hidden;
+    const double rows = n_tokens / (split.sequences * split.stream_rows),
+                 cols = static_cast<double>(deck.model.hidden) / split.outer;
     const auto& actions = plan.actions[static_cast<std::size_t>(stage)];
     for (std::size_t i = 0; i < actions.size(); ++i) {
       if (plan::send_after(plan, stage, i).exists())
@@ -246,13 +241,8 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
   // its E load fractions over the group in each forward.
   if (layout.cp > 1) {
     t.size("cp", layout.cp);
-    const double q = layout.side();
-    const double rows = layout.mode == TensorMode::d2   ? n_tokens / q
-                        : layout.mode == TensorMode::d3 ? n_tokens / (q * q)
-                                                        : n_tokens;
-    const double inner = layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3
-                             ? deck.model.hidden / q
-                             : static_cast<double>(deck.model.hidden) / layout.tp;
+    const double rows = n_tokens / split.sequences,
+                 inner = static_cast<double>(deck.model.hidden) / split.inner;
     const double block = 2 * rows * inner, gathers = m * (2 * u.layers + u.recomputed);
     t.add("cp", Kind::all_gather, gathers, gathers * block);
     t.add("cp", Kind::reduce_scatter, m * u.layers, m * u.layers * block);

@@ -234,13 +234,6 @@ public:
       : ModeBase<T>(grid), group_(grid.tp()),
         sequence_parallel_(grid.layout().sequence_parallel && grid.tp().size() > 1) {}
   const char* name() const override { return group_.size() == 1 ? "none" : "1d"; }
-  int sequences(int batch) const override { return batch; }
-  std::int64_t outer_rows(int batch, int seq) const override {
-    return split(batch, seq).block(group_);
-  }
-  std::int64_t outer_cols(std::int64_t features) const override { return features; }
-  std::int64_t inner_cols(std::int64_t features) const override { return features / group_.size(); }
-  int local_heads(int heads) const override { return heads / group_.size(); }
 
   std::unique_ptr<Linear<T>> linear(Params<T>& params, const std::vector<std::string>& weights,
                                     const std::vector<std::string>& biases, std::int64_t in,

@@ -246,10 +246,6 @@ public:
       : ModeBase<T>(grid), grid_{grid.tp_row(),        grid.tp_col(),        grid.tp_row().size(),
                                  grid.tp_col().rank(), grid.tp_row().rank(), ws_} {}
   const char* name() const override { return "2d"; }
-  int sequences(int batch) const override { return batch / grid_.q; }
-  std::int64_t outer_cols(std::int64_t features) const override { return features / grid_.q; }
-  std::int64_t inner_cols(std::int64_t features) const override { return features / grid_.q; }
-  int local_heads(int heads) const override { return heads / grid_.q; }
 
   std::unique_ptr<Linear<T>> linear(Params<T>& params, const std::vector<std::string>& weights,
                                     const std::vector<std::string>& biases, std::int64_t in,

@@ -310,10 +310,6 @@ public:
                                &grid.tp_plane(comm::Plane::ab),    &grid.tp_plane(comm::Plane::bc),
                                &grid.tp_plane(comm::Plane::ca),    ws_} {}
   const char* name() const override { return "3d"; }
-  int sequences(int batch) const override { return batch / (cube_.q * cube_.q); }
-  std::int64_t outer_cols(std::int64_t features) const override { return features / cube_.q; }
-  std::int64_t inner_cols(std::int64_t features) const override { return features / cube_.q; }
-  int local_heads(int heads) const override { return heads / cube_.q; }
 
   std::unique_ptr<Linear<T>> linear(Params<T>& params, const std::vector<std::string>& weights,
                                     const std::vector<std::string>& biases, std::int64_t in,

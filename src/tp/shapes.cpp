@@ -21,6 +21,26 @@ std::int64_t vocab_split(const comm::Layout& layout) {
   return 1;
 }
 
+ActivationSplit activation_split(const comm::Layout& layout) {
+  const int q = layout.side();
+  ActivationSplit s;
+  switch (layout.mode) {
+  case TensorMode::none:
+  case TensorMode::d1:
+    s.inner = s.heads = layout.tp;
+    s.stream_rows = layout.sequence_parallel ? layout.tp : 1;
+    break;
+  case TensorMode::d2:
+    s.sequences = s.outer = s.inner = s.heads = q;
+    break;
+  case TensorMode::d3:
+    s.sequences = q * q;
+    s.outer = s.inner = s.heads = q;
+    break;
+  }
+  return s;
+}
+
 std::int64_t padded_vocab(const ModelConfig& m, const comm::Layout& layout) {
   const std::int64_t a = std::max(1, m.vocab_divisible_by), b = vocab_split(layout);
   const std::int64_t multiple = a / std::gcd(a, b) * b;

@@ -300,8 +300,15 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   const std::int64_t lns = 2 * stage.layers + (stage.last ? 1 : 0);
   const bool any = stage.layers > 0, in = stage.first, out = stage.last;
   auto when = [](bool c, std::int64_t x) { return c ? x : std::int64_t(0); };
-  std::int64_t n = big_n, ho = h, hi = h, heads = m.heads, seqs = micro, extra = 0;
-  std::int64_t r = -1; // rows of the residual stream: n but with sequence parallelism
+  // The mode's split of the activations (tp::activation_split): n rows inside a pair, r of
+  // the residual stream, ho and hi columns, heads and whole sequences here.
+  comm::Layout layout{1, 1, tp, mode};
+  layout.sequence_parallel = sequence_parallel && tp > 1;
+  const tp::ActivationSplit split = tp::activation_split(layout);
+  const std::int64_t n = big_n / split.sequences, r = n / split.stream_rows, ho = h / split.outer,
+                     hi = h / split.inner, heads = m.heads / split.heads,
+                     seqs = micro / split.sequences;
+  std::int64_t extra = 0;
   // The widest linear's features: the MLP's 4 H, or H on a stage whose layers are all MoE.
   const std::int64_t wide = stage.layers > stage.moe_layers ? 4 : 1;
   // Vectors of a layer's linears: 9 H (bq, bk, bv, bo, b1, b2), 4 H in an MoE layer.
@@ -309,11 +316,10 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   switch (mode) {
   case TensorMode::d2: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
-    const std::int64_t split = q > 1 ? 1 : 0; // vectors: gathered block, partial, piece
-    n = r = big_n / q, ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / q;
+    const std::int64_t vectors = q > 1 ? 1 : 0; // vectors: gathered block, partial, piece
     const std::int64_t w4 = wide * h * h / (q * q), wv = v * h / (q * q);
-    extra = lns * (2 * n + split * 2 * (2 * h / q + h / (q * q))) +
-            biases * split * (2 * h / q + h / (q * q)) + when(in, big_n) +
+    extra = lns * (2 * n + vectors * 2 * (2 * h / q + h / (q * q))) +
+            biases * vectors * (2 * h / q + h / (q * q)) + when(in, big_n) +
             when(out, n * v / q + 5 * n) +
             std::max(when(any, n * wide * h / q), when(out, n * v / q)) +   // kAct
             std::max(when(any, w4), when(out, wv)) +                        // kWeight
@@ -325,7 +331,6 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   case TensorMode::d3: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t sum = q > 1 ? 1 : 0; // replicated vectors: a partial gradient
-    n = r = big_n / (q * q), ho = h / q, hi = h / q, heads = m.heads / q, seqs = micro / (q * q);
     const std::int64_t w4 = wide * h * h / (q * q);
     extra = lns * (2 * n + sum * 2 * h / q) + biases * sum * h / q +
             when(in, sum * t * h / q + n * q) + 2 * (v / q) * (h / q) +
@@ -340,9 +345,7 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   }
   case TensorMode::none:
   case TensorMode::d1: {
-    hi = h / tp, heads = m.heads / tp;
-    const bool sp = sequence_parallel && tp > 1;
-    r = sp ? n / tp : n;
+    const bool sp = layout.sequence_parallel;
     extra = lns * 2 * r + when(in, n) + when(out, 5 * n + n * v / tp);
     if (sp) // gamma, beta and the row-parallel biases (an MoE layer has no b2): partial
             // gradients; scratch blocks
@@ -383,12 +386,12 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   const std::int64_t mlp = 12 * n * hi, e = m.experts, k = m.top_k;
   const bool moe_here = stage.moe_layers > 0;
   const std::int64_t shared = tp > 1 && moe_here ? 1 : 0, nm = shared ? big_n / tp : n;
-  const std::int64_t split = shared && stage.etp > 1 ? 1 : 0;
-  const std::int64_t nr = split ? big_n : nm, f = 4 * h / (split ? tp : 1);
+  const std::int64_t sliced = shared && stage.etp > 1 ? 1 : 0;
+  const std::int64_t nr = sliced ? big_n : nm, f = 4 * h / (sliced ? tp : 1);
   const bool blocks = mode == TensorMode::d2 || mode == TensorMode::d3;
   // 1d without sequence parallelism and with expert tensor parallelism: the replicated
   // rows are routed directly, no share and no gathered buffers.
-  const std::int64_t direct = split && !blocks && !sequence_parallel ? 1 : 0;
+  const std::int64_t direct = sliced && !blocks && !sequence_parallel ? 1 : 0;
   const std::int64_t share_buffers = direct ? 0 : blocks ? 4 : sequence_parallel ? 1 : 2;
   const std::int64_t rows = moe_here ? tp::moe_rows(m.capacity_factor, nr, m.top_k, m.experts) : 0;
   const std::int64_t got =
@@ -402,8 +405,8 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
       layer - when(stage.layers == stage.moe_layers, mlp) + when(stage.moe_layers > 0, saved);
   if (stage.moe_layers > 0)
     extra += stage.moe_layers * (nr * k + 2 * e) + 2 * rows * h + got * (f + moved * h) + nr * e +
-             nr * k + shared * ((1 - split) * stage.moe_layers * h * e + share_buffers * nm * h) +
-             split * (1 - direct) * 3 * nr * h;
+             nr * k + shared * ((1 - sliced) * stage.moe_layers * h * e + share_buffers * nm * h) +
+             sliced * (1 - direct) * 3 * nr * h;
   const std::int64_t per_slot = (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + acts) +
                                 when(out, n * ho + 2 * r);
   const std::int64_t once = n * ho + r * ho + 12 * n * hi + attention_once +

@@ -148,18 +148,18 @@ public:
   }
   /// \brief How many of a micro-batch's `batch` sequences the activations inside a pair
   /// hold here (and a LayerNorm's output, the input of a pair's first linear).
-  virtual int sequences(int batch) const = 0;
+  int sequences(int batch) const { return batch / split_.sequences; }
   /// \brief Rows of the residual stream here for micro-batches of `batch` sequences of
   /// `seq` tokens: sequences(batch) * seq, or a block of them with sequence parallelism.
-  virtual std::int64_t outer_rows(int batch, int seq) const {
-    return static_cast<std::int64_t>(sequences(batch)) * seq;
+  std::int64_t outer_rows(int batch, int seq) const {
+    return static_cast<std::int64_t>(sequences(batch)) * seq / split_.stream_rows;
   }
   /// \brief Local columns of a residual-stream activation with `features` features.
-  virtual std::int64_t outer_cols(std::int64_t features) const = 0;
+  std::int64_t outer_cols(std::int64_t features) const { return features / split_.outer; }
   /// \brief Local columns of an activation inside a pair with `features` features.
-  virtual std::int64_t inner_cols(std::int64_t features) const = 0;
+  std::int64_t inner_cols(std::int64_t features) const { return features / split_.inner; }
   /// \brief Attention heads held by this rank.
-  virtual int local_heads(int heads) const = 0;
+  int local_heads(int heads) const { return heads / split_.heads; }
 
   /// \brief Registers W_i [in, out] and b_i [out] (names in `weights` and `biases`) and
   /// returns the layer computing them for activations of `rows` local rows.
@@ -199,11 +199,12 @@ public:
 
 protected:
   explicit Mode(const comm::ProcessGrid& grid)
-      : layout_(grid.layout()), context_(grid.layout().cp > 1 ? &grid.cp() : nullptr),
-        traffic_(&grid.tp().traffic()) {}
+      : layout_(grid.layout()), split_(activation_split(grid.layout())),
+        context_(grid.layout().cp > 1 ? &grid.cp() : nullptr), traffic_(&grid.tp().traffic()) {}
 
 private:
   comm::Layout layout_;
+  ActivationSplit split_; // tp/shapes.hpp: how the mode splits activations
   const comm::Group* context_ = nullptr;
   const comm::TrafficCounters* traffic_;
 };

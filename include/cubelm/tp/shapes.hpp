@@ -19,6 +19,21 @@ namespace cubelm::tp {
 /// tensor parallelism.
 std::int64_t vocab_split(const comm::Layout& layout);
 
+/// \brief How a tensor mode splits a micro-batch's activations over its ranks: each holds
+/// 1 / `sequences` of the sequences, 1 / `outer` of the residual stream's features
+/// ("outer", what a LayerNorm reads), 1 / `inner` of the features inside a linear pair
+/// (q, k, v, the MLP's hidden layer), 1 / `heads` of the attention heads, and with
+/// sequence parallelism 1 / `stream_rows` of the residual stream's rows.
+///  - 1d (p ranks): sequences 1, outer 1, inner p, heads p, stream_rows p with sequence
+///    parallelism (else 1);
+///  - 2d (q x q): sequences q, outer q, inner q, heads q;
+///  - 3d (q x q x q): sequences q^2, outer q, inner q, heads q.
+/// The runtime modes (tp::Mode) and the closed forms (memory, traffic) read it.
+struct ActivationSplit {
+  int sequences = 1, outer = 1, inner = 1, heads = 1, stream_rows = 1;
+};
+ActivationSplit activation_split(const comm::Layout& layout);
+
 /// \brief The padded vocabulary the model computes with: the smallest multiple of both
 /// model.vocab_divisible_by and vocab_split(layout) that holds model.vocab_size. The
 /// rows past vocab_size are zero, never predicted (masked out of the softmax and the
