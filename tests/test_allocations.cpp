@@ -21,6 +21,7 @@
 #include "cubelm/io/deck.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "layouts.hpp"
 #include "test_helpers.hpp"
 
 #include <gtest/gtest.h>
@@ -31,6 +32,7 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::layouts;
 using cubelm::testing::world_size;
 
 namespace {
@@ -41,56 +43,6 @@ std::map<std::string, int> g_allocations; // by View label
 void on_allocate(Kokkos::Profiling::SpaceHandle, const char* label, const void*, std::uint64_t) {
   if (g_counting)
     ++g_allocations[label];
-}
-
-std::vector<std::string> layouts() {
-  switch (world_size()) {
-  case 1:
-    return {"", "microbatches = 2\nrecompute = \"full\""};
-  case 2:
-    return {"tensor_mode = \"1d\"\ntensor_size = 2",
-            "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true",
-            "data_size = 2",
-            "data_size = 2\nzero = 1\nmicrobatches = 2",
-            "pipeline_size = 2\nschedule = \"gpipe\"\nmicrobatches = 4",
-            "pipeline_size = 2\nschedule = \"1f1b\"\nmicrobatches = 4\nrecompute = \"full\"",
-            "pipeline_size = 2\nschedule = \"interleaved\"\nvirtual_stages = 2\nmicrobatches = 4",
-            "pipeline_size = 2\nschedule = \"layered\"\nmicrobatches = 4"};
-  case 4:
-    return {"tensor_mode = \"2d\"\ntensor_size = 4",
-            "tensor_mode = \"1d\"\ntensor_size = 2\npipeline_size = 2\nmicrobatches = 2",
-            "tensor_mode = \"1d\"\ntensor_size = 2\npipeline_size = 2\nmicrobatches = 2\n"
-            "sequence_parallel = true\nrecompute = \"full\"",
-            "tensor_mode = \"1d\"\ntensor_size = 2\ndata_size = 2\nzero = 1"};
-  case 8:
-    return {"tensor_mode = \"3d\"\ntensor_size = 8",
-            "tensor_mode = \"2d\"\ntensor_size = 4\npipeline_size = 2\nschedule = "
-            "\"interleaved\"\nvirtual_stages = 2\nmicrobatches = 2",
-            "tensor_mode = \"1d\"\ntensor_size = 2\ndata_size = 2\nzero = 1\npipeline_size = 2\n"
-            "microbatches = 2"};
-  default:
-    return {};
-  }
-}
-
-// MoE layouts: expert parallelism, ZeRO-1, pipelines, 2d tensor parallelism.
-std::vector<std::string> moe_layouts() {
-  switch (world_size()) {
-  case 1:
-    return {"microbatches = 2"};
-  case 2:
-    return {"data_size = 2\nexpert_size = 2", "data_size = 2\nexpert_size = 2\nzero = 1"};
-  case 4:
-    return {"data_size = 4\nexpert_size = 4\nrecompute = \"full\"",
-            "pipeline_size = 2\ndata_size = 2\nexpert_size = 2\nmicrobatches = 2\nzero = 1",
-            "tensor_mode = \"2d\"\ntensor_size = 4\nexpert_size = 4"};
-  case 8:
-    return {"pipeline_size = 2\ndata_size = 4\nexpert_size = 2\nmicrobatches = 2\nzero = 1",
-            "tensor_mode = \"2d\"\ntensor_size = 4\ndata_size = 2\nexpert_size = 4\n"
-            "recompute = \"full\""};
-  default:
-    return {};
-  }
 }
 
 Deck deck_for(const std::string& parallel, const std::string& model = "") {
@@ -152,12 +104,13 @@ void expect_no_allocations(const std::vector<std::string>& all, const std::strin
 } // namespace
 
 TEST(Allocations, SteadyStateStepsAllocateNothing) {
-  expect_no_allocations(layouts(), "");
+  expect_no_allocations(layouts("allocations"), "");
 }
 
 // MoE layers too: the expert rows' buffers are sized for the worst case at construction.
 TEST(Allocations, MoEStepsAllocateNothing) {
-  expect_no_allocations(moe_layouts(), "experts = 4\ntop_k = 2\nmoe_every = 2\n");
+  // Expert parallelism, ZeRO-1, pipelines, 2d tensor parallelism.
+  expect_no_allocations(layouts("allocations_moe"), "experts = 4\ntop_k = 2\nmoe_every = 2\n");
 }
 
 // Context parallelism: the gathered keys and values, the blocks and the local token ids
@@ -165,22 +118,8 @@ TEST(Allocations, MoEStepsAllocateNothing) {
 TEST(Allocations, ContextParallelStepsAllocateNothing) {
   if (world_size() == 1)
     GTEST_SKIP() << "context parallelism needs 2 ranks or more";
-  std::vector<std::string> dense, moe; // an empty dense list fails (expect_no_allocations)
-  switch (world_size()) {
-  case 2:
-    dense = {"context_size = 2", "context_size = 2\nrecompute = \"full\""};
-    break;
-  case 4:
-    dense = {"context_size = 2\ndata_size = 2\nzero = 1",
-             "context_size = 2\ntensor_mode = \"1d\"\ntensor_size = 2"};
-    moe = {"context_size = 2\ndata_size = 2\nexpert_size = 4"};
-    break;
-  case 8:
-    dense = {"context_size = 2\npipeline_size = 2\ndata_size = 2\nmicrobatches = 2\nzero = 1"};
-    break;
-  default:
-    break;
-  }
+  // An empty dense list fails (expect_no_allocations).
+  const std::vector<std::string> dense = layouts("context"), moe = layouts("context_moe");
   expect_no_allocations(dense, "");
   if (!moe.empty())
     expect_no_allocations(moe, "experts = 4\ntop_k = 2\nmoe_every = 2\n");

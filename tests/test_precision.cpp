@@ -8,6 +8,7 @@
 #include "cubelm/kernels/precision.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "layouts.hpp"
 #include "test_helpers.hpp"
 
 #include <gtest/gtest.h>
@@ -132,20 +133,11 @@ TEST(Bf16, GemmMultipliesRoundedInputsInFp32) {
 namespace {
 
 Deck quickstart(const std::string& precision) {
-  std::string parallel;
-  switch (world_size()) {
-  case 2:
-    parallel = "tensor_mode = \"1d\"\ntensor_size = 2";
-    break;
-  case 4:
-    parallel = "tensor_mode = \"2d\"\ntensor_size = 4";
-    break;
-  case 8:
-    parallel = "tensor_mode = \"3d\"\ntensor_size = 8";
-    break;
-  default:
-    break;
-  }
+  const std::vector<std::string> cases = cubelm::testing::layouts("precision");
+  if (cases.size() != 1)
+    ADD_FAILURE() << "tests/layouts.hpp: one \"precision\" case per world size, " << cases.size()
+                  << " for " << world_size() << " ranks";
+  const std::string parallel = cases.empty() ? "" : cases.front();
   // inputs/quickstart.toml's model and optimizer, 100 steps.
   return io::parse_deck(R"(
 [model]

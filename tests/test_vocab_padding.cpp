@@ -8,6 +8,7 @@
 #include "cubelm/tp/shapes.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "layouts.hpp"
 #include "test_helpers.hpp"
 
 #include <gtest/gtest.h>
@@ -24,7 +25,8 @@ namespace {
 
 constexpr int kVocab = 50; // splits over none of the layouts below
 
-Deck deck(const char* mode, int tp, int divisible_by) {
+// The deck with `parallel` as its [parallel] lines.
+Deck deck(const std::string& parallel, int divisible_by) {
   const std::string text = std::string(R"([model]
 vocab_size = 50
 vocab_divisible_by = )") + std::to_string(divisible_by) +
@@ -34,8 +36,7 @@ hidden = 16
 heads = 8
 layers = 2
 [parallel]
-tensor_mode = ")" + mode +
-                           "\"\ntensor_size = " + std::to_string(tp) + R"(
+)" + parallel + R"(
 [train]
 steps = 10
 global_batch = 4
@@ -53,18 +54,13 @@ peak_gflops = 1.0
 
 // The tensor modes this world fits, padded to multiples of 16 (64 rows).
 std::vector<Deck> padded_decks() {
-  switch (cubelm::testing::world_size()) {
-  case 1:
-    return {deck("none", 1, 16)};
-  case 2:
-    return {deck("1d", 2, 16)};
-  case 4:
-    return {deck("1d", 4, 16), deck("2d", 4, 16)};
-  case 8:
-    return {deck("1d", 8, 16), deck("3d", 8, 16)};
-  default:
-    return {};
-  }
+  std::vector<Deck> out;
+  for (const std::string& parallel : cubelm::testing::layouts("padding"))
+    out.push_back(deck(parallel, 16));
+  if (out.empty())
+    ADD_FAILURE() << "tests/layouts.hpp: no \"padding\" case for " << cubelm::testing::world_size()
+                  << " ranks";
+  return out;
 }
 
 // This rank's padding rows of wte, value or gradient, are all exactly zero.
@@ -84,7 +80,7 @@ void expect_padding_zero(train::Trainer& t) {
 } // namespace
 
 TEST(VocabPadding, PaddedVocabularyOfEachLayout) {
-  const Deck d = deck("none", 1, 16);
+  const Deck d = deck("", 16);
   EXPECT_EQ(tp::padded_vocab(d.model, comm::Layout{1, 1, 1, TensorMode::none}), 64);
   EXPECT_EQ(tp::padded_vocab(d.model, comm::Layout{1, 1, 8, TensorMode::d1}), 64);
   EXPECT_EQ(tp::padded_vocab(d.model, comm::Layout{1, 1, 27, TensorMode::d3}), 144); // lcm 144
@@ -101,7 +97,7 @@ TEST(VocabPadding, PaddedVocabularyOfEachLayout) {
 TEST(VocabPadding, TrainingEqualsTheUnpaddedModel) {
   for (const Deck& d : padded_decks()) {
     SCOPED_TRACE(comm::layout_of(d.parallel).describe());
-    train::Trainer padded(d), plain(deck("none", 1, 1), cubelm::testing::self());
+    train::Trainer padded(d), plain(deck("", 1), cubelm::testing::self());
     EXPECT_EQ(padded.model().param("wte").shape[0], 64);
     EXPECT_EQ(plain.model().param("wte").shape[0], kVocab);
     for (int s = 0; s < 10; ++s) {
@@ -118,7 +114,9 @@ TEST(VocabPadding, TrainingEqualsTheUnpaddedModel) {
 TEST(VocabPadding, CheckpointsHoldTheVocabularyRowsOnly) {
   const comm::Communicator world = comm::Communicator::world();
   const std::string path = cubelm::testing::temp_path("cubelm_test_padding_");
-  const Deck d = padded_decks().back();
+  const std::vector<Deck> decks = padded_decks();
+  ASSERT_FALSE(decks.empty());
+  const Deck d = decks.back();
   train::Trainer writer(d);
   for (int s = 0; s < 3; ++s)
     writer.step();
@@ -135,7 +133,7 @@ TEST(VocabPadding, CheckpointsHoldTheVocabularyRowsOnly) {
   if (world.rank() == 0)
     for (const int divisible_by : {1, 128}) {
       SCOPED_TRACE("vocab_divisible_by = " + std::to_string(divisible_by));
-      train::Trainer reader(deck("none", 1, divisible_by), cubelm::testing::self());
+      train::Trainer reader(deck("", divisible_by), cubelm::testing::self());
       reader.resume(path);
       expect_padding_zero(reader);
       for (int s = 3; s < 6; ++s)

@@ -1,0 +1,99 @@
+#pragma once
+// The layouts the whole-model tests run, in one table: each case says the ranks it needs,
+// its deck's [parallel] lines and which tests run it. A test asks for its cases at the
+// job's world size (layouts("allocations")) instead of keeping a switch of its own, so
+// that a new layout or a new rank count is one line here. An empty answer is for the test
+// to refuse (ADD_FAILURE), not to pass without a case.
+
+#include "test_helpers.hpp"
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace cubelm::testing {
+
+struct LayoutCase {
+  int world;                 // the ranks it needs
+  std::string parallel;      // the deck's [parallel] lines
+  std::set<std::string> use; // the tests that run it
+};
+
+inline const std::vector<LayoutCase>& layout_table() {
+  static const std::vector<LayoutCase> table = {
+      // One rank.
+      {1, "", {"allocations", "precision", "padding"}},
+      {1, "microbatches = 2\nrecompute = \"full\"", {"allocations"}},
+      {1, "microbatches = 2", {"allocations_moe"}},
+      // Two ranks.
+      {2, "tensor_mode = \"1d\"\ntensor_size = 2", {"allocations", "precision", "padding"}},
+      {2, "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true", {"allocations"}},
+      {2, "data_size = 2", {"allocations"}},
+      {2, "data_size = 2\nzero = 1\nmicrobatches = 2", {"allocations"}},
+      {2, "pipeline_size = 2\nschedule = \"gpipe\"\nmicrobatches = 4", {"allocations"}},
+      {2,
+       "pipeline_size = 2\nschedule = \"1f1b\"\nmicrobatches = 4\nrecompute = \"full\"",
+       {"allocations"}},
+      {2,
+       "pipeline_size = 2\nschedule = \"interleaved\"\nvirtual_stages = 2\nmicrobatches = 4",
+       {"allocations"}},
+      {2, "pipeline_size = 2\nschedule = \"layered\"\nmicrobatches = 4", {"allocations"}},
+      {2, "data_size = 2\nexpert_size = 2", {"allocations_moe"}},
+      {2, "data_size = 2\nexpert_size = 2\nzero = 1", {"allocations_moe"}},
+      {2, "context_size = 2", {"context"}},
+      {2, "context_size = 2\nrecompute = \"full\"", {"context"}},
+      // Four ranks.
+      {4, "tensor_mode = \"1d\"\ntensor_size = 4", {"padding"}},
+      {4, "tensor_mode = \"2d\"\ntensor_size = 4", {"allocations", "precision", "padding"}},
+      {4,
+       "tensor_mode = \"1d\"\ntensor_size = 2\npipeline_size = 2\nmicrobatches = 2",
+       {"allocations"}},
+      {4,
+       "tensor_mode = \"1d\"\ntensor_size = 2\npipeline_size = 2\nmicrobatches = 2\n"
+       "sequence_parallel = true\nrecompute = \"full\"",
+       {"allocations"}},
+      {4, "tensor_mode = \"1d\"\ntensor_size = 2\ndata_size = 2\nzero = 1", {"allocations"}},
+      {4, "data_size = 4\nexpert_size = 4\nrecompute = \"full\"", {"allocations_moe"}},
+      {4,
+       "pipeline_size = 2\ndata_size = 2\nexpert_size = 2\nmicrobatches = 2\nzero = 1",
+       {"allocations_moe"}},
+      {4, "tensor_mode = \"2d\"\ntensor_size = 4\nexpert_size = 4", {"allocations_moe"}},
+      {4, "context_size = 2\ndata_size = 2\nzero = 1", {"context"}},
+      {4, "context_size = 2\ntensor_mode = \"1d\"\ntensor_size = 2", {"context"}},
+      {4, "context_size = 2\ndata_size = 2\nexpert_size = 4", {"context_moe"}},
+      // Eight ranks.
+      {8, "tensor_mode = \"1d\"\ntensor_size = 8", {"padding"}},
+      {8, "tensor_mode = \"3d\"\ntensor_size = 8", {"allocations", "precision", "padding"}},
+      {8,
+       "tensor_mode = \"2d\"\ntensor_size = 4\npipeline_size = 2\nschedule = "
+       "\"interleaved\"\nvirtual_stages = 2\nmicrobatches = 2",
+       {"allocations"}},
+      {8,
+       "tensor_mode = \"1d\"\ntensor_size = 2\ndata_size = 2\nzero = 1\npipeline_size = 2\n"
+       "microbatches = 2",
+       {"allocations"}},
+      {8,
+       "pipeline_size = 2\ndata_size = 4\nexpert_size = 2\nmicrobatches = 2\nzero = 1",
+       {"allocations_moe"}},
+      {8,
+       "tensor_mode = \"2d\"\ntensor_size = 4\ndata_size = 2\nexpert_size = 4\n"
+       "recompute = \"full\"",
+       {"allocations_moe"}},
+      {8,
+       "context_size = 2\npipeline_size = 2\ndata_size = 2\nmicrobatches = 2\nzero = 1",
+       {"context"}},
+  };
+  return table;
+}
+
+/// The [parallel] lines of the table's cases that `use` runs at this job's world size, in
+/// the table's order.
+inline std::vector<std::string> layouts(const std::string& use) {
+  std::vector<std::string> out;
+  for (const LayoutCase& c : layout_table())
+    if (c.world == world_size() && c.use.count(use) != 0)
+      out.push_back(c.parallel);
+  return out;
+}
+
+} // namespace cubelm::testing
