@@ -90,12 +90,13 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
 // (model/shape.hpp parameters_per_rank, parameter by parameter).
 // wte is held with the padded vocabulary's rows.
 std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const ModelConfig& cfg) {
-  const std::int64_t q = layout.side(), p = layout.tp;
+  const std::int64_t p = layout.tp;
+  const tp::ParamSplit split = tp::param_split(layout);
   const bool matrix = e.shape.size() == 2;
   const std::int64_t rows = e.tied ? tp::padded_vocab(cfg, layout) : e.shape[0];
   const std::int64_t n = matrix ? rows * e.shape[1] : e.shape[0];
   if (e.name == "wpe")
-    return layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3 ? n / q : n;
+    return n / split.wpe;
   const auto ends = [&](const char* s) {
     const std::string tail(s);
     return e.name.size() >= tail.size() &&
@@ -107,20 +108,10 @@ std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const M
     return layout.etp > 1 && !ends("/b2") ? n / p : n;
   if (ends("/router"))
     return n;
-  switch (layout.mode) {
-  case TensorMode::d2:
-    return n / (q * q);
-  case TensorMode::d3:
-    return matrix ? n / (q * q * q) : n / q;
-  case TensorMode::none:
-  case TensorMode::d1: {
-    if (matrix)
-      return n / p;
-    // Column-parallel biases (bq, bk, bv, b1) are split; LayerNorms, bo and b2 replicated.
-    return ends("/bq") || ends("/bk") || ends("/bv") || ends("/b1") ? n / p : n;
-  }
-  }
-  return n;
+  if (matrix)
+    return n / split.matrix;
+  return n / (ends("/bq") || ends("/bk") || ends("/bv") || ends("/b1") ? split.column_bias
+                                                                       : split.vector);
 }
 
 // parameter_table, made once per model: the planner asks for the buckets of every stage

@@ -41,6 +41,26 @@ ActivationSplit activation_split(const comm::Layout& layout) {
   return s;
 }
 
+ParamSplit param_split(const comm::Layout& layout) {
+  const int q = layout.side();
+  ParamSplit s;
+  switch (layout.mode) {
+  case TensorMode::none:
+  case TensorMode::d1:
+    s.matrix = s.column_bias = layout.tp;
+    break;
+  case TensorMode::d2:
+    s.matrix = s.column_bias = s.vector = q * q;
+    s.wpe = q;
+    break;
+  case TensorMode::d3:
+    s.matrix = q * q * q;
+    s.column_bias = s.vector = s.wpe = q;
+    break;
+  }
+  return s;
+}
+
 std::int64_t padded_vocab(const ModelConfig& m, const comm::Layout& layout) {
   const std::int64_t a = std::max(1, m.vocab_divisible_by), b = vocab_split(layout);
   const std::int64_t multiple = a / std::gcd(a, b) * b;

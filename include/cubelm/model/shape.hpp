@@ -226,7 +226,8 @@ struct StageShape {
 };
 
 /// \brief Parameter elements on one rank of the tensor-parallel group (`tp` ranks in
-/// `mode`; docs/tensor-parallel.md for the layouts) for `stage`:
+/// `mode`, split as tp::param_split says; docs/tensor-parallel.md for the layouts) for
+/// `stage`:
 ///  - none/1d (p = tp): per layer 12 H^2 / p + 7 H / p + 6 H; wte V H / p, wpe T H, ln_f 2 H:
 ///    vocabulary rows and weights split p ways; LayerNorms, wpe and the row-parallel
 ///    biases replicated;
@@ -241,27 +242,14 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
                                         const StageShape& stage) {
   const std::int64_t h = m.hidden, v = tp::padded_vocab(m, comm::Layout{1, 1, tp, mode}),
                      t = m.seq_len;
-  // mlp: the block of the MLP (W1, b1, W2, b2) among a layer's.
-  std::int64_t layer = 0, wte = 0, wpe = 0, lnf = 0, mlp = 0;
-  switch (mode) {
-  case TensorMode::d2: {
-    const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
-    layer = (12 * h * h + 13 * h) / (q * q), wte = v * h / (q * q), wpe = t * h / q;
-    lnf = 2 * h / (q * q), mlp = (8 * h * h + 5 * h) / (q * q);
-    break;
-  }
-  case TensorMode::d3: {
-    const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
-    layer = 12 * h * h / (q * q * q) + 13 * h / q, wte = v * h / (q * q * q), wpe = t * h / q;
-    lnf = 2 * h / q, mlp = 8 * h * h / (q * q * q) + 5 * h / q;
-    break;
-  }
-  case TensorMode::none:
-  case TensorMode::d1:
-    layer = 12 * h * h / tp + 7 * h / tp + 6 * h, wte = v * h / tp, wpe = t * h, lnf = 2 * h;
-    mlp = 8 * h * h / tp + 4 * h / tp + h;
-    break;
-  }
+  // A layer's block: 12 H^2 of weights, 7 H of column-parallel biases (bq, bk, bv, b1),
+  // 6 H of other vectors (two LayerNorms, bo, b2); mlp: the MLP's part (W1, b1, W2, b2).
+  const tp::ParamSplit split = tp::param_split(comm::Layout{1, 1, tp, mode});
+  const std::int64_t layer = 12 * h * h / split.matrix + 7 * h / split.column_bias +
+                             6 * h / split.vector,
+                     wte = v * h / split.matrix, wpe = t * h / split.wpe,
+                     lnf = 2 * h / split.vector,
+                     mlp = 8 * h * h / split.matrix + 4 * h / split.column_bias + h / split.vector;
   // An MoE layer holds the router and its E / ep experts whole (ep spans the tp ranks),
   // or with expert tensor parallelism their slices (w1, b1, w2 split over the tp ranks, b2
   // whole), instead of its block of the MLP.

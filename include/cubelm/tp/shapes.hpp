@@ -34,6 +34,23 @@ struct ActivationSplit {
 };
 ActivationSplit activation_split(const comm::Layout& layout);
 
+/// \brief How a tensor mode splits the model's parameters over its ranks: each holds
+/// 1 / `matrix` of a weight matrix (wte with the padded vocabulary's rows), 1 / `vector`
+/// of a LayerNorm's vectors and of the biases, but 1 / `column_bias` of the biases of a
+/// pair's first linear (bq, bk, bv, b1), and 1 / `wpe` of wpe. An MoE layer's router and
+/// experts are not the mode's (whole, or their hidden layer split by expert tensor
+/// parallelism).
+///  - 1d (p ranks): matrix p, column_bias p, vector 1, wpe 1 (LayerNorms, bo, b2, wpe
+///    replicated);
+///  - 2d (q x q): matrix q^2, column_bias and vector q^2, wpe q (a hidden block,
+///    replicated over the column);
+///  - 3d (q x q x q): matrix q^3, column_bias and vector q, wpe q (a feature chunk,
+///    replicated over a plane).
+struct ParamSplit {
+  int matrix = 1, column_bias = 1, vector = 1, wpe = 1;
+};
+ParamSplit param_split(const comm::Layout& layout);
+
 /// \brief The padded vocabulary the model computes with: the smallest multiple of both
 /// model.vocab_divisible_by and vocab_split(layout) that holds model.vocab_size. The
 /// rows past vocab_size are zero, never predicted (masked out of the softmax and the
