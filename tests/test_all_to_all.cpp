@@ -9,6 +9,7 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/types.hpp"
 
+#include "test_helpers.hpp"
 #include "view_helpers.hpp"
 
 #include <gtest/gtest.h>
@@ -206,16 +207,7 @@ struct Uneven {
 
 // The message of the InternalError that `f` throws ("" and a failure otherwise).
 std::string refusal(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InternalError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected cubelm::InternalError, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected cubelm::InternalError, nothing was thrown";
-  return "";
+  return cubelm::testing::internal_error_of(f);
 }
 
 } // namespace

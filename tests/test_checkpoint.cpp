@@ -73,19 +73,7 @@ std::string error_of(const std::function<void()>& f) {
   return cubelm::testing::error_of(f, true);
 }
 
-// The message of the cubelm::InternalError (API misuse) that `f` throws.
-std::string internal_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InternalError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected cubelm::InternalError, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no cubelm::InternalError";
-  return "";
-}
+using cubelm::testing::internal_error_of;
 
 // Rows [begin, end) of `rows` that rank r of p owns: a deliberately uneven
 // split (quadratic boundaries) in which low ranks may own nothing.

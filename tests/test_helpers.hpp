@@ -78,4 +78,19 @@ inline std::string error_of(const std::function<void()>& f, bool collective) {
   return "";
 }
 
+/// The message of the cubelm::InternalError (an internal check, API misuse) that `f`
+/// raises; "" and a test failure when `f` raises none or another exception.
+inline std::string internal_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InternalError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected cubelm::InternalError, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no cubelm::InternalError raised";
+  return "";
+}
+
 } // namespace cubelm::testing
