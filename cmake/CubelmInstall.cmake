@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS cubelm_core cubelm_comm cubelm_kernels cubelm_plan cubelm_tp cubelm_toml cubelm_io
+install(TARGETS cubelm_core cubelm_comm cubelm_kernels cubelm_pipeline cubelm_tp cubelm_toml cubelm_io cubelm_cost
                 cubelm_model cubelm_train cubelm_app cubelm_all cubelm_exe
         EXPORT cubelmTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

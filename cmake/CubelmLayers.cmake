@@ -14,12 +14,13 @@ set(CUBELM_LAYERS
   "core:"
   "comm:core"
   "kernels:core"
-  "plan:core"
+  "pipeline:core"
   "tp:core comm kernels"
-  "io:core comm kernels plan tp"
-  "model:core comm kernels plan tp io"
-  "train:core comm kernels plan tp io model"
-  "app:core comm kernels plan tp io model train")
+  "io:core comm kernels pipeline tp"
+  "cost:core comm pipeline tp io"
+  "model:core comm kernels pipeline tp io cost"
+  "train:core comm kernels pipeline tp io cost model"
+  "app:core comm kernels pipeline tp io cost model train")
 
 # Headers (and their whole include closure) that must stay free of Kokkos, so that
 # deck validation, plans and memory estimates build and run without a device.
@@ -32,17 +33,13 @@ set(CUBELM_KOKKOS_FREE
   include/cubelm/core/stop.hpp
   include/cubelm/comm/devices.hpp
   include/cubelm/comm/layout.hpp
-  include/cubelm/plan/messages.hpp
-  include/cubelm/plan/schedule.hpp
-  include/cubelm/plan/timed.hpp
   include/cubelm/tp/collectives.hpp
   include/cubelm/tp/shapes.hpp
   include/cubelm/io/deck.hpp
-  include/cubelm/io/machine.hpp
-  include/cubelm/model/shape.hpp
-  include/cubelm/model/memory.hpp
-  include/cubelm/model/planner.hpp
-  include/cubelm/model/predict.hpp)
+  include/cubelm/io/machine.hpp)
+# Folders whose every header and source is Kokkos-free: the pipeline plans and the cost
+# layer (sizes, memory, traffic, predictions, the planner) run on a login node.
+set(CUBELM_KOKKOS_FREE_FOLDERS pipeline cost)
 
 if(NOT ROOT)
   message(FATAL_ERROR "usage: cmake -DROOT=<source tree> -P CubelmLayers.cmake")
@@ -118,8 +115,14 @@ foreach(folder IN LISTS folders)
   endforeach()
 endforeach()
 
-# The Kokkos-free headers: follow cubelm includes, refuse any Kokkos header.
-foreach(start IN LISTS CUBELM_KOKKOS_FREE)
+# The Kokkos-free headers and folders: follow cubelm includes, refuse any Kokkos header.
+set(kokkos_free ${CUBELM_KOKKOS_FREE})
+foreach(folder IN LISTS CUBELM_KOKKOS_FREE_FOLDERS)
+  file(GLOB_RECURSE inside RELATIVE "${ROOT}" "${ROOT}/include/cubelm/${folder}/*.hpp"
+       "${ROOT}/src/${folder}/*.cpp" "${ROOT}/src/${folder}/*.hpp")
+  list(APPEND kokkos_free ${inside})
+endforeach()
+foreach(start IN LISTS kokkos_free)
   if(NOT EXISTS "${ROOT}/${start}")
     message("${start}: listed as Kokkos-free but missing")
     math(EXPR problems "${problems} + 1")

@@ -11,9 +11,9 @@
 // one sequence.
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/environment.hpp"
+#include "cubelm/cost/memory.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/kernels/blas.hpp"
-#include "cubelm/model/memory.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "bench_mpi.hpp"
@@ -58,7 +58,7 @@ void BM_Schedule(benchmark::State& state, const char* schedule) {
   state.counters["idle/busy"] = bubble;
   state.counters["wait_share_rank0"] = total > 0 ? wait / total : 0.0;
   state.counters["est_MiB/rank_max"] =
-      static_cast<double>(cubelm::model::estimate_memory(d).total()) / 1048576.0;
+      static_cast<double>(cubelm::cost::estimate_memory(d).total()) / 1048576.0;
   state.counters["MiB_rank0"] = static_cast<double>(trainer.memory().total()) / 1048576.0;
   state.counters["act_sets_rank0"] = trainer.model().stage().slots;
 }

@@ -9,11 +9,11 @@
 #include "cubelm/app/plan.hpp"
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/environment.hpp"
+#include "cubelm/cost/planner.hpp"
+#include "cubelm/cost/predict.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/io/machine.hpp"
 #include "cubelm/kernels/blas.hpp"
-#include "cubelm/model/planner.hpp"
-#include "cubelm/model/predict.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "bench_mpi.hpp"
@@ -47,7 +47,7 @@ peak_gflops = 1.0
 
 void BM_Layout(benchmark::State& state, const cubelm::Deck& deck,
                const cubelm::io::Machine& machine) {
-  const cubelm::model::Prediction p = cubelm::model::predict(deck, machine);
+  const cubelm::cost::Prediction p = cubelm::cost::predict(deck, machine);
   cubelm::train::Trainer trainer(deck);
   trainer.step(); // warm-up
   double seconds = 0;
@@ -70,10 +70,10 @@ int main(int argc, char** argv) {
     std::string report;
     const cubelm::io::Machine machine = cubelm::app::measure_machine("", report);
     const int world = cubelm::comm::Communicator::world().size();
-    const std::vector<cubelm::Deck> all = cubelm::model::layouts(tiny(), world);
+    const std::vector<cubelm::Deck> all = cubelm::cost::layouts(tiny(), world);
     const std::size_t stride = std::max<std::size_t>(1, all.size() / 12);
     for (std::size_t i = 0; i < all.size(); i += stride)
-      benchmark::RegisterBenchmark(cubelm::model::layout_line(all[i]).c_str(), BM_Layout, all[i],
+      benchmark::RegisterBenchmark(cubelm::cost::layout_line(all[i]).c_str(), BM_Layout, all[i],
                                    machine)
           ->Iterations(5)
           ->Unit(benchmark::kMillisecond)

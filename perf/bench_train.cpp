@@ -24,8 +24,8 @@
 //   build/cuda/perf/bench_train --benchmark_filter=GPT2 --peak-tflops=989
 
 #include "cubelm/core/environment.hpp"
+#include "cubelm/cost/shape.hpp"
 #include "cubelm/kernels/blas.hpp"
-#include "cubelm/model/shape.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include <benchmark/benchmark.h>
@@ -78,12 +78,12 @@ std::string deck_text(int layers, int hidden, int heads, int seq, int vocab, int
 // returns the step's model FLOPs.
 double step_counters(benchmark::State& state, const cubelm::Deck& deck) {
   const double tokens = static_cast<double>(deck.train.global_batch) * deck.model.seq_len;
-  const double flops = cubelm::model::flops_per_token(deck.model) * tokens;
+  const double flops = cubelm::cost::flops_per_token(deck.model) * tokens;
   state.counters["tok/s"] =
       benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["params_M"] = cubelm::model::parameter_count(deck.model) / 1e6;
+  state.counters["params_M"] = cubelm::cost::parameter_count(deck.model) / 1e6;
   return flops;
 }
 

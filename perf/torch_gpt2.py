@@ -41,7 +41,7 @@ global-norm clipping at 1.0 (torch.nn.utils.clip_grad_norm_), cubelm's learning
 rate schedule (linear warm-up, then cosine to min_lr). The fused CUDA AdamW is
 used where torch has it; it computes the same update.
 
-FLOPs per token are cubelm's model::flops_per_token (include/cubelm/model/shape.hpp)
+FLOPs per token are cubelm's cost::flops_per_token (include/cubelm/cost/shape.hpp)
 for a dense model: 6 N + 12 L H T, with N the parameters counted with the real
 vocabulary V (not the padded one): V H + T H + L (12 H^2 + 13 H) + 2 H.
 
@@ -91,13 +91,13 @@ def padded_vocab(vocab, divisible_by):
 
 
 def parameter_count(layers, hidden, seq, vocab):
-    """cubelm's model::parameter_count for a dense model (real vocabulary)."""
+    """cubelm's cost::parameter_count for a dense model (real vocabulary)."""
     h = hidden
     return vocab * h + seq * h + layers * (12 * h * h + 13 * h) + 2 * h
 
 
 def flops_per_token(layers, hidden, seq, vocab):
-    """cubelm's model::flops_per_token: 6 N + 12 L H T (include/cubelm/model/shape.hpp)."""
+    """cubelm's cost::flops_per_token: 6 N + 12 L H T (include/cubelm/cost/shape.hpp)."""
     return 6.0 * parameter_count(layers, hidden, seq, vocab) + 12.0 * layers * hidden * seq
 
 

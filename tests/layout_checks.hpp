@@ -2,8 +2,8 @@
 // Checks shared by the tests that run a layout against one process or against the closed
 // forms (test_pipeline, test_moe_parallel, test_context_parallel, test_planner).
 
-#include "cubelm/model/memory.hpp"
-#include "cubelm/model/traffic.hpp"
+#include "cubelm/cost/memory.hpp"
+#include "cubelm/cost/traffic.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "test_helpers.hpp"
@@ -27,7 +27,7 @@ namespace cubelm::testing {
 /// `calls_only` (whose bytes depend on the data), and nothing counted that the closed
 /// form lacks. Returns the closed form's total bytes.
 inline double expect_traffic(const std::vector<comm::TrafficEntry>& counted,
-                             const std::vector<model::TrafficVolume>& expected, double rel = 1e-9,
+                             const std::vector<cost::TrafficVolume>& expected, double rel = 1e-9,
                              const std::vector<std::string>& calls_only = {}) {
   double total = 0;
   for (const auto& e : expected) {
@@ -109,8 +109,8 @@ inline int expect_same_gradients(const Deck& group, const Deck& reference) {
 /// What a trainer of `deck` allocates equals the estimate of its rank's stage, every kind.
 inline void expect_memory_as_estimated(const Deck& deck) {
   train::Trainer t(deck);
-  const model::Memory measured = t.memory();
-  const model::Memory estimate = model::estimate_memory(deck, t.grid().coords().pp);
+  const cost::Memory measured = t.memory();
+  const cost::Memory estimate = cost::estimate_memory(deck, t.grid().coords().pp);
   EXPECT_EQ(measured.parameters, estimate.parameters);
   EXPECT_EQ(measured.gradients, estimate.gradients);
   EXPECT_EQ(measured.activations, estimate.activations);

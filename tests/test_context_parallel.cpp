@@ -140,7 +140,7 @@ TEST(ContextParallel, TrafficFollowsTheClosedForm) {
     train::Trainer t(d);
     t.step();
     const train::StepMetrics m = t.step();
-    cubelm::testing::expect_traffic(m.traffic, model::traffic_per_step(d, t.grid().coords().pp),
+    cubelm::testing::expect_traffic(m.traffic, cost::traffic_per_step(d, t.grid().coords().pp),
                                     1e-9, {"ep"});
   }
 }

@@ -240,7 +240,7 @@ TEST(Deck, WatchdogTimeout) {
   EXPECT_HAS(error_of("[parallel]\ntimeout = 5\n"), "did you mean 'timeout_s'");
 }
 
-// The pipeline rules are the schedule's own (plan::check_plan), reported at the
+// The pipeline rules are the schedule's own (pipeline::check_plan), reported at the
 // line of the parallel key, with its value, or its default when the deck omits it.
 TEST(Deck, PipelineRulesAreTheSchedulesRules) {
   EXPECT_HAS(error_of("[parallel]\npipeline_size = 0\n"),

@@ -1,12 +1,12 @@
-// The exchanges a pipeline stage posts its messages in (plan/messages.hpp): every
+// The exchanges a pipeline stage posts its messages in (pipeline/messages.hpp): every
 // message once, sent after the action that makes it and received just before the
 // action that needs it, and, without tags, in an order and grouping that cannot
 // deadlock when each rank's exchanges complete one after the other and as a whole
 // (NCCL group calls on one stream). Checked against a simulation written here
-// independently of plan::check_untagged: per pair of stages, FIFO queues of posted
+// independently of pipeline::check_untagged: per pair of stages, FIFO queues of posted
 // sends and receives, matched head to head as NCCL and in-order MPI match them.
 
-#include "cubelm/plan/messages.hpp"
+#include "cubelm/pipeline/messages.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@
 #include <utility>
 
 using namespace cubelm;
-using namespace cubelm::plan;
+using namespace cubelm::pipeline;
 
 namespace {
 
@@ -124,7 +124,7 @@ void expect_every_message_once(const PipelinePlan& plan, const ExchangePlan& ex)
 } // namespace
 
 // Every schedule over a range of sizes: the exchanges carry every message once and
-// run to the end without tags, by plan::check_untagged and by the FIFO simulation.
+// run to the end without tags, by pipeline::check_untagged and by the FIFO simulation.
 TEST(Exchanges, EveryPlanRunsWithoutTags) {
   int plans = 0, per_action_stuck = 0;
   for (const char* schedule : {"gpipe", "1f1b", "interleaved", "layered"})

@@ -7,10 +7,10 @@
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/memory.hpp"
 #include "cubelm/io/checkpoint.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/io/tokens.hpp"
-#include "cubelm/model/memory.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include <gtest/gtest.h>
@@ -113,7 +113,7 @@ TEST(Fuzz, DecksAreAcceptedOrRefusedWithAnError) {
     try {
       const Deck deck = io::parse_deck(text, "fuzz.toml");
       comm::layout_of(deck.parallel).validate();
-      (void)model::estimate_memory(deck);
+      (void)cost::estimate_memory(deck);
       ++accepted;
     } catch (const Error&) {
       ++refused;

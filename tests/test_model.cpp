@@ -1,7 +1,7 @@
 // The whole GPT in double precision: every parameter gradient against central
 // finite differences of the mean loss; initialisation rules of docs/model.md.
 
-#include "cubelm/model/shape.hpp"
+#include "cubelm/cost/shape.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 
 #include "test_helpers.hpp"
@@ -18,6 +18,7 @@
 
 using namespace cubelm;
 using namespace cubelm::model;
+using namespace cubelm::cost;
 using cubelm::tp::init_normal;
 using cubelm::tp::Param;
 

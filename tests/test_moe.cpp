@@ -6,10 +6,10 @@
 // bitwise, the deck's rules, and the memory estimate against the allocation.
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/memory.hpp"
+#include "cubelm/cost/shape.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/kernels/moe.hpp"
-#include "cubelm/model/memory.hpp"
-#include "cubelm/model/shape.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/tp/mode.hpp"
 #include "cubelm/train/trainer.hpp"
@@ -175,7 +175,7 @@ TEST(MoE, LayerMatchesAnIndependentReference) {
       comm::ProcessGrid grid(comm::Layout{}, comm::Communicator::duplicate(MPI_COMM_SELF));
       auto mode = tp::make_mode<double>(grid);
       tp::Params<double> params;
-      const model::LayerParams n = model::layer_params(0, E);
+      const cost::LayerParams n = cost::layer_params(0, E);
       const double coef = 0.05;
       auto moe = mode->moe(params, tp::MoeNames{n.router, n.ew1, n.eb1, n.ew2, n.eb2},
                            tp::MoeShape{E, k, c, coef}, H, N, 0.02, 0.01, 3);
@@ -442,7 +442,7 @@ TEST(MoE, MemoryEstimateEqualsTheAllocation) {
     SCOPED_TRACE(extra + " | " + parallel);
     const Deck deck = moe_deck(extra, parallel);
     train::Trainer t(deck);
-    const model::Memory measured = t.memory(), estimate = model::estimate_memory(deck);
+    const cost::Memory measured = t.memory(), estimate = cost::estimate_memory(deck);
     EXPECT_EQ(measured.parameters, estimate.parameters);
     EXPECT_EQ(measured.gradients, estimate.gradients);
     EXPECT_EQ(measured.optimizer, estimate.optimizer);
@@ -450,7 +450,7 @@ TEST(MoE, MemoryEstimateEqualsTheAllocation) {
     std::int64_t count = 0;
     for (const auto& p : t.model().params())
       count += p.size();
-    EXPECT_EQ(count, model::parameter_count(deck.model) +
+    EXPECT_EQ(count, cost::parameter_count(deck.model) +
                          (tp::padded_vocab(deck.model, comm::layout_of(deck.parallel)) -
                           deck.model.vocab_size) *
                              deck.model.hidden);

@@ -8,7 +8,7 @@
 // The reference runs the same micro-batches one after the other (microbatches = data_size
 // x microbatches): the load-balancing loss and the capacity are per micro-batch.
 
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 
 #include "layout_checks.hpp"
 
@@ -170,7 +170,7 @@ TEST(MoEParallel, GradientsEqualTheSingleProcess) {
     const Deck d = deck(c);
     const int stage =
         comm::coords_of(comm::layout_of(d.parallel), comm::Communicator::world().rank()).pp;
-    const plan::PipelinePlan plan = plan::make_plan(d.parallel, d.model);
+    const pipeline::PipelinePlan plan = pipeline::make_plan(d.parallel, d.model);
     int layers = 0;
     for (const auto& chunk : plan.layers_of[static_cast<std::size_t>(stage)])
       layers += static_cast<int>(chunk.size());
@@ -195,7 +195,7 @@ TEST(MoEParallel, TrafficFollowsTheClosedForm) {
     train::Trainer t(d);
     t.step();
     const train::StepMetrics m = t.step();
-    const auto expected = model::traffic_per_step(d, t.grid().coords().pp);
+    const auto expected = cost::traffic_per_step(d, t.grid().coords().pp);
     cubelm::testing::expect_traffic(m.traffic, expected, 1e-9, {"ep"});
     for (const auto& e : expected) {
       if (e.group != "ep")

@@ -3,10 +3,10 @@
 // run's losses (full batch, one micro-batch), a checkpoint written by the most
 // parallel layout resumes on one process, and each stage holds the activation
 // sets its schedule needs. The messages between stages go in posting order, as
-// NCCL needs them (plan/messages.hpp).
+// NCCL needs them (pipeline/messages.hpp).
 
-#include "cubelm/model/memory.hpp"
-#include "cubelm/model/traffic.hpp"
+#include "cubelm/cost/memory.hpp"
+#include "cubelm/cost/traffic.hpp"
 #include "cubelm/train/pipeline.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -193,7 +193,7 @@ TEST(Pipeline, MessagesGoInOrderWithoutTags) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(describe(c));
     const Deck d = deck(c);
-    const plan::PipelinePlan plan = plan::make_plan(d.parallel, d.model);
+    const pipeline::PipelinePlan plan = pipeline::make_plan(d.parallel, d.model);
     for (int s = 0; s < plan.stages; ++s)
       EXPECT_TRUE(train::PipelineStage(plan, s).untagged()) << "stage " << s;
   }
@@ -220,8 +220,8 @@ TEST(Pipeline, MemoryPerRankMatchesTheEstimate) {
     SCOPED_TRACE(describe(c));
     const Deck d = deck(c);
     train::Trainer t(d);
-    const model::Memory measured = t.memory();
-    const model::Memory estimate = model::estimate_memory(d, t.grid().coords().pp);
+    const cost::Memory measured = t.memory();
+    const cost::Memory estimate = cost::estimate_memory(d, t.grid().coords().pp);
     EXPECT_EQ(measured.parameters, estimate.parameters);
     EXPECT_EQ(measured.gradients, estimate.gradients);
     EXPECT_EQ(measured.activations, estimate.activations);
@@ -294,7 +294,7 @@ TEST(Pipeline, EveryLayoutResumesAOneProcessCheckpoint) {
     std::filesystem::remove(path);
 }
 
-// The closed form of a step's traffic (model/traffic.hpp) equals what this rank's
+// The closed form of a step's traffic (cost/traffic.hpp) equals what this rank's
 // counters count, group by group, in every layout: pipeline messages, pp.ends, the
 // data-parallel buckets with and without ZeRO-1, recomputation, the tensor modes.
 TEST(Pipeline, TrafficFollowsTheClosedForm) {
@@ -304,9 +304,9 @@ TEST(Pipeline, TrafficFollowsTheClosedForm) {
     train::Trainer t(d);
     t.step();
     const train::StepMetrics m = t.step(); // a steady-state step
-    const double total = cubelm::testing::expect_traffic(
-        m.traffic, model::traffic_per_step(d, t.grid().coords().pp));
+    const double total =
+        cubelm::testing::expect_traffic(m.traffic, cost::traffic_per_step(d, t.grid().coords().pp));
     EXPECT_NEAR(m.comm_bytes, total, 1e-9 * total + 1e-9);
-    EXPECT_NEAR(model::comm_bytes_per_step(d, t.grid().coords().pp), total, 1e-9 * total);
+    EXPECT_NEAR(cost::comm_bytes_per_step(d, t.grid().coords().pp), total, 1e-9 * total);
   }
 }

@@ -2,17 +2,17 @@
 // model on this job's ranks trains, and each rank counts exactly the bytes the planner
 // predicts for its stage, allocates exactly the memory it predicts, and the planner's
 // bubble is the schedule's unit-cost timeline. Its pieces against independent
-// computations: the timed timeline (plan::simulate, a closed form with message delays),
+// computations: the timed timeline (pipeline::simulate, a closed form with message delays),
 // group placement on nodes, the alpha-beta cost, machine files. Predicted step times
 // against measured ones on a calibrated machine file are reported, not asserted tightly.
 
 #include "cubelm/app/plan.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/planner.hpp"
+#include "cubelm/cost/predict.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/io/machine.hpp"
-#include "cubelm/model/planner.hpp"
-#include "cubelm/model/predict.hpp"
-#include "cubelm/plan/timed.hpp"
+#include "cubelm/pipeline/timed.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "layout_checks.hpp"
@@ -99,8 +99,8 @@ std::string model_text() {
 // timeline equal the prediction exactly; with `routed` (expert parallelism) the expert
 // exchange's bytes, which follow the routing, are left out (its calls are exact).
 static void expect_as_predicted(const Deck& d, const io::Machine& machine, bool routed = false) {
-  SCOPED_TRACE(model::layout_line(d));
-  const model::Prediction p = model::predict(d, machine);
+  SCOPED_TRACE(cost::layout_line(d));
+  const cost::Prediction p = cost::predict(d, machine);
   train::Trainer t(d);
   t.step();
   const train::StepMetrics m = t.step();
@@ -114,8 +114,8 @@ static void expect_as_predicted(const Deck& d, const io::Machine& machine, bool 
       EXPECT_NEAR(m.comm_bytes, p.comm_bytes, 1e-12 * p.comm_bytes);
   }
   // Memory: every kind, exactly, ZeRO-1's padded buckets included.
-  const model::Memory held = t.memory();
-  const model::Memory& predicted = p.stage_memory.at(static_cast<std::size_t>(stage));
+  const cost::Memory held = t.memory();
+  const cost::Memory& predicted = p.stage_memory.at(static_cast<std::size_t>(stage));
   EXPECT_EQ(held.parameters, predicted.parameters);
   EXPECT_EQ(held.gradients, predicted.gradients);
   EXPECT_EQ(held.optimizer, predicted.optimizer);
@@ -132,7 +132,7 @@ static void expect_as_predicted(const Deck& d, const io::Machine& machine, bool 
 // prediction exactly.
 TEST(Planner, EveryLayoutCountsAllocatesAndIdlesAsPredicted) {
   const io::Machine machine = io::parse_machine(kMachine, "test.toml");
-  const std::vector<Deck> all = model::layouts(tiny(), world_size());
+  const std::vector<Deck> all = cost::layouts(tiny(), world_size());
   ASSERT_FALSE(all.empty());
   int checked = 0;
   for (const Deck& d : all) {
@@ -150,9 +150,9 @@ TEST(Planner, EveryLayoutCountsAllocatesAndIdlesAsPredicted) {
 // above) count, allocate and idle as predicted.
 TEST(Planner, ContextParallelLayoutsAsPredicted) {
   const io::Machine machine = io::parse_machine(kMachine, "test.toml");
-  model::SearchSpace space;
+  cost::SearchSpace space;
   space.context_sizes = {2};
-  const std::vector<Deck> all = model::layouts(tiny(), world_size(), space);
+  const std::vector<Deck> all = cost::layouts(tiny(), world_size(), space);
   if (world_size() == 1) {
     EXPECT_TRUE(all.empty()); // cp = 2 needs two ranks
     return;
@@ -182,7 +182,7 @@ TEST(Planner, MoELayoutsAsPredicted) {
     base.parallel.expert_size = split ? 1 : std::min(world_size(), 4);
     base.parallel.expert_tensor_size = split ? 2 : 1; // > 1: split wherever tp > 1
     std::set<std::string> grids;
-    for (const Deck& d : model::layouts(base, world_size())) {
+    for (const Deck& d : cost::layouts(base, world_size())) {
       const std::string key =
           comm::layout_of(d.parallel).describe() + std::to_string(d.parallel.zero);
       if (d.train.precision != Precision::fp32 || !grids.insert(key).second)
@@ -206,29 +206,29 @@ TEST(Planner, MoELayoutsAsPredicted) {
 // must cover are there.
 // Equal step times rank the layout that needs less memory first (it leaves room).
 TEST(Planner, TiesGoToTheSmallerMemory) {
-  model::Prediction fast, lean, heavy;
+  cost::Prediction fast, lean, heavy;
   fast.step_s = 1.0;
   fast.memory.parameters = 100;
   lean.step_s = 2.0;
   lean.memory.parameters = 11;
   heavy.step_s = 2.0;
   heavy.memory.parameters = 61;
-  EXPECT_TRUE(model::ranks_before(fast, lean));
-  EXPECT_TRUE(model::ranks_before(lean, heavy));
-  EXPECT_FALSE(model::ranks_before(heavy, lean));
-  EXPECT_FALSE(model::ranks_before(lean, lean));
+  EXPECT_TRUE(cost::ranks_before(fast, lean));
+  EXPECT_TRUE(cost::ranks_before(lean, heavy));
+  EXPECT_FALSE(cost::ranks_before(heavy, lean));
+  EXPECT_FALSE(cost::ranks_before(lean, lean));
 }
 
 TEST(Planner, LayoutsAreValidDecksAndCoverTheSpace) {
   for (const int ranks : {1, 2, 4, 8}) {
     std::set<std::string> seen;
-    model::SearchSpace space;
+    cost::SearchSpace space;
     space.context_sizes = {1, 2};
-    for (const Deck& d : model::layouts(tiny(), ranks, space)) {
+    for (const Deck& d : cost::layouts(tiny(), ranks, space)) {
       const std::string text = model_text() + parallel_text(d);
       EXPECT_NO_THROW(io::parse_deck(text, "layout.toml")) << text;
       EXPECT_EQ(comm::layout_of(d.parallel).world_size(), ranks);
-      EXPECT_TRUE(seen.insert(model::layout_line(d)).second) << model::layout_line(d);
+      EXPECT_TRUE(seen.insert(cost::layout_line(d)).second) << cost::layout_line(d);
     }
     if (ranks == 8)
       for (const char* must : {"tp=3d:8 pp=1 dp=1 1f1b m=2 zero=0 recompute=full fp32",
@@ -239,14 +239,14 @@ TEST(Planner, LayoutsAreValidDecksAndCoverTheSpace) {
         EXPECT_EQ(seen.count(must), 1u) << must;
   }
   try {
-    model::layouts(tiny(), 0);
+    cost::layouts(tiny(), 0);
     ADD_FAILURE() << "--ranks 0 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--ranks = 0"), std::string::npos) << e.what();
   }
 }
 
-// plan::simulate is the timed timeline with unit costs, its idle gaps filled in: each
+// pipeline::simulate is the timed timeline with unit costs, its idle gaps filled in: each
 // stage's intervals tile [0, makespan] and its passes add up to the timed busy time. With
 // message delays d, gpipe with one layer per stage takes (m + p - 1)(f + b) + 2 (p - 1) d.
 TEST(Planner, TimedTimelineIsTheUnitCostTimelineAndAddsDelays) {
@@ -256,20 +256,20 @@ TEST(Planner, TimedTimelineIsTheUnitCostTimelineAndAddsDelays) {
       for (int m = 1; m <= 8; ++m)
         for (const int v : {1, 2}) {
           const int layers = 8;
-          if (!plan::check_plan(schedule, p, m, v, layers).key.empty())
+          if (!pipeline::check_plan(schedule, p, m, v, layers).key.empty())
             continue;
-          const plan::PipelinePlan plan = plan::make_plan(schedule, p, m, v, layers);
+          const pipeline::PipelinePlan plan = pipeline::make_plan(schedule, p, m, v, layers);
           for (const auto& [f, b] : {std::pair<double, double>{1, 2}, {1, 3}, {2, 5}}) {
-            const plan::Timeline unit = plan::simulate(plan, f, b);
-            const plan::TimedTimeline timed =
-                plan::simulate_timed(plan, plan::unit_costs(plan, f, b));
+            const pipeline::Timeline unit = pipeline::simulate(plan, f, b);
+            const pipeline::TimedTimeline timed =
+                pipeline::simulate_timed(plan, pipeline::unit_costs(plan, f, b));
             EXPECT_EQ(unit.makespan, timed.makespan);
             for (std::size_t s = 0; s < unit.stages.size(); ++s) {
               double at = 0, busy = 0;
-              for (const plan::Interval& i : unit.stages[s]) {
+              for (const pipeline::Interval& i : unit.stages[s]) {
                 EXPECT_EQ(i.start, at) << "stage " << s << ": a gap or an overlap";
                 at = i.start + i.length;
-                busy += i.kind == plan::Interval::idle ? 0 : i.length;
+                busy += i.kind == pipeline::Interval::idle ? 0 : i.length;
               }
               EXPECT_EQ(at, unit.makespan);
               EXPECT_EQ(busy, timed.busy[s]);
@@ -278,11 +278,11 @@ TEST(Planner, TimedTimelineIsTheUnitCostTimelineAndAddsDelays) {
         }
   for (int p = 2; p <= 4; ++p)
     for (int m = 1; m <= 6; ++m) {
-      const plan::PipelinePlan plan = plan::make_plan(Schedule::gpipe, p, m, 1, p);
-      plan::PassCosts c = plan::unit_costs(plan, 1.5, 2.5);
+      const pipeline::PipelinePlan plan = pipeline::make_plan(Schedule::gpipe, p, m, 1, p);
+      pipeline::PassCosts c = pipeline::unit_costs(plan, 1.5, 2.5);
       c.to_next.assign(static_cast<std::size_t>(p), 0.25);
       c.to_prev.assign(static_cast<std::size_t>(p), 0.25);
-      EXPECT_DOUBLE_EQ(plan::simulate_timed(plan, c).makespan,
+      EXPECT_DOUBLE_EQ(pipeline::simulate_timed(plan, c).makespan,
                        (m + p - 1) * (1.5 + 2.5) + 2 * (p - 1) * 0.25)
           << "p " << p << " m " << m;
     }
@@ -292,14 +292,14 @@ TEST(Planner, TimedTimelineIsTheUnitCostTimelineAndAddsDelays) {
 TEST(Planner, GroupsSpanTheNodesTheGridPutsThemOn) {
   // 1D tp = 8 on nodes of 8, dp = 4: tp inside a node; every dp group crosses nodes and
   // the 8 of them leave each node together.
-  auto g = model::place_groups(comm::Layout{4, 1, 8, TensorMode::d1}, 8);
+  auto g = cost::place_groups(comm::Layout{4, 1, 8, TensorMode::d1}, 8);
   EXPECT_FALSE(g.at("tp").inter);
   EXPECT_EQ(g.at("tp").ranks, 8);
   EXPECT_TRUE(g.at("dp").inter);
   EXPECT_EQ(g.at("dp").sharing, 8);
   EXPECT_EQ(g.at("dp").ranks, 4);
   // 3D 4x4x4 on nodes of 4: a node holds one (b, c) line of a.
-  g = model::place_groups(comm::Layout{1, 1, 64, TensorMode::d3}, 4);
+  g = cost::place_groups(comm::Layout{1, 1, 64, TensorMode::d3}, 4);
   EXPECT_FALSE(g.at("tp.a").inter);
   EXPECT_TRUE(g.at("tp.b").inter);
   EXPECT_EQ(g.at("tp.b").sharing, 4);
@@ -310,12 +310,12 @@ TEST(Planner, GroupsSpanTheNodesTheGridPutsThemOn) {
   EXPECT_EQ(g.at("tp.bc").sharing, 4); // and in four BC planes
   EXPECT_EQ(g.at("tp.bc").ranks, 16);
   // 2D 8x8 on nodes of 4: half a row per node; four columns leave each node.
-  g = model::place_groups(comm::Layout{1, 1, 64, TensorMode::d2}, 4);
+  g = cost::place_groups(comm::Layout{1, 1, 64, TensorMode::d2}, 4);
   EXPECT_TRUE(g.at("tp.row").inter);
   EXPECT_EQ(g.at("tp.row").sharing, 1);
   EXPECT_EQ(g.at("tp.col").sharing, 4);
   // Pipeline of 4 stages of 2 ranks on nodes of 4: stage 1 -> 2 and 3 -> 0 cross nodes.
-  g = model::place_groups(comm::Layout{1, 4, 2, TensorMode::d1}, 4);
+  g = cost::place_groups(comm::Layout{1, 4, 2, TensorMode::d1}, 4);
   EXPECT_FALSE(g.at("pp>0").inter);
   EXPECT_TRUE(g.at("pp>1").inter);
   EXPECT_EQ(g.at("pp>1").sharing, 2);
@@ -327,13 +327,13 @@ TEST(Planner, GroupsSpanTheNodesTheGridPutsThemOn) {
 // The alpha-beta cost: bytes over the level's bandwidth plus a latency per step.
 TEST(Planner, CollectiveCostIsAlphaBeta) {
   const io::Machine m = io::parse_machine(kMachine, "test.toml");
-  const model::GroupPlacement inside{8, false, 1}, across{8, true, 4};
-  EXPECT_DOUBLE_EQ(model::collective_seconds(comm::Kind::all_reduce, inside, 3, 8e9, m),
+  const cost::GroupPlacement inside{8, false, 1}, across{8, true, 4};
+  EXPECT_DOUBLE_EQ(cost::collective_seconds(comm::Kind::all_reduce, inside, 3, 8e9, m),
                    1.0 + 3 * 2 * 3 * 2e-6); // 8 GB/s; 2 log2 8 steps of 2 us per call
-  EXPECT_DOUBLE_EQ(model::collective_seconds(comm::Kind::all_gather, across, 2, 1e9, m),
+  EXPECT_DOUBLE_EQ(cost::collective_seconds(comm::Kind::all_gather, across, 2, 1e9, m),
                    1.0 + 2 * 7 * 20e-6); // 4 GB/s per node shared by 4 groups
   EXPECT_DOUBLE_EQ(
-      model::collective_seconds(comm::Kind::send, model::GroupPlacement{2, true, 1}, 1, 4e9, m),
+      cost::collective_seconds(comm::Kind::send, cost::GroupPlacement{2, true, 1}, 1, 4e9, m),
       1.0 + 20e-6);
 }
 
@@ -384,11 +384,11 @@ TEST(Planner, MachineFilesRoundTripAndRefuseBadValues) {
 TEST(Planner, CalibratedMachinePredictsEveryLayout) {
   std::string report;
   const io::Machine machine = app::measure_machine("", report);
-  const std::vector<Deck> all = model::layouts(tiny(), world_size());
+  const std::vector<Deck> all = cost::layouts(tiny(), world_size());
   ASSERT_FALSE(all.empty()) << "no layout for " << world_size() << " ranks";
   for (const Deck& d : all) {
-    const model::Prediction p = model::predict(d, machine);
+    const cost::Prediction p = cost::predict(d, machine);
     EXPECT_TRUE(std::isfinite(p.step_s) && p.step_s > 0)
-        << model::layout_line(d) << ": predicted step " << p.step_s << " s";
+        << cost::layout_line(d) << ": predicted step " << p.step_s << " s";
   }
 }

@@ -5,7 +5,7 @@
 // 2021) derived in docs/pipeline.md.
 
 #include "cubelm/core/error.hpp"
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,16 +16,16 @@
 #include <tuple>
 
 using namespace cubelm;
-using namespace cubelm::plan;
+using namespace cubelm::pipeline;
 
 namespace {
 
 // The plan of a schedule named as in a deck.
 PipelinePlan make_plan(const std::string& schedule, int p, int m, int v, int layers) {
-  return plan::make_plan(*parse_schedule(schedule), p, m, v, layers);
+  return pipeline::make_plan(*parse_schedule(schedule), p, m, v, layers);
 }
 PlanProblem check_plan(const std::string& schedule, int p, int m, int v, int layers) {
-  return plan::check_plan(*parse_schedule(schedule), p, m, v, layers);
+  return pipeline::check_plan(*parse_schedule(schedule), p, m, v, layers);
 }
 
 // Virtual stages along the model: (stage, chunk) pairs in virtual_stage order.

@@ -4,9 +4,9 @@
 // single-process model's (the same code on MPI_COMM_SELF, itself checked against
 // finite differences in test_model; double precision, and float within 1e-5).
 
-#include "cubelm/model/memory.hpp"
+#include "cubelm/cost/memory.hpp"
+#include "cubelm/cost/traffic.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
-#include "cubelm/model/traffic.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "test_helpers.hpp"
@@ -337,8 +337,8 @@ TEST(TensorParallel, BytesSentPerStepFollowTheClosedForm) {
         if (expected.count({x.group, x.kind}) == 0)
           EXPECT_EQ(x.calls, 0u) << x.group << " " << comm::kind_name(x.kind);
       EXPECT_NEAR(m.comm_bytes, total, 1e-9 * total + 1e-9);
-      // The library's closed form (model/traffic.hpp, what cubelm check prints) agrees.
-      const auto library = model::traffic_per_step(deck);
+      // The library's closed form (cost/traffic.hpp, what cubelm check prints) agrees.
+      const auto library = cost::traffic_per_step(deck);
       ASSERT_EQ(library.size(), expected.size());
       for (const auto& e : library) {
         const auto it = expected.find({e.group, e.kind});
@@ -357,8 +357,8 @@ TEST(TensorParallel, MemoryPerRankMatchesTheEstimate) {
       SCOPED_TRACE(layout.describe());
       const Deck deck = train_deck(layout, microbatches);
       train::Trainer t(deck);
-      const model::Memory measured = t.memory();
-      const model::Memory estimate = model::estimate_memory(deck);
+      const cost::Memory measured = t.memory();
+      const cost::Memory estimate = cost::estimate_memory(deck);
       EXPECT_EQ(measured.parameters, estimate.parameters);
       EXPECT_EQ(measured.gradients, estimate.gradients);
       EXPECT_EQ(measured.optimizer, estimate.optimizer);

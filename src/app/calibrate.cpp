@@ -132,7 +132,7 @@ io::Machine measure_machine(const std::string& deck_path, std::string& report) {
     }
   }
   // Least squares of t = alpha steps + bytes_sent / beta, steps = 2 ceil(log2 p) and
-  // bytes_sent = 2 (p - 1) / p B: the model model::collective_seconds charges.
+  // bytes_sent = 2 (p - 1) / p B: the model cost::collective_seconds charges.
   const auto steps_of = [](int p) { return 2 * std::ceil(std::log2(p)); };
   double latency_us = 0, bandwidth_gbs = gbs;
   if (!samples.empty()) {

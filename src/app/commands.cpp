@@ -8,12 +8,12 @@
 #include "cubelm/core/memory_check.hpp"
 #include "cubelm/core/memory_info.hpp"
 #include "cubelm/core/version.hpp"
+#include "cubelm/cost/memory.hpp"
+#include "cubelm/cost/traffic.hpp"
 #include "cubelm/io/checkpoint.hpp"
 #include "cubelm/io/sampler.hpp"
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/kernels/blas.hpp"
-#include "cubelm/model/memory.hpp"
-#include "cubelm/model/traffic.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -45,7 +45,7 @@ std::string mpi_library() {
 }
 
 std::string memory_line(const Deck& deck) {
-  const model::Memory mem = model::estimate_memory(deck);
+  const cost::Memory mem = cost::estimate_memory(deck);
   char buf[200];
   std::snprintf(buf, sizeof(buf),
                 "memory     per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB, "
@@ -57,8 +57,8 @@ std::string memory_line(const Deck& deck) {
   const ParallelConfig& p = deck.parallel;
   if (p.pipeline_size > 1 || p.microbatches > 1) {
     // The schedule under the unit-cost model (docs/pipeline.md).
-    const plan::PipelinePlan plan = plan::make_plan(p, deck.model);
-    const plan::Timeline t = plan::simulate(plan);
+    const pipeline::PipelinePlan plan = pipeline::make_plan(p, deck.model);
+    const pipeline::Timeline t = pipeline::simulate(plan);
     out += "pipeline   idle/busy per stage (unit-cost model):";
     for (int s = 0; s < plan.stages; ++s) {
       std::snprintf(buf, sizeof(buf), " %.3f", t.bubble(s));
@@ -144,7 +144,7 @@ std::string describe(const Deck& deck) {
   std::ostringstream out;
   out << "model      vocab " << m.vocab_size << ", context " << m.seq_len << ", hidden " << m.hidden
       << ", heads " << m.heads << ", layers " << m.layers << ": "
-      << si(static_cast<double>(model::parameter_count(m)), 2) << " parameters\n"
+      << si(static_cast<double>(cost::parameter_count(m)), 2) << " parameters\n"
       << "layout     " << layout.describe() << ": " << layout.world_size() << " process"
       << (layout.world_size() == 1 ? "" : "es") << ", schedule " << schedule_name(p.schedule)
       << ", microbatches " << p.microbatches << ", zero " << p.zero << ", recompute "
@@ -153,9 +153,9 @@ std::string describe(const Deck& deck) {
       << " sequences/step = " << p.data_size << " (data) x " << p.microbatches
       << " (microbatches) x " << deck.micro_batch() << " (micro-batch); " << si(tokens, 2)
       << " tokens/step, " << deck.train.steps << " steps\n"
-      << "work       " << si(model::flops_per_token(m) * tokens, 2)
+      << "work       " << si(cost::flops_per_token(m) * tokens, 2)
       << " FLOP per step (6 N + 12 L H T per token)\n"
-      << memory_line(deck) << "traffic    " << format_bytes(model::comm_bytes_per_step(deck, 0))
+      << memory_line(deck) << "traffic    " << format_bytes(cost::comm_bytes_per_step(deck, 0))
       << " sent per rank per step (rank 0, closed form: docs/communication.md)\n"
       << "optimizer  AdamW lr " << deck.optimizer.lr << " -> " << deck.optimizer.min_lr
       << ", warmup " << deck.optimizer.warmup_steps << ", weight decay "
@@ -182,7 +182,7 @@ std::string json_text(const std::string& s) {
 std::string check_json(const Deck& deck, const std::string& deck_path) {
   const ParallelConfig& p = deck.parallel;
   const comm::Layout layout = comm::layout_of(p);
-  const model::Memory mem = model::estimate_memory(deck);
+  const cost::Memory mem = cost::estimate_memory(deck);
   const double tokens = static_cast<double>(deck.train.global_batch) * deck.model.seq_len;
   std::ostringstream out;
   out.precision(15);
@@ -199,14 +199,14 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
       << ", \"context_size\": " << p.context_size
       << ", \"recompute\": " << json_text(recompute_name(p.recompute))
       << "}, \"world\": " << layout.world_size()
-      << ", \"parameters\": " << model::parameter_count(deck.model)
+      << ", \"parameters\": " << cost::parameter_count(deck.model)
       << ", \"tokens_per_step\": " << tokens
-      << ", \"flops_per_step\": " << model::flops_per_token(deck.model) * tokens
+      << ", \"flops_per_step\": " << cost::flops_per_token(deck.model) * tokens
       << ", \"mem_bytes\": " << mem.total() << ", \"memory\": {\"parameters\": " << mem.parameters
       << ", \"gradients\": " << mem.gradients << ", \"optimizer\": " << mem.optimizer
       << ", \"activations\": " << mem.activations << "}";
   // Rank 0's traffic (pipeline stage 0), the quantity of the metrics' comm_bytes.
-  const std::vector<model::TrafficVolume> traffic = model::traffic_per_step(deck, 0);
+  const std::vector<cost::TrafficVolume> traffic = cost::traffic_per_step(deck, 0);
   double total = 0;
   for (const auto& v : traffic)
     total += v.bytes;
@@ -316,12 +316,12 @@ int run_check(const std::string& deck_path, const Environment& env, bool json,
   // One verdict, for one target: the machine file's devices when one is given, else the
   // ranks of this job where it runs (what `cubelm train` here would decide:
   // docs/reliability.md#memory-admission).
-  std::optional<model::Prediction> prediction;
+  std::optional<cost::Prediction> prediction;
   std::string target, fit_reason;
   bool fits = true;
   std::optional<MemoryCheck> here;
   if (machine) {
-    prediction = model::predict(deck, *machine);
+    prediction = cost::predict(deck, *machine);
     target = machine->name + " (" + machine_path + ")";
     fits = prediction->fits;
     char gib[32];
@@ -329,7 +329,7 @@ int run_check(const std::string& deck_path, const Environment& env, bool json,
     fit_reason = format_bytes(static_cast<double>(prediction->memory.total())) + " per rank of " +
                  gib + " GiB per device";
   } else {
-    here = check_memory(static_cast<std::uint64_t>(model::estimate_memory(deck).total()));
+    here = check_memory(static_cast<std::uint64_t>(cost::estimate_memory(deck).total()));
     target = "this node";
     fits = here->fits;
     fit_reason = here->skipped
@@ -408,7 +408,7 @@ int run_init(const std::string& deck_path, const std::string& output, const Envi
                          comm::Communicator::world());
   if (env.world_rank() == 0)
     std::printf("%s: step-0 checkpoint of %s (%.3g M parameters, seed %lld)\n", output.c_str(),
-                deck_path.c_str(), model::parameter_count(deck.model) / 1e6,
+                deck_path.c_str(), cost::parameter_count(deck.model) / 1e6,
                 static_cast<long long>(deck.train.seed));
   return 0;
 }

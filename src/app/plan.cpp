@@ -6,10 +6,10 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/format.hpp"
 #include "cubelm/core/memory_info.hpp"
+#include "cubelm/cost/planner.hpp"
 #include "cubelm/io/deck.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/precision.hpp"
-#include "cubelm/model/planner.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
@@ -37,8 +37,8 @@ std::string ms(double seconds) {
   return buf;
 }
 
-model::SearchSpace search_space(const PlanOptions& o) {
-  model::SearchSpace space;
+cost::SearchSpace search_space(const PlanOptions& o) {
+  cost::SearchSpace space;
   for (const std::string& p : o.precisions) {
     const auto v = parse_precision(p);
     if (!v)
@@ -65,7 +65,7 @@ model::SearchSpace search_space(const PlanOptions& o) {
 
 } // namespace
 
-std::string prediction_json(const Deck& deck, const model::Prediction& p) {
+std::string prediction_json(const Deck& deck, const cost::Prediction& p) {
   const ParallelConfig& l = deck.parallel;
   std::ostringstream out;
   out.precision(10);
@@ -106,7 +106,7 @@ std::string prediction_json(const Deck& deck, const model::Prediction& p) {
   return out.str();
 }
 
-std::string prediction_text(const Deck& deck, const model::Prediction& p,
+std::string prediction_text(const Deck& deck, const cost::Prediction& p,
                             const io::Machine& machine) {
   std::ostringstream out;
   const int ranks = comm::layout_of(deck.parallel).world_size();
@@ -153,8 +153,8 @@ int run_plan(const PlanOptions& o, const Environment& env) {
     throw Error("--ranks = " + std::to_string(o.ranks) + ": must be at least 1", true);
   if (o.top < 1)
     throw Error("--top = " + std::to_string(o.top) + ": must be at least 1", true);
-  const model::Ranking ranking = model::rank_layouts(deck, ranks, machine, search_space(o));
-  const std::vector<model::Candidate>& all = ranking.fit;
+  const cost::Ranking ranking = cost::rank_layouts(deck, ranks, machine, search_space(o));
+  const std::vector<cost::Candidate>& all = ranking.fit;
   if (env.world_rank() != 0)
     return 0;
   const char* why_none =
@@ -185,15 +185,15 @@ int run_plan(const PlanOptions& o, const Environment& env) {
               "comm/rank", "bubble", "layout");
   const std::size_t shown = std::min(all.size(), static_cast<std::size_t>(o.top));
   for (std::size_t i = 0; i < shown; ++i) {
-    const model::Prediction& p = all[i].prediction;
+    const cost::Prediction& p = all[i].prediction;
     const double bubble = *std::max_element(p.unit_bubble.begin(), p.unit_bubble.end());
     std::printf("%4zu %11s %8.3g %4.0f%% %11s %11s %7.3f  %s%s\n", i + 1, ms(p.step_s).c_str(),
                 p.tflops_per_device, 100 * p.mfu,
                 format_bytes(static_cast<double>(p.memory.total())).c_str(),
-                format_bytes(p.comm_bytes).c_str(), bubble, model::layout_line(all[i].deck).c_str(),
+                format_bytes(p.comm_bytes).c_str(), bubble, cost::layout_line(all[i].deck).c_str(),
                 "");
   }
-  std::printf("best       %s\n%s", model::layout_line(all.front().deck).c_str(),
+  std::printf("best       %s\n%s", cost::layout_line(all.front().deck).c_str(),
               prediction_text(all.front().deck, all.front().prediction, machine).c_str());
   return 0;
 }

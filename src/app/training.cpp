@@ -7,9 +7,9 @@
 #include "cubelm/core/memory_info.hpp"
 #include "cubelm/core/peak.hpp"
 #include "cubelm/core/stop.hpp"
+#include "cubelm/cost/memory.hpp"
+#include "cubelm/cost/shape.hpp"
 #include "cubelm/kernels/blas.hpp"
-#include "cubelm/model/memory.hpp"
-#include "cubelm/model/shape.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -26,13 +26,13 @@ void admit_memory(const Deck& deck) {
   const comm::Layout layout = comm::layout_of(deck.parallel);
   const int rank = comm::Communicator::world().rank();
   const int stage = comm::coords_of(layout, rank).pp;
-  const model::Memory mine = model::estimate_memory(deck, stage);
+  const cost::Memory mine = cost::estimate_memory(deck, stage);
   const MemoryCheck check = check_memory(static_cast<std::uint64_t>(mine.total()));
   if (check.skipped || check.fits)
     return;
   // The numbers of the rank with the least room, the same on every rank.
   const int worst_stage = comm::coords_of(layout, check.rank).pp;
-  const model::Memory need = model::estimate_memory(deck, worst_stage);
+  const cost::Memory need = cost::estimate_memory(deck, worst_stage);
   const ParallelConfig& p = deck.parallel;
   std::string keys = "raise parallel.tensor_size (tensor_mode), parallel.pipeline_size";
   if (p.recompute != Recompute::full)
@@ -128,7 +128,7 @@ int run_training(const Deck& deck, std::ostream& out) {
   char line[480];
   std::snprintf(line, sizeof(line),
                 "cubelm train: %s, %.3g M parameters, peak %.1f GFLOP/s/rank (%s; %s)\n",
-                deck.source.c_str(), model::parameter_count(deck.model) / 1e6, peak,
+                deck.source.c_str(), cost::parameter_count(deck.model) / 1e6, peak,
                 peak_from.c_str(), blas.c_str());
   say << line;
   if (threads > 1 && kernels::blas_has_own_threads())
@@ -143,14 +143,14 @@ int run_training(const Deck& deck, std::ostream& out) {
                   deck.data.synthetic_branching);
     say << line;
   }
-  const model::Memory mem = trainer.memory();
+  const cost::Memory mem = trainer.memory();
   std::snprintf(line, sizeof(line),
                 "memory per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB, "
                 "activations %.2f MiB\n",
                 mem.parameters / 1048576.0, mem.gradients / 1048576.0, mem.optimizer / 1048576.0,
                 mem.activations / 1048576.0);
   say << line;
-  const plan::PipelinePlan& plan = trainer.plan();
+  const pipeline::PipelinePlan& plan = trainer.plan();
   if (plan.stages > 1 || plan.chunks > 1 || deck.parallel.microbatches > 1) {
     std::string idle, held;
     for (int s = 0; s < plan.stages; ++s) {
@@ -224,7 +224,7 @@ int run_training(const Deck& deck, std::ostream& out) {
   };
   // A checkpoint holds the parameters and both AdamW moments in float32.
   const Deadline deadline(deck.train.time_limit_s, clock_start, end_time_from_environment(),
-                          3.0 * sizeof(float) * model::parameter_count(deck.model));
+                          3.0 * sizeof(float) * cost::parameter_count(deck.model));
   if (deadline.limited())
     say << "time limit: " << deadline.describe() << "\n";
   train::StepMetrics last;

@@ -1,7 +1,7 @@
 #include "cubelm/io/deck.hpp"
 
 #include "cubelm/comm/layout.hpp"
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 #include "cubelm/tp/shapes.hpp"
 
 #include "cubelm/core/error.hpp"
@@ -295,8 +295,8 @@ Deck parse_deck(const std::string& text, const std::string& source) {
     // The schedule's rules (plan/schedule.hpp: pipeline_size, microbatches and
     // virtual_stages at least 1, a layer per stage, the interleaved divisibility);
     // model.layers is read already.
-    const plan::PlanProblem bad =
-        plan::check_plan(p.schedule, p.pipeline_size, p.microbatches, p.virtual_stages, m.layers);
+    const pipeline::PlanProblem bad = pipeline::check_plan(
+        p.schedule, p.pipeline_size, p.microbatches, p.virtual_stages, m.layers);
     if (bad.key.rfind("parallel.", 0) == 0)
       par.fail(bad.key.substr(9).c_str(), bad.rule, bad.value);
     else if (!bad.key.empty()) // model.layers: reported with the pipeline it does not fit

@@ -87,7 +87,7 @@ typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts(bool mlp, bool moe) const 
 
 template <class T>
 ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t seed,
-                          tp::Mode<T>& mode, StageLayout stage)
+                          tp::Mode<T>& mode, cost::StageLayout stage)
     : config_(config), mode_(mode), stage_(std::move(stage)), batch_(batch),
       sequences_(mode.sequences(batch)), positions_(mode.positions(config.seq_len)),
       heads_(mode.local_heads(config.heads)),
@@ -96,7 +96,7 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
                                                            mode.positions(config.seq_len).local,
                                                        static_cast<int>(sizeof(T)))) {
   if (stage_.chunks.empty()) // the default: every layer in one chunk
-    stage_.chunks = StageLayout::whole(config.layers).chunks;
+    stage_.chunks = cost::StageLayout::whole(config.layers).chunks;
   CUBELM_ASSERT(stage_.slots >= 1, "a stage needs at least one activation slot");
   // The mode splits every tensor evenly only for shapes that pass the deck's rule.
   const std::string uneven = tp::check_shapes(mode.layout(), config, batch);
@@ -126,7 +126,7 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
       CUBELM_ASSERT(l >= 0 && l < L && (layer_ids_.empty() || l > layer_ids_.back()),
                     "stage layers must be increasing ids below model.layers");
       layer_ids_.push_back(l);
-      const LayerParams n = layer_params(l, config.moe_layer(l) ? config.experts : 0);
+      const cost::LayerParams n = cost::layer_params(l, config.moe_layer(l) ? config.experts : 0);
       auto y = std::make_unique<Layer>();
       y->ln1 = mode.layernorm(params_, n.ln1, H, stream_rows_);
       y->qkv = mode.linear(params_, n.qkv, n.qkv_bias, H, H, rows_, tp::Role::first, std_dev, seed);
@@ -211,8 +211,8 @@ tp::Param<T>& ShardedGPT<T>::param(const std::string& name) {
 }
 
 template <class T>
-Memory ShardedGPT<T>::memory() const {
-  Memory mem;
+cost::Memory ShardedGPT<T>::memory() const {
+  cost::Memory mem;
   for (const auto& p : params_) {
     mem.parameters += p.size() * static_cast<std::int64_t>(sizeof(T));
     mem.gradients += p.size() * static_cast<std::int64_t>(sizeof(T));
@@ -505,7 +505,7 @@ double ShardedGPT<T>::forward_backward(const std::vector<std::int32_t>& inputs,
 template <class T>
 GridModel<T>::GridModel(const ModelConfig& config, int batch, std::uint64_t seed,
                         const comm::Layout& layout, const comm::Communicator& comm,
-                        StageLayout stage)
+                        cost::StageLayout stage)
     : grid(std::make_unique<comm::ProcessGrid>(layout, comm)), mode(tp::make_mode<T>(*grid)),
       model(std::make_unique<ShardedGPT<T>>(config, batch, seed, *mode, std::move(stage))) {}
 

@@ -1,8 +1,8 @@
 #include "cubelm/train/checkpointing.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/shape.hpp"
 #include "cubelm/io/checkpoint.hpp"
-#include "cubelm/model/shape.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -256,7 +256,7 @@ namespace {
 std::vector<std::pair<std::string, std::vector<std::uint64_t>>>
 all_tensors(const ModelConfig& config) {
   std::vector<std::pair<std::string, std::vector<std::uint64_t>>> out;
-  for (const auto& [name, shape] : model::parameter_shapes(config))
+  for (const auto& [name, shape] : cost::parameter_shapes(config))
     out.emplace_back(name, std::vector<std::uint64_t>(shape.begin(), shape.end()));
   return out;
 }

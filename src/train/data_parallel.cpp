@@ -1,8 +1,8 @@
 #include "cubelm/train/data_parallel.hpp"
 
 #include "cubelm/core/error.hpp"
-#include "cubelm/model/buckets.hpp"
-#include "cubelm/model/shape.hpp"
+#include "cubelm/cost/buckets.hpp"
+#include "cubelm/cost/shape.hpp"
 
 #include <algorithm>
 #include <map>
@@ -35,10 +35,10 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
   auto& params = model.params();
   const bool lookup = model.stage().first;
   // Order: wte alone first, then units in the order backward completes them.
-  std::map<std::string, model::BucketUnit> units;
-  for (const model::ParamEntry& e : model::parameter_table(model.config()))
-    units[e.name] = model::bucket_unit(e, model.config(), lookup);
-  auto unit = [&](std::size_t i) -> const model::BucketUnit& {
+  std::map<std::string, cost::BucketUnit> units;
+  for (const cost::ParamEntry& e : cost::parameter_table(model.config()))
+    units[e.name] = cost::bucket_unit(e, model.config(), lookup);
+  auto unit = [&](std::size_t i) -> const cost::BucketUnit& {
     const auto u = units.find(params[i].name);
     CUBELM_ASSERT(u != units.end(), "parameter '" + params[i].name + "' belongs to no unit");
     return u->second;
@@ -47,15 +47,15 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
   for (std::size_t i = 0; i < order.size(); ++i)
     order[i] = i;
   const auto item = [&](std::size_t i) {
-    return model::BucketItem{unit(i).key, unit(i).alone, params[i].size(), params[i].expert};
+    return cost::BucketItem{unit(i).key, unit(i).alone, params[i].size(), params[i].expert};
   };
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return model::bucket_before(item(a), item(b));
+    return cost::bucket_before(item(a), item(b));
   });
-  std::vector<model::BucketItem> items;
+  std::vector<cost::BucketItem> items;
   for (const std::size_t i : order)
     items.push_back(item(i));
-  const model::BucketPlan plan = model::plan_buckets(
+  const cost::BucketPlan plan = cost::plan_buckets(
       items, std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_bytes / sizeof(real))),
       zero ? grid.dp().size() : 1, zero ? grid.expert_dp().size() : 1);
   offset_.assign(params.size(), 0);

@@ -3,7 +3,7 @@
 #include "cubelm/comm/batch.hpp"
 #include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/error.hpp"
-#include "cubelm/model/memory.hpp"
+#include "cubelm/cost/memory.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -12,19 +12,19 @@
 
 namespace cubelm::train {
 
-PipelineStage::PipelineStage(const plan::PipelinePlan& plan, int stage)
+PipelineStage::PipelineStage(const pipeline::PipelinePlan& plan, int stage)
     : plan_(plan), stage_(stage) {
   CUBELM_ASSERT(stage >= 0 && stage < plan.stages, "pipeline stage out of range");
-  plan::ExchangePlan exchanges = plan::plan_exchanges(plan);
+  pipeline::ExchangePlan exchanges = pipeline::plan_exchanges(plan);
   exchanges_ = std::move(exchanges.stages[static_cast<std::size_t>(stage)]);
   untagged_ = exchanges.untagged();
 }
 
-model::StageLayout PipelineStage::layout(bool recompute) const {
-  return model::stage_layout(plan_, stage_, recompute);
+cost::StageLayout PipelineStage::layout(bool recompute) const {
+  return cost::stage_layout(plan_, stage_, recompute);
 }
 
-int PipelineStage::tag(const plan::Message& m) const {
+int PipelineStage::tag(const pipeline::Message& m) const {
   if (untagged_)
     return 0; // matched in posting order (comm::Matching::in_order)
   // The sender's virtual stage identifies a message between a pair of stages.
@@ -48,14 +48,14 @@ using Mat = kernels::Mat<real>;
 class StepMessages {
 public:
   StepMessages(const comm::Group& pp, comm::Matching matching,
-               const std::vector<plan::Exchange>& exchanges, int slots,
-               std::function<int(const plan::Message&)> tag)
+               const std::vector<pipeline::Exchange>& exchanges, int slots,
+               std::function<int(const pipeline::Message&)> tag)
       : pp_(pp), matching_(matching), exchanges_(exchanges), tag_(std::move(tag)),
         forward_(static_cast<std::size_t>(slots)), backward_(static_cast<std::size_t>(slots)) {}
 
   // An action made message `m` from `data`, a buffer of `slot`: it is due in a later
   // exchange, and `data` is held until then.
-  void made(const plan::Message& m, const Mat& data, int slot) {
+  void made(const pipeline::Message& m, const Mat& data, int slot) {
     due_.push_back({m, data, slot, false});
   }
 
@@ -85,19 +85,19 @@ public:
 
   // Posts the exchange before action `i`, if there is one: the sends due in it and the
   // receive of `want` into `into`. Returns the receive's Request.
-  comm::Request post(const ExecSpace& exec, std::size_t i, const plan::Message& want,
+  comm::Request post(const ExecSpace& exec, std::size_t i, const pipeline::Message& want,
                      const Mat* into) {
     if (next_ == exchanges_.size() || exchanges_[next_].before != i) {
       CUBELM_ASSERT(!want.exists(), "pipeline: no exchange receives " + want.describe());
       return {};
     }
-    const plan::Exchange& e = exchanges_[next_++];
+    const pipeline::Exchange& e = exchanges_[next_++];
     CUBELM_ASSERT(e.recv.exists() == want.exists() && (!want.exists() || e.recv.same(want)),
                   "pipeline: the exchange before action " + std::to_string(i) + " receives " +
                       e.recv.describe() + ", the action needs " + want.describe());
     comm::Batch batch(pp_, matching_);
     std::vector<Due> posted;
-    for (const plan::Message& m : e.sends) {
+    for (const pipeline::Message& m : e.sends) {
       const auto it =
           std::find_if(due_.begin(), due_.end(), [&](const Due& d) { return d.message.same(m); });
       CUBELM_ASSERT(it != due_.end(), "pipeline: " + m.describe() + " is sent before it is made");
@@ -123,7 +123,7 @@ public:
 
   // After the last of `actions` actions: posts the exchange left (sends only).
   void post_last(const ExecSpace& exec, std::size_t actions) {
-    post(exec, actions, plan::Message(), nullptr);
+    post(exec, actions, pipeline::Message(), nullptr);
     CUBELM_ASSERT(due_.empty() && next_ == exchanges_.size(),
                   "pipeline: the step ends with sends that were never posted");
   }
@@ -138,7 +138,7 @@ public:
 private:
   // A send whose action has run and whose exchange has not been posted yet.
   struct Due {
-    plan::Message message;
+    pipeline::Message message;
     Mat data; // holds the buffer, also once its slot has a new one
     int slot;
     bool detached; // the slot got a new input buffer since
@@ -146,8 +146,8 @@ private:
 
   const comm::Group& pp_;
   comm::Matching matching_;
-  const std::vector<plan::Exchange>& exchanges_;
-  std::function<int(const plan::Message&)> tag_;
+  const std::vector<pipeline::Exchange>& exchanges_;
+  std::function<int(const pipeline::Message&)> tag_;
   std::size_t next_ = 0; // the next exchange of exchanges_
   std::vector<Due> due_;
   std::vector<comm::Request> forward_, backward_, retired_;
@@ -172,7 +172,7 @@ PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
   const ExecSpace exec;
   StepMessages messages(grid.pp(), untagged_ ? comm::Matching::in_order : comm::Matching::by_tag,
                         exchanges_, plan_.slots[static_cast<std::size_t>(stage_)],
-                        [this](const plan::Message& m) { return tag(m); });
+                        [this](const pipeline::Message& m) { return tag(m); });
   Result r;
   auto wait_for = [&](comm::Request& request) {
     Kokkos::Timer timer;
@@ -181,12 +181,12 @@ PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
   };
   const auto& actions = plan_.actions[static_cast<std::size_t>(stage_)];
   for (std::size_t i = 0; i < actions.size(); ++i) {
-    const plan::Action& a = actions[i];
+    const pipeline::Action& a = actions[i];
     const int s = a.slot;
     const io::Batch& batch = batches.at(static_cast<std::size_t>(a.micro));
     comm::watchdog::set_micro_batch(a.micro);
-    const plan::Message want = plan::receive_before(plan_, stage_, i);
-    if (a.op == plan::Op::forward) {
+    const pipeline::Message want = pipeline::receive_before(plan_, stage_, i);
+    if (a.op == pipeline::Op::forward) {
       // The slot's input holds the gradient its last backward sends, unless that send
       // is complete: then the slot takes another buffer.
       if (messages.input_busy(s))
@@ -204,10 +204,10 @@ PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
       r.loss_sum += model.backward(a.chunk, s, batch.inputs, batch.targets, grad_scale,
                                    a.last_backward ? done : nullptr);
     }
-    const plan::Message made = plan::send_after(plan_, stage_, i);
+    const pipeline::Message made = pipeline::send_after(plan_, stage_, i);
     if (made.exists())
-      messages.made(made,
-                    a.op == plan::Op::forward ? model.output(a.chunk, s) : model.input_grad(s), s);
+      messages.made(
+          made, a.op == pipeline::Op::forward ? model.output(a.chunk, s) : model.input_grad(s), s);
   }
   messages.post_last(exec, actions.size());
   comm::watchdog::set_micro_batch(-1);

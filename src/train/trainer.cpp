@@ -2,11 +2,11 @@
 
 #include "cubelm/comm/wait_time.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/shape.hpp"
 #include "cubelm/io/synthetic.hpp"
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/kernels/optim.hpp"
 #include "cubelm/kernels/precision.hpp"
-#include "cubelm/model/shape.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/lr_schedule.hpp"
 
@@ -33,7 +33,7 @@ double watchdog_timeout(const Deck& deck) {
 
 Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
     : deck_(deck), comm_(comm), watchdog_(watchdog_timeout(deck)),
-      plan_(plan::make_plan(deck.parallel, deck.model)), timeline_(plan::simulate(plan_)),
+      plan_(pipeline::make_plan(deck.parallel, deck.model)), timeline_(pipeline::simulate(plan_)),
       stage_(plan_, stage_of(deck, comm)),
       net_(deck.model, deck.micro_batch(), static_cast<std::uint64_t>(deck.train.seed),
            comm::layout_of(deck.parallel), comm,
@@ -108,8 +108,8 @@ TimeSplit Trainer::split(double ms,
 
 Trainer::~Trainer() = default;
 
-model::Memory Trainer::memory() const {
-  model::Memory mem = net_.model->memory();
+cost::Memory Trainer::memory() const {
+  cost::Memory mem = net_.model->memory();
   mem.optimizer = dp_->optimizer_bytes();
   return mem;
 }
@@ -263,7 +263,7 @@ StepMetrics Trainer::step() {
   m.time = split(m.ms, waits_before);
   m.tokens_per_s = tokens / seconds;
   // The model's FLOPs are shared by all ranks of the layout.
-  m.gflops_per_rank = model::flops_per_token(deck_.model) * m.tokens_per_s / 1e9 /
+  m.gflops_per_rank = cost::flops_per_token(deck_.model) * m.tokens_per_s / 1e9 /
                       comm::layout_of(deck_.parallel).world_size();
   // A peak is a rate no step can beat: one that does shows the peak was measured
   // low (a busy node, a deck's guess), and becomes the peak from here on.

@@ -5,8 +5,8 @@
 /// (docs/planner.md).
 
 #include "cubelm/core/environment.hpp"
+#include "cubelm/cost/predict.hpp"
 #include "cubelm/io/machine.hpp"
-#include "cubelm/model/predict.hpp"
 
 #include <string>
 #include <vector>
@@ -43,7 +43,7 @@ int run_calibrate(const PlanOptions& options, const Environment& env);
 io::Machine measure_machine(const std::string& deck_path, std::string& report);
 
 /// \brief The lines `cubelm check --machine` adds: predicted step time and its parts.
-std::string prediction_text(const Deck& deck, const model::Prediction& p,
+std::string prediction_text(const Deck& deck, const cost::Prediction& p,
                             const io::Machine& machine);
 
 /// \brief One JSON object: "layout" (the deck's [parallel] keys), "precision", "step_ms",
@@ -51,6 +51,6 @@ std::string prediction_text(const Deck& deck, const model::Prediction& p,
 /// quantity), "fits", the time's parts ("compute_ms", "idle_ms", "optimizer_ms",
 /// "comm_ms" by group), "memory" by kind, "comm" bytes by group, "tflops_per_device",
 /// "mfu" and the unit-cost "bubble" of each stage.
-std::string prediction_json(const Deck& deck, const model::Prediction& p);
+std::string prediction_json(const Deck& deck, const cost::Prediction& p);
 
 } // namespace cubelm::app

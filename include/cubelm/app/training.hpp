@@ -11,7 +11,7 @@ namespace cubelm::app {
 
 /// \brief Collective over MPI_COMM_WORLD: throws a collective cubelm::Error naming
 /// the need and the available memory of the rank with the least room, and the deck
-/// keys that lower the need, when a rank's estimate (model::estimate_memory of its
+/// keys that lower the need, when a rank's estimate (cost::estimate_memory of its
 /// pipeline stage) exceeds its usable memory (core/memory_check.hpp). Allocates nothing.
 void admit_memory(const Deck& deck);
 

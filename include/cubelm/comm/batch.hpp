@@ -25,7 +25,7 @@
 /// so the CPU build checks the order that NCCL relies on. The caller must also
 /// make sure that, when each rank's batches complete one after the other and as a
 /// whole (a send completing only once its receiver has posted), every batch
-/// completes: plan::plan_exchanges does that for the pipeline.
+/// completes: pipeline::plan_exchanges does that for the pipeline.
 
 #include "cubelm/comm/group.hpp"
 

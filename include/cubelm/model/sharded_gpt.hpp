@@ -4,8 +4,8 @@
 /// the same code runs single-process and under every mode.
 
 #include "cubelm/core/config.hpp"
+#include "cubelm/cost/shape.hpp"
 #include "cubelm/kernels/attention.hpp"
-#include "cubelm/model/shape.hpp"
 #include "cubelm/tp/context.hpp"
 #include "cubelm/tp/mode.hpp"
 
@@ -39,18 +39,18 @@ public:
   /// \brief Registers this rank's parameter blocks and allocates activations for
   /// micro-batches of `batch` sequences (of which each activation holds mode.sequences(batch)).
   ShardedGPT(const ModelConfig& config, int batch, std::uint64_t seed, tp::Mode<T>& mode,
-             StageLayout stage = {});
+             cost::StageLayout stage = {});
   ~ShardedGPT();
 
   const ModelConfig& config() const { return config_; }
-  const StageLayout& stage() const { return stage_; }
+  const cost::StageLayout& stage() const { return stage_; }
   tp::Params<T>& params() { return params_; }
   const tp::Params<T>& params() const { return params_; }
   /// \brief This rank's block of the parameter called `name` (InternalError if none).
   tp::Param<T>& param(const std::string& name);
   /// \brief Bytes of this rank's parameters, gradients and activation buffers (the model's
   /// and the mode's), as allocated (the optimizer's moments belong to the trainer).
-  Memory memory() const;
+  cost::Memory memory() const;
   /// \brief Sequences of the micro-batch in each of this rank's activations.
   int sequences() const { return sequences_; }
 
@@ -121,7 +121,7 @@ private:
 
   ModelConfig config_;
   tp::Mode<T>& mode_;
-  StageLayout stage_;
+  cost::StageLayout stage_;
   int batch_, sequences_;
   kernels::Positions positions_; // of each sequence's tokens here
   // rows_: a pair's and a LayerNorm output's rows (inner); stream_rows_: the residual
@@ -155,7 +155,7 @@ template <class T>
 struct GridModel {
   /// \brief `layout` over the ranks of `comm`; `stage`: the part of the model this rank holds.
   GridModel(const ModelConfig& config, int batch, std::uint64_t seed, const comm::Layout& layout,
-            const comm::Communicator& comm, StageLayout stage = {});
+            const comm::Communicator& comm, cost::StageLayout stage = {});
   /// \brief The whole model on this rank alone (MPI_COMM_SELF): references and tools.
   static GridModel single(const ModelConfig& config, int batch, std::uint64_t seed);
 

@@ -95,7 +95,7 @@ public:
                       const std::vector<std::int32_t>& targets, T grad_scale, const Mat<T>& dh) = 0;
 };
 
-/// \brief The parameter names of an MoE feed-forward (model/shape.hpp spells them):
+/// \brief The parameter names of an MoE feed-forward (cost/shape.hpp spells them):
 /// the router and, per global expert index, the expert MLP's four tensors.
 struct MoeNames {
   std::string router;

@@ -1,10 +1,10 @@
 #pragma once
 /// \file
-/// \brief Runs one stage's part of a pipeline plan (plan/schedule.hpp): the
+/// \brief Runs one stage's part of a pipeline plan (pipeline/schedule.hpp): the
 /// forward and backward passes of its chunks in the plan's order, with the
 /// activations and their gradients sent between stages through `comm`.
 ///
-/// Messages go in the plan's exchanges (plan/messages.hpp): before an action the
+/// Messages go in the plan's exchanges (pipeline/messages.hpp): before an action the
 /// stage posts, as one comm::Batch, the sends that are due and the receive the
 /// action needs, then waits for that receive only; sends are waited for when
 /// their buffers are needed again. With NCCL a batch is one group call on the
@@ -21,8 +21,8 @@
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/io/sampler.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
-#include "cubelm/plan/messages.hpp"
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/pipeline/messages.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 
 #include <vector>
 
@@ -31,10 +31,10 @@ namespace cubelm::train {
 class PipelineStage {
 public:
   /// \brief Stage `stage` of `plan` (which must outlive it).
-  PipelineStage(const plan::PipelinePlan& plan, int stage);
+  PipelineStage(const pipeline::PipelinePlan& plan, int stage);
 
   /// \brief The part of the model this stage holds.
-  model::StageLayout layout(bool recompute) const;
+  cost::StageLayout layout(bool recompute) const;
 
   /// \brief What one step did on this stage.
   struct Result {
@@ -49,7 +49,7 @@ public:
              const model::ShardedGPT<real>::UnitDone& done);
 
   /// \brief True when messages go in posting order without tags (NCCL-capable; see
-  /// plan::plan_exchanges), false when MPI matches them by tag.
+  /// pipeline::plan_exchanges), false when MPI matches them by tag.
   bool untagged() const { return untagged_; }
 
   /// \brief Input buffers the stage's pool holds (in flight or free): a slot whose input
@@ -59,13 +59,13 @@ public:
   int pooled_inputs() const { return static_cast<int>(spare_inputs_.size()); }
 
 private:
-  int tag(const plan::Message& m) const;
+  int tag(const pipeline::Message& m) const;
   // Gives `slot` another input buffer from the pool while a send still holds its current one.
   void detach_input(model::ShardedGPT<real>& model, int slot);
 
-  const plan::PipelinePlan& plan_;
+  const pipeline::PipelinePlan& plan_;
   int stage_;
-  std::vector<plan::Exchange> exchanges_; // this stage's, in posting order
+  std::vector<pipeline::Exchange> exchanges_; // this stage's, in posting order
   bool untagged_ = false;
   std::vector<kernels::Mat<real>> spare_inputs_; // detach_input's pool
 };

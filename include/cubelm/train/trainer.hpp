@@ -8,7 +8,7 @@
 #include "cubelm/io/deck.hpp"
 #include "cubelm/io/sampler.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 #include "cubelm/train/data_parallel.hpp"
 #include "cubelm/train/metrics.hpp"
 #include "cubelm/train/pipeline.hpp"
@@ -67,7 +67,7 @@ public:
       const std::string& dir,
       const std::function<void(const std::string& file, const std::string& why)>& skipped);
   /// \brief This rank's memory: parameters, gradients, AdamW moments, activation buffers.
-  model::Memory memory() const;
+  cost::Memory memory() const;
   /// \brief Everything this rank sent so far, per group and collective kind.
   const comm::TrafficCounters& traffic() const { return net_.grid->traffic(); }
   /// \brief True on the rank that prints (world rank 0).
@@ -81,8 +81,8 @@ public:
     peak_threads_ = threads;
   }
   /// \brief The pipeline schedule of every stage and its unit-cost timeline.
-  const plan::PipelinePlan& plan() const { return plan_; }
-  const plan::Timeline& timeline() const { return timeline_; }
+  const pipeline::PipelinePlan& plan() const { return plan_; }
+  const pipeline::Timeline& timeline() const { return timeline_; }
   const comm::ProcessGrid& grid() const { return *net_.grid; }
   /// \brief This rank's pipeline stage (its input buffer pool).
   const PipelineStage& stage() const { return stage_; }
@@ -94,8 +94,8 @@ private:
   comm::Watchdog watchdog_; // parallel.timeout_s, from the first collective to the last
   std::vector<std::int32_t> tokens_;
   std::unique_ptr<io::Sampler> sampler_;
-  plan::PipelinePlan plan_;
-  plan::Timeline timeline_;
+  pipeline::PipelinePlan plan_;
+  pipeline::Timeline timeline_;
   PipelineStage stage_;
   model::GridModel<real> net_;
   std::unique_ptr<DataParallel> dp_;

@@ -2,16 +2,16 @@
 /// \file
 /// \brief How a stage's gradients are cut into the buckets that data parallelism
 /// reduces (docs/training.md): the one rule, used by train::DataParallel for the
-/// real buffers and by the closed-form traffic (model/traffic.hpp). No Kokkos.
+/// real buffers and by the closed-form traffic (cost/traffic.hpp). No Kokkos.
 
 #include "cubelm/core/config.hpp"
-#include "cubelm/model/shape.hpp"
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/cost/shape.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 
 #include <cstdint>
 #include <vector>
 
-namespace cubelm::model {
+namespace cubelm::cost {
 
 /// \brief Where a parameter's gradient goes: the unit whose backward completes it, and
 /// the order of the buckets (decreasing key: wte alone first, then the units in the
@@ -93,7 +93,7 @@ struct StageBuckets {
   std::vector<int> done; ///< [bucket]
 };
 StageBuckets stage_buckets(const Deck& deck, int stage);
-/// \brief The same with the deck's pipeline plan made already (plan::make_plan).
-StageBuckets stage_buckets(const Deck& deck, const plan::PipelinePlan& plan, int stage);
+/// \brief The same with the deck's pipeline plan made already (pipeline::make_plan).
+StageBuckets stage_buckets(const Deck& deck, const pipeline::PipelinePlan& plan, int stage);
 
-} // namespace cubelm::model
+} // namespace cubelm::cost

@@ -6,13 +6,13 @@
 
 #include "cubelm/comm/traffic.hpp"
 #include "cubelm/core/config.hpp"
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace cubelm::model {
+namespace cubelm::cost {
 
 /// \brief Calls and modelled bytes of one (group, kind) in one step.
 struct TrafficVolume {
@@ -31,8 +31,8 @@ struct TrafficVolume {
 /// over world. Equal to what the counters of such a rank count (every rank of a
 /// stage counts the same).
 std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage = 0);
-/// \brief The same with the deck's pipeline plan made already (plan::make_plan).
-std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::PipelinePlan& plan,
+/// \brief The same with the deck's pipeline plan made already (pipeline::make_plan).
+std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const pipeline::PipelinePlan& plan,
                                             int stage);
 
 /// \brief What one micro-batch runs on a rank: the lookup, the head (ln_f, logits, loss),
@@ -52,4 +52,4 @@ std::vector<TrafficVolume> tensor_parallel_traffic(const Deck& deck, const UnitW
 /// \brief The sum of the bytes of traffic_per_step: the metrics' comm_bytes.
 double comm_bytes_per_step(const Deck& deck, int stage = 0);
 
-} // namespace cubelm::model
+} // namespace cubelm::cost

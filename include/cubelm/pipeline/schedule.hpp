@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-namespace cubelm::plan {
+namespace cubelm::pipeline {
 
 enum class Op { forward, backward };
 
@@ -116,4 +116,4 @@ struct Timeline {
 /// forward and n backward_cost backward. InternalError if the plan cannot finish.
 Timeline simulate(const PipelinePlan& plan, double forward_cost = 1.0, double backward_cost = 2.0);
 
-} // namespace cubelm::plan
+} // namespace cubelm::pipeline

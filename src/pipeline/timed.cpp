@@ -1,15 +1,15 @@
 // The timeline of a plan with per-pass costs and message delays, in flat arrays (plans
-// of thousands of micro-batches). plan::simulate is this with unit costs, its passes
+// of thousands of micro-batches). pipeline::simulate is this with unit costs, its passes
 // recorded; tests/test_schedule.cpp checks it against the schedules' closed forms.
 
-#include "cubelm/plan/timed.hpp"
+#include "cubelm/pipeline/timed.hpp"
 
 #include "cubelm/core/error.hpp"
 
 #include <algorithm>
 #include <string>
 
-namespace cubelm::plan {
+namespace cubelm::pipeline {
 
 PassCosts unit_costs(const PipelinePlan& plan, double forward_cost, double backward_cost) {
   PassCosts c;
@@ -110,4 +110,4 @@ TimedTimeline simulate_timed(const PipelinePlan& plan, const PassCosts& costs,
   return t;
 }
 
-} // namespace cubelm::plan
+} // namespace cubelm::pipeline

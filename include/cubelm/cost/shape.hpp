@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace cubelm::model {
+namespace cubelm::cost {
 
 /// \brief Parameters of a dense transformer block: ln1, ln2 (2H each), wq/wk/wv/wo (H^2 + H
 /// each), w1 (4H^2) + b1 (4H), w2 (4H^2) + b2 (H): 12 H^2 + 13 H.
@@ -407,4 +407,4 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   return activations_per_rank(m, mode, tp, micro, StageShape::whole(m));
 }
 
-} // namespace cubelm::model
+} // namespace cubelm::cost

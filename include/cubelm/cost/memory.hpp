@@ -1,18 +1,18 @@
 #pragma once
 /// \file
 /// \brief What a deck's layout puts on each rank: the stage layouts of its
-/// pipeline plan and the bytes a rank holds (closed forms of model/shape.hpp; no
+/// pipeline plan and the bytes a rank holds (closed forms of cost/shape.hpp; no
 /// allocation, so `cubelm check` prints them on a login node).
 
 #include "cubelm/core/config.hpp"
-#include "cubelm/model/shape.hpp"
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/cost/shape.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 
-namespace cubelm::model {
+namespace cubelm::cost {
 
 /// \brief The part of the model stage `stage` of `plan` holds: its chunks, whether it
 /// has the lookup and the head, and the activation slots the plan gives it.
-StageLayout stage_layout(const plan::PipelinePlan& plan, int stage, bool recompute);
+StageLayout stage_layout(const pipeline::PipelinePlan& plan, int stage, bool recompute);
 
 /// \brief Memory per rank of a deck's layout (float32) on its fullest pipeline stage:
 /// the stage's parameters and gradients, AdamW's moments (under ZeRO-1 a 1/dp shard and
@@ -22,6 +22,6 @@ StageLayout stage_layout(const plan::PipelinePlan& plan, int stage, bool recompu
 Memory estimate_memory(const Deck& deck, int stage = -1);
 
 /// \brief The memory of a rank of stage `stage`, with the deck's pipeline plan made already.
-Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int stage);
+Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int stage);
 
-} // namespace cubelm::model
+} // namespace cubelm::cost

@@ -1,12 +1,12 @@
-#include "cubelm/model/memory.hpp"
+#include "cubelm/cost/memory.hpp"
 
-#include "cubelm/model/buckets.hpp"
+#include "cubelm/cost/buckets.hpp"
 
 #include <algorithm>
 
-namespace cubelm::model {
+namespace cubelm::cost {
 
-StageLayout stage_layout(const plan::PipelinePlan& plan, int stage, bool recompute) {
+StageLayout stage_layout(const pipeline::PipelinePlan& plan, int stage, bool recompute) {
   StageLayout s;
   s.chunks = plan.layers_of[static_cast<std::size_t>(stage)];
   s.first = plan.first(stage, 0);
@@ -17,7 +17,7 @@ StageLayout stage_layout(const plan::PipelinePlan& plan, int stage, bool recompu
 }
 
 Memory estimate_memory(const Deck& deck, int stage) {
-  const plan::PipelinePlan plan = plan::make_plan(deck.parallel, deck.model);
+  const pipeline::PipelinePlan plan = pipeline::make_plan(deck.parallel, deck.model);
   Memory most;
   for (int s = 0; s < plan.stages; ++s) {
     if (stage >= 0 && s != stage)
@@ -29,7 +29,7 @@ Memory estimate_memory(const Deck& deck, int stage) {
   return most;
 }
 
-Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int s) {
+Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int s) {
   const ParallelConfig& par = deck.parallel;
   const StageLayout layout = stage_layout(plan, s, par.recompute == Recompute::full);
   StageShape shape;
@@ -83,4 +83,4 @@ Memory stage_memory(const Deck& deck, const plan::PipelinePlan& plan, int s) {
   return mem;
 }
 
-} // namespace cubelm::model
+} // namespace cubelm::cost

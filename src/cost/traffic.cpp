@@ -4,14 +4,14 @@
 // layer is recomputed) and the head (ln_f, logits, loss); then the pipeline's
 // messages, the data-parallel buckets and the step's world all-reduce are added.
 
-#include "cubelm/model/traffic.hpp"
+#include "cubelm/cost/traffic.hpp"
 
 #include "cubelm/comm/layout.hpp"
-#include "cubelm/model/buckets.hpp"
-#include "cubelm/model/memory.hpp"
-#include "cubelm/model/shape.hpp"
-#include "cubelm/plan/messages.hpp"
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/cost/buckets.hpp"
+#include "cubelm/cost/memory.hpp"
+#include "cubelm/cost/shape.hpp"
+#include "cubelm/pipeline/messages.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 #include "cubelm/tp/collectives.hpp"
 #include "cubelm/tp/shapes.hpp"
 
@@ -19,7 +19,7 @@
 #include <map>
 #include <utility>
 
-namespace cubelm::model {
+namespace cubelm::cost {
 
 namespace {
 
@@ -87,7 +87,7 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
 }
 
 // Elements of one rank's block of parameter `e` in the layout's tensor mode
-// (model/shape.hpp parameters_per_rank, parameter by parameter).
+// (cost/shape.hpp parameters_per_rank, parameter by parameter).
 // wte is held with the padded vocabulary's rows.
 std::int64_t local_size(const ParamEntry& e, const comm::Layout& layout, const ModelConfig& cfg) {
   const std::int64_t p = layout.tp;
@@ -131,10 +131,10 @@ const std::vector<ParamEntry>& table_of(const ModelConfig& m) {
 } // namespace
 
 StageBuckets stage_buckets(const Deck& deck, int stage) {
-  return stage_buckets(deck, plan::make_plan(deck.parallel, deck.model), stage);
+  return stage_buckets(deck, pipeline::make_plan(deck.parallel, deck.model), stage);
 }
 
-StageBuckets stage_buckets(const Deck& deck, const plan::PipelinePlan& plan, int stage) {
+StageBuckets stage_buckets(const Deck& deck, const pipeline::PipelinePlan& plan, int stage) {
   const ParallelConfig& par = deck.parallel;
   const comm::Layout layout = comm::layout_of(par);
   const StageLayout s = stage_layout(plan, stage, par.recompute == Recompute::full);
@@ -183,10 +183,10 @@ StageBuckets stage_buckets(const Deck& deck, const plan::PipelinePlan& plan, int
 }
 
 std::vector<TrafficVolume> traffic_per_step(const Deck& deck, int stage) {
-  return traffic_per_step(deck, plan::make_plan(deck.parallel, deck.model), stage);
+  return traffic_per_step(deck, pipeline::make_plan(deck.parallel, deck.model), stage);
 }
 
-std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::PipelinePlan& plan,
+std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const pipeline::PipelinePlan& plan,
                                             int stage) {
   const ParallelConfig& par = deck.parallel;
   const comm::Layout layout = comm::layout_of(par);
@@ -218,9 +218,9 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const plan::Pipeli
                  cols = static_cast<double>(deck.model.hidden) / split.outer;
     const auto& actions = plan.actions[static_cast<std::size_t>(stage)];
     for (std::size_t i = 0; i < actions.size(); ++i) {
-      if (plan::send_after(plan, stage, i).exists())
+      if (pipeline::send_after(plan, stage, i).exists())
         t.add("pp", Kind::send, 1, rows * cols);
-      if (plan::receive_before(plan, stage, i).exists())
+      if (pipeline::receive_before(plan, stage, i).exists())
         t.add("pp", Kind::recv, 1, 0);
     }
   }
@@ -315,4 +315,4 @@ double comm_bytes_per_step(const Deck& deck, int stage) {
   return total;
 }
 
-} // namespace cubelm::model
+} // namespace cubelm::cost

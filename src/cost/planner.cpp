@@ -1,19 +1,19 @@
 // The layouts a planner considers and their ranking. Enumeration follows the same rules
 // the deck reader applies (one source each: comm::Layout, tp::check_shapes,
-// plan::check_plan), so every layout listed is one `cubelm train` accepts.
+// pipeline::check_plan), so every layout listed is one `cubelm train` accepts.
 
-#include "cubelm/model/planner.hpp"
+#include "cubelm/cost/planner.hpp"
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/error.hpp"
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 #include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
 #include <map>
 #include <sstream>
 
-namespace cubelm::model {
+namespace cubelm::cost {
 
 namespace {
 
@@ -111,7 +111,7 @@ std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space)
               if (!tp::check_shapes(layout, model, sequences).empty())
                 continue;
               for (const Schedules& s : schedules(pp, dp, micro, model.layers)) {
-                if (!plan::check_plan(s.schedule, pp, micro, s.virtual_stages, model.layers)
+                if (!pipeline::check_plan(s.schedule, pp, micro, s.virtual_stages, model.layers)
                          .key.empty())
                   continue;
                 for (const int zero : {0, 1}) {
@@ -191,4 +191,4 @@ std::string layout_line(const Deck& deck) {
   return out.str();
 }
 
-} // namespace cubelm::model
+} // namespace cubelm::cost

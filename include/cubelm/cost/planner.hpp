@@ -4,13 +4,13 @@
 /// what `cubelm plan` prints (docs/planner.md). No Kokkos, no MPI.
 
 #include "cubelm/core/config.hpp"
+#include "cubelm/cost/predict.hpp"
 #include "cubelm/io/machine.hpp"
-#include "cubelm/model/predict.hpp"
 
 #include <string>
 #include <vector>
 
-namespace cubelm::model {
+namespace cubelm::cost {
 
 /// \brief Which layouts to consider besides the model's own rules.
 struct SearchSpace {
@@ -26,7 +26,7 @@ struct SearchSpace {
 };
 
 /// \brief Every layout of `base`'s model and global batch on `ranks` ranks that its rules
-/// allow (comm::Layout::validate, tp::check_shapes, plan::check_plan, the batch split):
+/// allow (comm::Layout::validate, tp::check_shapes, pipeline::check_plan, the batch split):
 /// each tensor mode and size, pipeline size, data size = the rest, micro-batch count (a
 /// divisor of the sequences per replica), schedule (gpipe, 1f1b, layered, interleaved with
 /// every virtual stage count that divides the layers; with one stage 1f1b, and layered
@@ -61,4 +61,4 @@ Ranking rank_layouts(const Deck& base, int ranks, const io::Machine& machine,
 /// "tp=1d:8+sp pp=4 dp=2 1f1b m=16 zero=1 recompute=full bf16".
 std::string layout_line(const Deck& deck);
 
-} // namespace cubelm::model
+} // namespace cubelm::cost

@@ -2,16 +2,16 @@
 /// \file
 /// \brief A pipeline plan's timeline with real costs: each (stage, chunk) pass takes its
 /// own time and each message between stages its own delay. The unit-cost timeline of
-/// plan/schedule.hpp is the special case of costs proportional to the layers and no
+/// pipeline/schedule.hpp is the special case of costs proportional to the layers and no
 /// delays; `cubelm plan` uses this one to predict a step (docs/planner.md).
 ///
 /// Pure arithmetic: no MPI, no Kokkos.
 
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 
 #include <vector>
 
-namespace cubelm::plan {
+namespace cubelm::pipeline {
 
 /// \brief What each pass and message of a plan costs, in any unit of time.
 struct PassCosts {
@@ -35,13 +35,13 @@ struct TimedTimeline {
   std::vector<std::vector<double>> last_backward_start, last_backward_end;
 };
 
-/// \brief Runs `plan` as plan::simulate does (each stage its actions in order, an action
+/// \brief Runs `plan` as pipeline::simulate does (each stage its actions in order, an action
 /// starting when the stage is free and its input has arrived) with `costs`: a forward's
 /// input arrives `to_next` after the previous virtual stage's forward ended on another
 /// stage, a backward's `to_prev` after the next one's backward. InternalError if the
 /// plan cannot finish. With `passes`, each stage's passes in time order (no idle
-/// gaps; plan::simulate adds them).
+/// gaps; pipeline::simulate adds them).
 TimedTimeline simulate_timed(const PipelinePlan& plan, const PassCosts& costs,
                              std::vector<std::vector<Interval>>* passes = nullptr);
 
-} // namespace cubelm::plan
+} // namespace cubelm::pipeline

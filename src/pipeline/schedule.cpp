@@ -1,6 +1,6 @@
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 
-#include "cubelm/plan/timed.hpp"
+#include "cubelm/pipeline/timed.hpp"
 
 #include "cubelm/core/error.hpp"
 
@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-namespace cubelm::plan {
+namespace cubelm::pipeline {
 
 int PipelinePlan::virtual_stages() const {
   return schedule == Schedule::layered ? layers : stages * chunks;
@@ -185,7 +185,7 @@ double Timeline::bubble(int stage) const {
 }
 
 Timeline simulate(const PipelinePlan& plan, double forward_cost, double backward_cost) {
-  // The timed timeline with unit costs and no delays (plan/timed.hpp), its passes
+  // The timed timeline with unit costs and no delays (pipeline/timed.hpp), its passes
   // recorded; here the idle gaps between them and the activation sets in flight.
   std::vector<std::vector<Interval>> passes;
   const TimedTimeline timed =
@@ -213,4 +213,4 @@ Timeline simulate(const PipelinePlan& plan, double forward_cost, double backward
   return t;
 }
 
-} // namespace cubelm::plan
+} // namespace cubelm::pipeline

@@ -1,11 +1,11 @@
-#include "cubelm/plan/messages.hpp"
+#include "cubelm/pipeline/messages.hpp"
 
 #include <algorithm>
 #include <map>
 #include <tuple>
 #include <utility>
 
-namespace cubelm::plan {
+namespace cubelm::pipeline {
 
 std::string Message::describe() const {
   if (!exists())
@@ -261,4 +261,4 @@ ExchangePlan plan_exchanges(const PipelinePlan& plan) {
   return out;
 }
 
-} // namespace cubelm::plan
+} // namespace cubelm::pipeline

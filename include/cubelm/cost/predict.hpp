@@ -4,7 +4,7 @@
 /// without running anything (docs/planner.md): `cubelm plan` ranks layouts by it and
 /// `cubelm check --machine` prints it for the deck's own layout.
 ///
-/// Memory and bytes are the exact closed forms (model/memory.hpp, model/traffic.hpp),
+/// Memory and bytes are the exact closed forms (cost/memory.hpp, cost/traffic.hpp),
 /// equal to what a run allocates and counts. The time is a model:
 ///  - compute: the model's FLOPs of each pass at the machine's gemm rate for the deck's
 ///    precision, plus the non-gemm kernels' memory traffic at its memory bandwidth;
@@ -12,21 +12,21 @@
 ///    network level its group spans, bandwidth shared by the groups leaving a node at
 ///    once); pipeline messages delay the receiving pass; data-parallel buckets overlap the
 ///    backward passes from the moment their gradients are complete;
-///  - the pipeline: the schedule's timeline with these costs (plan/timed.hpp).
+///  - the pipeline: the schedule's timeline with these costs (pipeline/timed.hpp).
 /// No Kokkos, no MPI.
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/comm/traffic.hpp"
 #include "cubelm/core/config.hpp"
+#include "cubelm/cost/shape.hpp"
+#include "cubelm/cost/traffic.hpp"
 #include "cubelm/io/machine.hpp"
-#include "cubelm/model/shape.hpp"
-#include "cubelm/model/traffic.hpp"
 
 #include <map>
 #include <string>
 #include <vector>
 
-namespace cubelm::model {
+namespace cubelm::cost {
 
 /// \brief How the instances of one group of the grid sit on the machine's nodes.
 struct GroupPlacement {
@@ -88,4 +88,4 @@ struct PredictOptions {
 Prediction predict(const Deck& deck, const io::Machine& machine,
                    const PredictOptions& options = {});
 
-} // namespace cubelm::model
+} // namespace cubelm::cost

@@ -5,18 +5,18 @@
 // messages' delays gives the pipeline; the data-parallel buckets, the tied embedding's
 // sum, the step's world sums and AdamW follow.
 
-#include "cubelm/model/predict.hpp"
+#include "cubelm/cost/predict.hpp"
 
-#include "cubelm/model/buckets.hpp"
-#include "cubelm/model/memory.hpp"
-#include "cubelm/plan/timed.hpp"
+#include "cubelm/cost/buckets.hpp"
+#include "cubelm/cost/memory.hpp"
+#include "cubelm/pipeline/timed.hpp"
 #include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
-namespace cubelm::model {
+namespace cubelm::cost {
 
 namespace {
 
@@ -180,7 +180,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   const ParallelConfig& par = deck.parallel;
   const ModelConfig& cfg = deck.model;
   const comm::Layout layout = comm::layout_of(par);
-  const plan::PipelinePlan plan = plan::make_plan(par, cfg);
+  const pipeline::PipelinePlan plan = pipeline::make_plan(par, cfg);
   Prediction out;
   for (int s = 0; s < plan.stages; ++s) {
     out.stage_memory.push_back(stage_memory(deck, plan, s));
@@ -203,7 +203,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   const double rate = machine.peak_flops(deck.train.precision) * machine.gemm_efficiency;
   const double memory_rate = machine.memory_gbs * 1e9;
 
-  // This rank's rows and columns of a layer's activations (model/shape.hpp's n, r, ho,
+  // This rank's rows and columns of a layer's activations (cost/shape.hpp's n, r, ho,
   // hi and local attention scores) and its share of the vocabulary's logits.
   // With context parallelism a layer saves one log-sum-exp per query row, not its scores.
   const double keys_seen = layout.cp > 1 ? 1 : T;
@@ -228,7 +228,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   add_comm(layer, deck, UnitWork{false, false, 1, 0}, share, where, machine);
   recompute.backward = layer.forward;
   add_comm(recompute, deck, UnitWork{false, false, 0, 1}, 0, where, machine);
-  // Context parallelism (model/traffic.hpp): the keys and values of this rank's chunks
+  // Context parallelism (cost/traffic.hpp): the keys and values of this rank's chunks
   // all-gathered forward (again in a recomputed forward) and backward, their gradient
   // reduce-scattered backward.
   Cost context;
@@ -254,7 +254,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   // (2 N H E) and k expert MLPs per token (16 k N H^2), all split over the tp ranks (each
   // routes N / tp tokens); with expert parallelism the rows go to their experts and back in
   // forward (with the row counts) and in backward, balanced routing assumed
-  // (model/traffic.hpp).
+  // (cost/traffic.hpp).
   Cost moe_layer, moe_recompute;
   if (cfg.experts > 1) {
     const double k = cfg.top_k, flops = (8 * N * H * H + 4 * N * T * H + 2 * N * H * cfg.experts +
@@ -291,7 +291,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   }
 
   // Pass costs, and per stage the compute and communication they hold.
-  plan::PassCosts costs;
+  pipeline::PassCosts costs;
   std::vector<double> compute(static_cast<std::size_t>(p), 0.0);
   std::vector<std::map<std::string, double>> comm(static_cast<std::size_t>(p));
   const auto add = [&](std::size_t s, const Cost& c, double times, double& f, double& bw) {
@@ -341,10 +341,10 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     costs.to_next.push_back(next);
     costs.to_prev.push_back(prev);
   }
-  const plan::TimedTimeline timeline = plan::simulate_timed(plan, costs);
+  const pipeline::TimedTimeline timeline = pipeline::simulate_timed(plan, costs);
 
-  // The unit-cost timeline (plan::simulate's, checked equal in tests/test_planner.cpp).
-  const plan::TimedTimeline unit = plan::simulate_timed(plan, plan::unit_costs(plan));
+  // The unit-cost timeline (pipeline::simulate's, checked equal in tests/test_planner.cpp).
+  const pipeline::TimedTimeline unit = pipeline::simulate_timed(plan, pipeline::unit_costs(plan));
   for (int s = 0; s < p; ++s) {
     const auto si = static_cast<std::size_t>(s);
     out.unit_bubble.push_back(unit.busy[si] > 0 ? unit.idle[si] / unit.busy[si] : 0.0);
@@ -439,4 +439,4 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   return out;
 }
 
-} // namespace cubelm::model
+} // namespace cubelm::cost

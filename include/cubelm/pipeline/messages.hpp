@@ -17,19 +17,19 @@
 /// completing only when all of its transfers have (a send completes only once
 /// the receiver has posted its receive). plan_exchanges groups the messages so
 /// that they run to the end under those rules too: each message is exchanged at
-/// the time the unit-cost timeline (plan::simulate) starts the action that
+/// the time the unit-cost timeline (pipeline::simulate) starts the action that
 /// receives it, a logical clock both of its ends agree on (docs/pipeline.md,
 /// "Messages").
 ///
-/// Pure arithmetic, like plan/schedule.hpp.
+/// Pure arithmetic, like pipeline/schedule.hpp.
 
-#include "cubelm/plan/schedule.hpp"
+#include "cubelm/pipeline/schedule.hpp"
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
-namespace cubelm::plan {
+namespace cubelm::pipeline {
 
 /// \brief One message between two stages (exists() is false for "none").
 struct Message {
@@ -86,4 +86,4 @@ std::string check_untagged(const std::vector<std::vector<Exchange>>& exchanges);
 /// them, one exchange per action instead, with the problem named (for MPI's tags).
 ExchangePlan plan_exchanges(const PipelinePlan& plan);
 
-} // namespace cubelm::plan
+} // namespace cubelm::pipeline

@@ -1,2 +1,0 @@
-// A deliberate error: plan/ is Kokkos-free, and its sources may include core/ only.
-#include "cubelm/comm/group.hpp"
