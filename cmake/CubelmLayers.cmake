@@ -16,7 +16,7 @@ set(CUBELM_LAYERS
   "kernels:core"
   "pipeline:core"
   "tp:core comm kernels"
-  "io:core comm kernels pipeline tp"
+  "io:core comm"
   "cost:core comm pipeline tp io"
   "model:core comm kernels pipeline tp io cost"
   "train:core comm kernels pipeline tp io cost model"

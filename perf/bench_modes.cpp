@@ -9,7 +9,7 @@
 // (L4 H512 a8 T256 V4096, 16 sequences).
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/environment.hpp"
-#include "cubelm/io/deck.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -38,7 +38,7 @@ cubelm::Deck deck(const char* mode, int tp) {
                            "\"\ntensor_size = " + std::to_string(tp) +
                            "\n[train]\nsteps = 1000\nglobal_batch = 16\nseed = 1\n"
                            "[data]\nsynthetic_tokens = 200000\n[log]\npeak_gflops = 1.0\n";
-  return cubelm::io::parse_deck(text, "bench_modes");
+  return cubelm::cost::parse_deck(text, "bench_modes");
 }
 
 void BM_TrainStep(benchmark::State& state, const char* mode) {

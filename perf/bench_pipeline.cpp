@@ -11,8 +11,8 @@
 // one sequence.
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/environment.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/memory.hpp"
-#include "cubelm/io/deck.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -36,7 +36,7 @@ cubelm::Deck deck(const char* schedule, int stages) {
       "\nschedule = \"" + schedule + "\"\nvirtual_stages = " + (interleaved ? "2" : "1") +
       "\nmicrobatches = 16\n[train]\nsteps = 1000\nglobal_batch = 16\nseed = 1\n"
       "[data]\nsynthetic_tokens = 200000\n[log]\npeak_gflops = 1.0\n";
-  return cubelm::io::parse_deck(text, "bench_pipeline");
+  return cubelm::cost::parse_deck(text, "bench_pipeline");
 }
 
 void BM_Schedule(benchmark::State& state, const char* schedule) {

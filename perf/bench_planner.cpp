@@ -9,9 +9,9 @@
 #include "cubelm/app/plan.hpp"
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/environment.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/planner.hpp"
 #include "cubelm/cost/predict.hpp"
-#include "cubelm/io/deck.hpp"
 #include "cubelm/io/machine.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/train/trainer.hpp"
@@ -28,7 +28,7 @@ namespace {
 
 // tests/decks/plan_tiny.toml's model, with enough work per step to time.
 cubelm::Deck tiny() {
-  return cubelm::io::parse_deck(R"([model]
+  return cubelm::cost::parse_deck(R"([model]
 vocab_size = 32
 seq_len = 32
 hidden = 64
@@ -42,7 +42,7 @@ synthetic_tokens = 50000
 [log]
 peak_gflops = 1.0
 )",
-                                "bench_planner");
+                                  "bench_planner");
 }
 
 void BM_Layout(benchmark::State& state, const cubelm::Deck& deck,

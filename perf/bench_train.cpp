@@ -24,6 +24,7 @@
 //   build/cuda/perf/bench_train --benchmark_filter=GPT2 --peak-tflops=989
 
 #include "cubelm/core/environment.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/shape.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/train/trainer.hpp"
@@ -99,7 +100,7 @@ double seconds_since(Clock::time_point start) {
 // rate of the same seconds, which a machine whose speed drifts from minute to minute
 // (a shared virtual machine) does not give two separate benchmarks.
 void train_step(benchmark::State& state, const std::string& text, bool interleaved_sgemm) {
-  const cubelm::Deck deck = cubelm::io::parse_deck(text, "bench");
+  const cubelm::Deck deck = cubelm::cost::parse_deck(text, "bench");
   cubelm::train::Trainer trainer(deck);
   trainer.step(); // warm-up: first-touch of every buffer
   constexpr int n = 1024, calls = 3;
@@ -185,7 +186,7 @@ void BM_GemmsOfSmallStep(benchmark::State& state) {
     }
     exec.fence();
   }
-  step_counters(state, cubelm::io::parse_deck(deck_text(4, 256, 8, 256, 8192, 8), "bench"));
+  step_counters(state, cubelm::cost::parse_deck(deck_text(4, 256, 8, 256, 8192, 8), "bench"));
 }
 
 // GPT-2 124M at GPU scale (the header says when these rows exist).
@@ -212,7 +213,7 @@ void BM_TrainStepGPT2(benchmark::State& state, int precision) {
       "[train]\nglobal_batch = " +
       std::to_string(o.batch) + "\nsteps = 1000\nprecision = \"" + kPrecisions[precision] +
       "\"\n[data]\nsynthetic_tokens = 200000\n[log]\npeak_gflops = 1.0\n";
-  const cubelm::Deck deck = cubelm::io::parse_deck(text, "bench");
+  const cubelm::Deck deck = cubelm::cost::parse_deck(text, "bench");
   cubelm::train::Trainer trainer(deck);
   trainer.step(); // warm-up: allocations, library handles, first touch
   trainer.step();

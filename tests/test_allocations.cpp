@@ -18,7 +18,7 @@
 // it never holds more than a step's transfers. No other group's pool grows.
 
 #include "cubelm/core/error.hpp"
-#include "cubelm/io/deck.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "layouts.hpp"
@@ -46,7 +46,7 @@ void on_allocate(Kokkos::Profiling::SpaceHandle, const char* label, const void*,
 }
 
 Deck deck_for(const std::string& parallel, const std::string& model = "") {
-  return io::parse_deck(R"(
+  return cost::parse_deck(R"(
 [model]
 vocab_size = 32
 seq_len = 8
@@ -64,7 +64,7 @@ synthetic_tokens = 2000
 [log]
 peak_gflops = 1.0
 )",
-                        "allocations.toml");
+                          "allocations.toml");
 }
 
 void expect_no_allocations(const std::vector<std::string>& all, const std::string& model) {

@@ -3,14 +3,14 @@
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/error.hpp"
-#include "cubelm/io/deck.hpp"
+#include "cubelm/cost/deck.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
 using namespace cubelm;
-using namespace cubelm::io;
+using namespace cubelm::cost;
 
 namespace {
 
@@ -59,10 +59,11 @@ TEST(Deck, EmptyDeckGivesTheDocumentedDefaults) {
 
 // Each deck file writes into checkpoints/<its name> unless it says otherwise.
 TEST(Deck, CheckpointDirectoryDefaultsToTheDeckName) {
-  EXPECT_EQ(io::parse_deck("", "inputs/quickstart.toml").checkpoint.dir, "checkpoints/quickstart");
-  EXPECT_EQ(io::parse_deck("", "/abs/run.v2.toml").checkpoint.dir, "checkpoints/run.v2");
-  EXPECT_EQ(io::parse_deck("[checkpoint]\ndir = \"mine\"\n", "a.toml").checkpoint.dir, "mine");
-  EXPECT_TRUE(io::parse_deck("[checkpoint]\nallow_other_run = true\n", "a.toml")
+  EXPECT_EQ(cost::parse_deck("", "inputs/quickstart.toml").checkpoint.dir,
+            "checkpoints/quickstart");
+  EXPECT_EQ(cost::parse_deck("", "/abs/run.v2.toml").checkpoint.dir, "checkpoints/run.v2");
+  EXPECT_EQ(cost::parse_deck("[checkpoint]\ndir = \"mine\"\n", "a.toml").checkpoint.dir, "mine");
+  EXPECT_TRUE(cost::parse_deck("[checkpoint]\nallow_other_run = true\n", "a.toml")
                   .checkpoint.allow_other_run);
 }
 
@@ -301,6 +302,32 @@ TEST(Deck, TensorLayoutRulesSuggestSizesThatFit) {
              "model.hidden = 30 divisible by q^2 = 4");
   EXPECT_NO_THROW(parse_deck("[parallel]\ntensor_mode = \"3d\"\ntensor_size = 8\n[train]\n"
                              "global_batch = 8\n"));
+}
+
+// The file reader checks each key on its own; the layout's rules (cost/deck.hpp) come after
+// it and name the line it kept, also for a key the deck leaves at its default.
+TEST(Deck, LayoutRulesComeAfterReadingWithTheReadersLines) {
+  const std::string text = "[model]\nheads = 6\nhidden = 48\n\n[parallel]\n"
+                           "tensor_mode = \"1d\"\n# four ranks\ntensor_size = 4\n";
+  const io::ReadDeck read = io::read_deck(text, "deck.toml");
+  EXPECT_EQ(read.deck.parallel.tensor_size, 4);
+  try {
+    check_layout(read);
+    ADD_FAILURE() << "heads = 6 over 4 tensor ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.collective());
+    EXPECT_HAS(e.what(), "deck.toml:8: parallel.tensor_size = 4: tensor_mode = \"1d\" needs");
+  }
+  // Sizes below 1 are the key's own rule, refused while reading.
+  try {
+    (void)io::read_deck("[parallel]\nmicrobatches = 0\n", "deck.toml");
+    ADD_FAILURE() << "microbatches = 0 was read";
+  } catch (const Error& e) {
+    EXPECT_HAS(e.what(), "deck.toml:2: parallel.microbatches = 0: must be at least 1");
+  }
+  // A default named by a layout rule: pipeline_size = 3 needs 3 layers, the default has 2.
+  EXPECT_HAS(error_of("[parallel]\npipeline_size = 3\n"),
+             "deck.toml:2: parallel.pipeline_size = 3");
 }
 
 TEST(Deck, SyntaxErrorsGiveLineAndColumn) {

@@ -7,9 +7,9 @@
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/memory.hpp"
 #include "cubelm/io/checkpoint.hpp"
-#include "cubelm/io/deck.hpp"
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -111,7 +111,7 @@ TEST(Fuzz, DecksAreAcceptedOrRefusedWithAnError) {
   for (int r = 0; r < runs(); ++r) {
     const std::string text = mutate(seeds[gen() % seeds.size()], gen, true);
     try {
-      const Deck deck = io::parse_deck(text, "fuzz.toml");
+      const Deck deck = cost::parse_deck(text, "fuzz.toml");
       comm::layout_of(deck.parallel).validate();
       (void)cost::estimate_memory(deck);
       ++accepted;
@@ -179,7 +179,7 @@ TEST(Fuzz, TokenFilesAreReadOrRefusedWithAnError) {
 // refuse it with an Error naming the file; a resume never loads damaged values
 // silently when verification found damage.
 TEST(Fuzz, DamagedCheckpointsAreVerifiedOrRefused) {
-  const Deck deck = io::parse_deck(R"(
+  const Deck deck = cost::parse_deck(R"(
 [model]
 vocab_size = 32
 seq_len = 8
@@ -194,7 +194,7 @@ synthetic_tokens = 2000
 [log]
 peak_gflops = 1.0
 )",
-                                   "fuzz.toml");
+                                     "fuzz.toml");
   train::Trainer trainer(deck);
   trainer.step();
   const fs::path good = scratch("step_00000001.h5");

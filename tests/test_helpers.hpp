@@ -3,7 +3,7 @@
 
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/error.hpp"
-#include "cubelm/io/deck.hpp"
+#include "cubelm/cost/deck.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>

@@ -6,9 +6,9 @@
 // bitwise, the deck's rules, and the memory estimate against the allocation.
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/memory.hpp"
 #include "cubelm/cost/shape.hpp"
-#include "cubelm/io/deck.hpp"
 #include "cubelm/kernels/moe.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/tp/mode.hpp"
@@ -394,7 +394,7 @@ peak_gflops = 1.0
 
 Deck moe_deck(const std::string& extra = "", const std::string& parallel = "") {
   const std::string k = extra.find("top_k") == std::string::npos ? "top_k = 2\n" : "";
-  return io::parse_deck(deck_text("experts = 4\n" + k + extra, parallel), "moe.toml");
+  return cost::parse_deck(deck_text("experts = 4\n" + k + extra, parallel), "moe.toml");
 }
 
 } // namespace
@@ -462,7 +462,7 @@ TEST(MoE, MemoryEstimateEqualsTheAllocation) {
 TEST(MoE, DeckRules) {
   auto error = [](const std::string& model, const std::string& parallel = "") {
     try {
-      io::parse_deck(deck_text(model, parallel), "bad.toml");
+      cost::parse_deck(deck_text(model, parallel), "bad.toml");
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -549,7 +549,7 @@ TEST(MoE, DeckRules) {
             "no error");
   EXPECT_EQ(error("experts = 1"), "no error");
   // The dense defaults: nothing about experts changes an existing deck.
-  const Deck d = io::parse_deck(deck_text(""), "dense.toml");
+  const Deck d = cost::parse_deck(deck_text(""), "dense.toml");
   EXPECT_EQ(d.model.experts, 0);
   EXPECT_EQ(d.model.top_k, 2);
   EXPECT_EQ(d.model.moe_every, 1);

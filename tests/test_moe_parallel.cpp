@@ -8,6 +8,7 @@
 // The reference runs the same micro-batches one after the other (microbatches = data_size
 // x microbatches): the load-balancing loss and the capacity are per micro-batch.
 
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/pipeline/schedule.hpp"
 
 #include "layout_checks.hpp"
@@ -91,7 +92,7 @@ synthetic_tokens = 5000
 [log]
 peak_gflops = 1.0
 )";
-  return io::parse_deck(text, "moe_parallel.toml");
+  return cost::parse_deck(text, "moe_parallel.toml");
 }
 
 // One process running the same micro-batches in turn.

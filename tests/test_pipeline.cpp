@@ -5,6 +5,7 @@
 // sets its schedule needs. The messages between stages go in posting order, as
 // NCCL needs them (pipeline/messages.hpp).
 
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/memory.hpp"
 #include "cubelm/cost/traffic.hpp"
 #include "cubelm/train/pipeline.hpp"
@@ -81,7 +82,7 @@ synthetic_tokens = 5000
 [log]
 peak_gflops = 1.0
 )";
-  return io::parse_deck(text, "pipeline.toml");
+  return cost::parse_deck(text, "pipeline.toml");
 }
 
 // The reference: one process, the whole global batch as one micro-batch.

@@ -8,9 +8,9 @@
 
 #include "cubelm/app/plan.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/planner.hpp"
 #include "cubelm/cost/predict.hpp"
-#include "cubelm/io/deck.hpp"
 #include "cubelm/io/machine.hpp"
 #include "cubelm/pipeline/timed.hpp"
 #include "cubelm/train/trainer.hpp"
@@ -34,7 +34,7 @@ namespace {
 
 // tests/decks/plan_tiny.toml (the CLI tests read that file).
 Deck tiny() {
-  return io::parse_deck(R"([model]
+  return cost::parse_deck(R"([model]
 vocab_size = 32
 seq_len = 8
 hidden = 16
@@ -48,7 +48,7 @@ synthetic_tokens = 5000
 [log]
 peak_gflops = 1.0
 )",
-                        "plan_tiny.toml");
+                          "plan_tiny.toml");
 }
 
 const char* const kMachine = R"(# a test machine
@@ -226,7 +226,7 @@ TEST(Planner, LayoutsAreValidDecksAndCoverTheSpace) {
     space.context_sizes = {1, 2};
     for (const Deck& d : cost::layouts(tiny(), ranks, space)) {
       const std::string text = model_text() + parallel_text(d);
-      EXPECT_NO_THROW(io::parse_deck(text, "layout.toml")) << text;
+      EXPECT_NO_THROW(cost::parse_deck(text, "layout.toml")) << text;
       EXPECT_EQ(comm::layout_of(d.parallel).world_size(), ranks);
       EXPECT_TRUE(seen.insert(cost::layout_line(d)).second) << cost::layout_line(d);
     }

@@ -3,7 +3,7 @@
 // bf16 against fp32 in every tensor-parallel mode (the mode of the job's world size).
 
 #include "cubelm/core/error.hpp"
-#include "cubelm/io/deck.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/precision.hpp"
 #include "cubelm/train/trainer.hpp"
@@ -139,7 +139,7 @@ Deck quickstart(const std::string& precision) {
                   << " for " << world_size() << " ranks";
   const std::string parallel = cases.empty() ? "" : cases.front();
   // inputs/quickstart.toml's model and optimizer, 100 steps.
-  return io::parse_deck(R"(
+  return cost::parse_deck(R"(
 [model]
 vocab_size = 256
 seq_len = 64
@@ -152,7 +152,7 @@ layers = 2
 steps = 100
 global_batch = 16
 precision = ")" + precision +
-                            R"("
+                              R"("
 [optimizer]
 lr = 3e-3
 min_lr = 3e-4
@@ -160,7 +160,7 @@ warmup_steps = 50
 [log]
 peak_gflops = 1.0
 )",
-                        "precision.toml");
+                          "precision.toml");
 }
 
 // The losses of the first `steps` steps (all of them when negative).
@@ -197,11 +197,11 @@ TEST(Precision, Bf16TrainingStaysNearFp32AndIsDeterministic) {
 }
 
 TEST(Precision, DeckKey) {
-  EXPECT_EQ(io::parse_deck("", "d.toml").train.precision, Precision::fp32);
-  EXPECT_EQ(io::parse_deck("[train]\nprecision = \"bf16\"\n", "d.toml").train.precision,
+  EXPECT_EQ(cost::parse_deck("", "d.toml").train.precision, Precision::fp32);
+  EXPECT_EQ(cost::parse_deck("[train]\nprecision = \"bf16\"\n", "d.toml").train.precision,
             Precision::bf16);
   try {
-    io::parse_deck("[train]\nprecision = \"fp16\"\n", "d.toml");
+    cost::parse_deck("[train]\nprecision = \"fp16\"\n", "d.toml");
     ADD_FAILURE() << "fp16 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("train.precision"), std::string::npos) << e.what();

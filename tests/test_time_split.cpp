@@ -5,7 +5,7 @@
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/comm/wait_time.hpp"
 #include "cubelm/comm/watchdog.hpp"
-#include "cubelm/io/deck.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/train/metrics.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -45,7 +45,7 @@ synthetic_tokens = 4096
 [log]
 peak_gflops = 1.0
 )";
-  return io::parse_deck(text, "time_split.toml");
+  return cost::parse_deck(text, "time_split.toml");
 }
 
 } // namespace

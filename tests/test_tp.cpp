@@ -4,6 +4,7 @@
 // single-process model's (the same code on MPI_COMM_SELF, itself checked against
 // finite differences in test_model; double precision, and float within 1e-5).
 
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/memory.hpp"
 #include "cubelm/cost/traffic.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
@@ -157,7 +158,7 @@ synthetic_tokens = 5000
 [log]
 peak_gflops = 1.0
 )";
-  return io::parse_deck(text, "tp.toml");
+  return cost::parse_deck(text, "tp.toml");
 }
 
 Deck train_deck(const comm::Layout& layout, int microbatches = 1) {

@@ -2,6 +2,7 @@
 // synthetic floor, bitwise determinism, micro-batch accumulation.
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/train/checkpointing.hpp"
 #include "cubelm/train/lr_schedule.hpp"
 #include "cubelm/train/trainer.hpp"
@@ -48,7 +49,7 @@ synthetic_branching = 2
 [log]
 peak_gflops = 1.0
 )";
-  return io::parse_deck(text, "test.toml");
+  return cost::parse_deck(text, "test.toml");
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 // collective error. On 2 ranks each layout of two processes is run.
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/train/trainer.hpp"
 
 #include "test_helpers.hpp"
@@ -50,7 +51,7 @@ synthetic_tokens = 2000
 [log]
 peak_gflops = 1.0
 )";
-  return io::parse_deck(text, "guard.toml");
+  return cost::parse_deck(text, "guard.toml");
 }
 
 // The layouts of the job's world size.
@@ -227,10 +228,10 @@ TEST(Stop, VotesReachEveryRank) {
 }
 
 TEST(Stop, TimeLimitDeckKey) {
-  EXPECT_EQ(io::parse_deck("", "d.toml").train.time_limit_s, 0);
-  EXPECT_EQ(io::parse_deck("[train]\ntime_limit_s = 3600\n", "d.toml").train.time_limit_s, 3600);
+  EXPECT_EQ(cost::parse_deck("", "d.toml").train.time_limit_s, 0);
+  EXPECT_EQ(cost::parse_deck("[train]\ntime_limit_s = 3600\n", "d.toml").train.time_limit_s, 3600);
   try {
-    io::parse_deck("[train]\ntime_limit_s = -1\n", "d.toml");
+    cost::parse_deck("[train]\ntime_limit_s = -1\n", "d.toml");
     ADD_FAILURE() << "time_limit_s = -1 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("train.time_limit_s = -1: must be at least 0"),
@@ -265,10 +266,10 @@ TEST(Stop, ResumedMetricsDropRepeatedSteps) {
 }
 
 TEST(Guard, DeckKey) {
-  EXPECT_EQ(io::parse_deck("", "d.toml").train.max_bad_steps, 10);
-  EXPECT_EQ(io::parse_deck("[train]\nmax_bad_steps = 1\n", "d.toml").train.max_bad_steps, 1);
+  EXPECT_EQ(cost::parse_deck("", "d.toml").train.max_bad_steps, 10);
+  EXPECT_EQ(cost::parse_deck("[train]\nmax_bad_steps = 1\n", "d.toml").train.max_bad_steps, 1);
   try {
-    io::parse_deck("[train]\nmax_bad_steps = 0\n", "d.toml");
+    cost::parse_deck("[train]\nmax_bad_steps = 0\n", "d.toml");
     ADD_FAILURE() << "max_bad_steps = 0 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("train.max_bad_steps = 0: must be at least 1"),

@@ -3,8 +3,8 @@
 // training equals the unpadded model's and checkpoints are the vocabulary's rows only,
 // read by any layout, padded or not.
 
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/io/checkpoint.hpp"
-#include "cubelm/io/deck.hpp"
 #include "cubelm/tp/shapes.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -49,7 +49,7 @@ synthetic_tokens = 5000
 [log]
 peak_gflops = 1.0
 )";
-  return io::parse_deck(text, "padding.toml");
+  return cost::parse_deck(text, "padding.toml");
 }
 
 // The tensor modes this world fits, padded to multiples of 16 (64 rows).

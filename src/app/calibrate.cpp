@@ -7,7 +7,7 @@
 #include "cubelm/comm/grid.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/memory_info.hpp"
-#include "cubelm/io/deck.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/kernels/blas.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -100,7 +100,7 @@ io::Machine measure_machine(const std::string& deck_path, std::string& report) {
   // The layer's largest product at the deck's shapes: [b T, H] x [H, 4H / tp].
   int m = 512, n = 512, k = 512;
   if (!deck_path.empty()) {
-    const Deck deck = io::load_deck(deck_path);
+    const Deck deck = cost::load_deck(deck_path);
     m = deck.micro_batch() * deck.model.seq_len;
     k = deck.model.hidden;
     n = 4 * deck.model.hidden /

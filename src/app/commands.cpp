@@ -1,4 +1,5 @@
 #include "cubelm/app/commands.hpp"
+#include "cubelm/cost/deck.hpp"
 
 #include "cubelm/app/plan.hpp"
 #include "cubelm/app/training.hpp"
@@ -302,7 +303,7 @@ Inputs check_inputs(const Deck& deck) {
 
 int run_check(const std::string& deck_path, const Environment& env, bool json,
               const std::string& machine_path) {
-  const Deck deck = io::load_deck(deck_path);
+  const Deck deck = cost::load_deck(deck_path);
   const comm::Layout layout = comm::layout_of(deck.parallel);
   // On one process this is a dry check of the deck; under mpiexec the job
   // itself must fit the layout.
@@ -381,7 +382,7 @@ int run_check(const std::string& deck_path, const Environment& env, bool json,
 }
 
 int run_train(const std::string& deck_path, const Environment& env) {
-  const Deck deck = io::load_deck(deck_path);
+  const Deck deck = cost::load_deck(deck_path);
   comm::layout_of(deck.parallel).validate_for_world(env.world_size());
   return run_training(deck, std::cout);
 }
@@ -398,7 +399,7 @@ int run_data(const std::vector<std::string>& inputs, const std::string& output,
 }
 
 int run_init(const std::string& deck_path, const std::string& output, const Environment& env) {
-  const Deck deck = io::load_deck(deck_path);
+  const Deck deck = cost::load_deck(deck_path);
   comm::layout_of(deck.parallel).validate_for_world(env.world_size());
   // Parameters depend only on (seed, name, index): one micro-batch row of activations suffices.
   const model::GridModel<real> net(deck.model, deck.micro_batch(),

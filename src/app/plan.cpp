@@ -6,8 +6,8 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/format.hpp"
 #include "cubelm/core/memory_info.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/planner.hpp"
-#include "cubelm/io/deck.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/precision.hpp"
 
@@ -146,7 +146,7 @@ int run_plan(const PlanOptions& o, const Environment& env) {
     throw Error("cubelm plan needs --machine FILE (a machine file: docs/planner.md; "
                 "`cubelm plan --calibrate -o FILE` measures this one)",
                 true);
-  const Deck deck = io::load_deck(o.deck);
+  const Deck deck = cost::load_deck(o.deck);
   const io::Machine machine = io::load_machine(o.machine);
   const int ranks = o.ranks > 0 ? o.ranks : comm::layout_of(deck.parallel).world_size();
   if (o.ranks < 0)

@@ -1,9 +1,5 @@
 #include "cubelm/io/deck.hpp"
 
-#include "cubelm/comm/layout.hpp"
-#include "cubelm/pipeline/schedule.hpp"
-#include "cubelm/tp/shapes.hpp"
-
 #include "cubelm/core/error.hpp"
 
 #include "toml_document.hpp"
@@ -63,8 +59,12 @@ std::string join(const std::vector<std::string>& items) {
 /// Reads one [table] of the deck, remembering which keys it understood.
 class Section {
 public:
-  Section(const toml_doc::Value* table, std::string name, std::string source)
-      : table_(table), name_(std::move(name)), source_(std::move(source)) {}
+  Section(const toml_doc::Value* table, std::string name, std::string source, DeckKeys& keys)
+      : table_(table), name_(std::move(name)), source_(std::move(source)), keys_(keys) {
+    if (table_)
+      for (const auto& [key, node] : table_->members)
+        keys_.add(name_ + "." + key, node.line, node.text);
+  }
 
   void get(const char* key, int& out) {
     std::int64_t wide = out;
@@ -148,13 +148,7 @@ public:
   /// (as the default) when the deck does not set the key.
   [[noreturn]] void fail(const char* key, const std::string& rule,
                          const std::string& fallback = "") const {
-    const Value* n = table_ ? table_->find(key) : nullptr;
-    std::string msg = location(n) + name_ + "." + key;
-    if (n)
-      msg += " = " + n->text;
-    else if (!fallback.empty())
-      msg += " = " + fallback + " (default)";
-    throw Error(msg + ": " + rule, true);
+    keys_.fail(name_ + "." + key, rule, fallback);
   }
 
 private:
@@ -183,6 +177,7 @@ private:
   std::string name_;
   std::string source_;
   std::vector<std::string> known_;
+  DeckKeys& keys_;
 };
 
 const char* const kSections[] = {"model", "parallel",   "train", "optimizer",
@@ -199,7 +194,25 @@ toml_doc::Value parse_toml(const std::string& text, const std::string& source) {
 
 } // namespace
 
-Deck parse_deck(const std::string& text, const std::string& source) {
+void DeckKeys::add(const std::string& key, int line, std::string text) {
+  written_[key] = {line, std::move(text)};
+}
+
+void DeckKeys::fail(const std::string& key, const std::string& rule,
+                    const std::string& fallback) const {
+  const auto at = written_.find(key);
+  std::string msg = source_;
+  if (at != written_.end() && at->second.first > 0)
+    msg += ":" + std::to_string(at->second.first);
+  msg += ": " + key;
+  if (at != written_.end())
+    msg += " = " + at->second.second;
+  else if (!fallback.empty())
+    msg += " = " + fallback + " (default)";
+  throw Error(msg + ": " + rule, true);
+}
+
+ReadDeck read_deck(const std::string& text, const std::string& source) {
   const toml_doc::Value root = parse_toml(text, source);
   std::vector<std::string> sections(std::begin(kSections), std::end(kSections));
   for (const auto& [key, node] : root.members) {
@@ -214,9 +227,12 @@ Deck parse_deck(const std::string& text, const std::string& source) {
     if (node.type != toml_doc::Value::Type::table)
       throw Error(source + line + ": '" + key + "' must be a table ([" + key + "])", true);
   }
-  auto section = [&](const char* name) { return Section(root.find(name), name, source); };
+  ReadDeck read{Deck{}, DeckKeys(source)};
+  auto section = [&](const char* name) {
+    return Section(root.find(name), name, source, read.keys);
+  };
 
-  Deck deck;
+  Deck& deck = read.deck;
   deck.source = source;
   deck.text = text;
 
@@ -290,102 +306,17 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   par.require(p.zero == 0 || p.zero == 1, "zero", "must be 0 (off) or 1 (sharded optimizer)");
   par.require(!p.sequence_parallel || p.tensor_mode == TensorMode::d1, "sequence_parallel",
               "sequence parallelism exists only for tensor_mode = \"1d\"");
-  par.at_least("data_size", p.data_size, 1);
-  {
-    // The schedule's rules (plan/schedule.hpp: pipeline_size, microbatches and
-    // virtual_stages at least 1, a layer per stage, the interleaved divisibility);
-    // model.layers is read already.
-    const pipeline::PlanProblem bad = pipeline::check_plan(
-        p.schedule, p.pipeline_size, p.microbatches, p.virtual_stages, m.layers);
-    if (bad.key.rfind("parallel.", 0) == 0)
-      par.fail(bad.key.substr(9).c_str(), bad.rule, bad.value);
-    else if (!bad.key.empty()) // model.layers: reported with the pipeline it does not fit
-      par.fail("pipeline_size", bad.message(), std::to_string(p.pipeline_size));
-  }
-  par.at_least("context_size", p.context_size, 1);
-  {
-    // 2 cp chunks per sequence, of equal length (the causal load balance).
-    const int chunks = 2 * p.context_size;
-    std::string valid = "1";
-    for (int c = 2; 2 * c <= m.seq_len; ++c)
-      if (m.seq_len % (2 * c) == 0)
-        valid += ", " + std::to_string(c);
-    par.require(p.context_size == 1 || m.seq_len % chunks == 0, "context_size",
-                "must split model.seq_len = " + std::to_string(m.seq_len) +
-                    " into 2 x context_size equal chunks (2 x " + std::to_string(p.context_size) +
-                    " = " + std::to_string(chunks) + " must divide it); valid: " + valid);
-  }
-  try {
-    comm::Layout sizes = comm::layout_of(p);
-    sizes.ep = sizes.etp = 1; // the experts' rules are checked below, under their own keys
-    sizes.validate();
-  } catch (const Error& e) {
-    par.fail("tensor_size", e.what());
-  }
-  par.at_least("expert_size", p.expert_size, 1);
-  {
-    const int tp = p.tensor_size, etp = p.expert_tensor_size;
-    if (etp != 1 && etp != tp)
-      par.fail("expert_tensor_size",
-               "must be 1 (whole experts) or tensor_size = " + std::to_string(tp) +
-                   " (each expert's hidden layer split over the tensor ranks)",
-               std::to_string(etp));
-    else if (etp > 1 && m.experts <= 1)
-      par.fail("expert_tensor_size",
-               "splits the experts of MoE layers: it needs model.experts > 1 (model.experts = " +
-                   std::to_string(m.experts) + "); use expert_tensor_size = 1",
-               std::to_string(etp));
-    else if (etp > 1 && (4LL * m.hidden) % tp != 0)
-      par.fail("expert_tensor_size",
-               "splits each expert's 4 x model.hidden = " + std::to_string(4LL * m.hidden) +
-                   " hidden features over tensor_size = " + std::to_string(tp) +
-                   ", which must divide them",
-               std::to_string(etp));
-  }
-  {
-    // The experts spread over tensor_size x r ranks, r a divisor of the replicas (with
-    // expert tensor parallelism over r ranks of one tensor rank), and each rank holds as
-    // many of them.
-    const int replicas = p.data_size * p.context_size;
-    const bool split = p.expert_tensor_size > 1 && p.expert_tensor_size == p.tensor_size;
-    const int tp = split ? 1 : p.tensor_size;
-    std::string valid = tp == 1 ? "1" : "";
-    for (int r = 1; r <= replicas; ++r)
-      if (replicas % r == 0 && m.experts % (tp * r) == 0 && tp * r > 1)
-        valid += (valid.empty() ? "" : ", ") + std::to_string(tp * r);
-    if (valid.empty())
-      valid = "none (model.experts must be a multiple of tensor_size)";
-    const std::string replicas_text = "data_size x context_size = " + std::to_string(p.data_size) +
-                                      " x " + std::to_string(p.context_size) + " = " +
-                                      std::to_string(replicas);
-    const int e = p.expert_size;
-    if (e > 1 && m.experts <= 1)
-      par.fail("expert_size",
-               "expert parallelism spreads the experts of MoE layers: it needs model.experts > 1 "
-               "(model.experts = " +
-                   std::to_string(m.experts) + "); use expert_size = 1",
-               std::to_string(e));
-    else if (e > 1 && tp == 1 && (replicas % e != 0 || m.experts % e != 0))
-      par.fail("expert_size",
-               "must divide both " + replicas_text +
-                   " (the expert-parallel groups are carved out of the replicas of the "
-                   "parameters" +
-                   (split ? std::string(", each tensor rank's apart: expert_tensor_size = "
-                                        "tensor_size")
-                          : std::string()) +
-                   ") and model.experts = " + std::to_string(m.experts) +
-                   " (each rank holds as many experts); valid: " + valid,
-               std::to_string(e));
-    else if (m.experts > 1 && tp > 1 &&
-             (e % tp != 0 || replicas % (e / tp) != 0 || m.experts % e != 0))
-      par.fail(
-          "expert_size",
-          "must be tensor_size = " + std::to_string(tp) + " times a divisor of " + replicas_text +
-              " (the MoE layers fold the tensor-parallel ranks and replicas of the "
-              "parameters into expert parallelism) and divide model.experts = " +
-              std::to_string(m.experts) + " (each rank holds as many experts); valid: " + valid,
-          std::to_string(e));
-  }
+  // Each size on its own; how they fit together, the model and the batch is the layout's
+  // rule (cost/deck.hpp).
+  for (const auto& [key, value] : {std::pair<const char*, int>{"tensor_size", p.tensor_size},
+                                   {"pipeline_size", p.pipeline_size},
+                                   {"data_size", p.data_size},
+                                   {"context_size", p.context_size},
+                                   {"expert_size", p.expert_size},
+                                   {"expert_tensor_size", p.expert_tensor_size},
+                                   {"virtual_stages", p.virtual_stages},
+                                   {"microbatches", p.microbatches}})
+    par.at_least(key, value, 1);
   par.finish();
 
   Section train = section("train");
@@ -409,40 +340,6 @@ Deck parse_deck(const std::string& text, const std::string& source) {
                     std::to_string(per_step) +
                     " (global_batch = data_size x microbatches x micro-batch size)");
   train.finish();
-
-  const std::string broken = tp::check_shapes(comm::layout_of(p), m, deck.micro_batch());
-  if (!broken.empty()) {
-    // When another global batch fits this layout, the batch is what to change.
-    std::string batches;
-    int listed = 0;
-    for (int g = per_step; g <= 64 * per_step && listed < 4; g += per_step)
-      if (tp::check_shapes(comm::layout_of(p), m, g / per_step).empty()) {
-        batches += (batches.empty() ? "" : ", ") + std::to_string(g);
-        ++listed;
-      }
-    if (!batches.empty())
-      train.fail("global_batch",
-                 std::string("tensor_mode = \"") + mode_name(p.tensor_mode) +
-                     "\" with tensor_size = " + std::to_string(p.tensor_size) + " needs " + broken +
-                     "; global batches that fit this layout: " + batches + ", ...",
-                 std::to_string(t.global_batch));
-    std::string fits;
-    for (int t = 2; t <= 512; ++t) {
-      comm::Layout l = comm::layout_of(p);
-      l.tp = t;
-      try {
-        l.validate();
-      } catch (const Error&) {
-        continue;
-      }
-      if (tp::check_shapes(l, m, deck.micro_batch()).empty())
-        fits += (fits.empty() ? "" : ", ") + std::to_string(t);
-    }
-    par.fail("tensor_size", std::string("tensor_mode = \"") + mode_name(p.tensor_mode) +
-                                "\" needs " + broken +
-                                (fits.empty() ? "; no tensor_size fits this model"
-                                              : "; tensor sizes that fit this model: " + fits));
-  }
 
   Section opt = section("optimizer");
   OptimizerConfig& o = deck.optimizer;
@@ -508,16 +405,16 @@ Deck parse_deck(const std::string& text, const std::string& source) {
   log.at_least("interval", l.interval, 1);
   log.finish();
 
-  return deck;
+  return read;
 }
 
-Deck load_deck(const std::string& path) {
+ReadDeck read_deck_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error(path + ": cannot open the deck file (does it exist and is it readable?)", true);
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_deck(text.str(), path);
+  return read_deck(text.str(), path);
 }
 
 } // namespace cubelm::io

@@ -1,4 +1,5 @@
 #include "cubelm/train/checkpointing.hpp"
+#include "cubelm/cost/deck.hpp"
 
 #include "cubelm/core/error.hpp"
 #include "cubelm/cost/shape.hpp"
@@ -128,7 +129,7 @@ std::vector<IdentityKey> stored_identity(const io::CheckpointReader& r, const st
     return parse_identity_text(r.string_attribute("/", "run"));
   const std::string text = r.string_attribute("/", "deck");
   try {
-    return run_identity(io::parse_deck(text, path + " (its deck)"));
+    return run_identity(cost::parse_deck(text, path + " (its deck)"));
   } catch (const Error& e) {
     throw Error("checkpoint " + path +
                     ": cannot tell which run wrote it: it holds no run identity, and this cubelm "

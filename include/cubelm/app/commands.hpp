@@ -2,8 +2,8 @@
 /// \file
 /// \brief The subcommands of the `cubelm` program, callable from tests too.
 
+#include "cubelm/core/config.hpp"
 #include "cubelm/core/environment.hpp"
-#include "cubelm/io/deck.hpp"
 
 #include <string>
 #include <vector>

@@ -4,8 +4,8 @@
 /// parallel layout, training, optimizer, data, checkpoints and logging, as
 /// plain values with their documented defaults (docs/deck.md).
 ///
-/// These structs know nothing of TOML, MPI or Kokkos: io/deck.hpp fills and
-/// validates them from an input deck; every layer above reads them.
+/// These structs know nothing of TOML, MPI or Kokkos: the deck reader (io/deck.hpp, cost/deck.hpp)
+/// fills and validates them from an input deck; every layer above reads them.
 
 #include <cstdint>
 #include <optional>
@@ -141,7 +141,7 @@ struct LogConfig {
   double peak_gflops = 0.0; ///< per-rank peak for MFU; 0: measured with a gemm at start-up
 };
 
-/// \brief A whole run's configuration (a validated deck: io/deck.hpp).
+/// \brief A whole run's configuration (a validated deck: cost/deck.hpp).
 struct Deck {
   std::string source; ///< file name (or "<string>")
   std::string text;   ///< the full text, stored in every checkpoint

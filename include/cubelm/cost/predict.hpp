@@ -83,7 +83,7 @@ struct PredictOptions {
   bool memory_first = false;
 };
 
-/// \brief Predicts `deck`'s layout on `machine` (the deck must be valid: io::parse_deck's
+/// \brief Predicts `deck`'s layout on `machine` (the deck must be valid: cost::parse_deck's
 /// rules, or planner::layouts).
 Prediction predict(const Deck& deck, const io::Machine& machine,
                    const PredictOptions& options = {});

@@ -9,8 +9,8 @@
 /// run's identity, run_identity below).
 
 #include "cubelm/comm/communicator.hpp"
+#include "cubelm/core/config.hpp"
 #include "cubelm/core/error.hpp"
-#include "cubelm/io/deck.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 
 #include <cstdint>

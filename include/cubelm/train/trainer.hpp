@@ -5,7 +5,7 @@
 /// per-step metrics (docs/training.md).
 
 #include "cubelm/comm/watchdog.hpp"
-#include "cubelm/io/deck.hpp"
+#include "cubelm/core/config.hpp"
 #include "cubelm/io/sampler.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/pipeline/schedule.hpp"
