@@ -2,10 +2,35 @@
 
 #include "cubelm/comm/watchdog.hpp"
 
+#include "staged.hpp"
+
 #include <memory>
 #include <utility>
 
 namespace cubelm::comm {
+
+void Batch::add(const detail::Buffer& data, int peer, int tag, bool sending) {
+  const char* what = sending ? "isend" : "irecv";
+  group_.check_peer(peer, what);
+  const Group::Route route = group_.route_for(data.host, matching_ == Matching::in_order);
+  const detail::Staged buf(data, group_.staging_, route == Group::Route::staged, false);
+  Entry e;
+  e.transfer.send = sending;
+  e.transfer.data = buf.data();
+  e.transfer.count = data.count;
+  e.transfer.type = data.type;
+  e.transfer.peer = peer;
+  e.transfer.tag = matching_ == Matching::in_order ? kInOrderTag : tag;
+  e.route = route;
+  e.bytes = data.count * data.element_bytes;
+  if (sending && route == Group::Route::staged)
+    e.copy_in = [buf] { buf.copy_in(); };
+  e.finish = [buf, sending] { // holds the View until completion
+    if (!sending)
+      buf.copy_back();
+  };
+  entries_.push_back(std::move(e));
+}
 
 bool Batch::needs_fence() const {
   for (const Entry& e : entries_)

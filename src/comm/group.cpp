@@ -1,6 +1,7 @@
 #include "cubelm/comm/group.hpp"
 
 #include "cubelm/comm/devices.hpp"
+#include "cubelm/comm/watchdog.hpp"
 
 #include "backends.hpp"
 

@@ -93,30 +93,10 @@ private:
 
   template <class V>
   void add(const V& data, int peer, int tag, bool sending) {
-    const char* what = sending ? "isend" : "irecv";
-    detail::require_contiguous(data, group_.name(), what);
-    group_.check_peer(peer, what);
-    using T = typename V::non_const_value_type;
-    const Group::Route route = group_.route_for<V>(matching_ == Matching::in_order);
-    detail::Staged<V> buf(data, group_.staging_, route == Group::Route::staged, false);
-    Entry e;
-    e.transfer.send = sending;
-    e.transfer.data = buf.data();
-    e.transfer.count = data.span();
-    e.transfer.type = data_type_of<T>();
-    e.transfer.peer = peer;
-    e.transfer.tag = matching_ == Matching::in_order ? kInOrderTag : tag;
-    e.route = route;
-    e.bytes = data.span() * sizeof(T);
-    if (sending && route == Group::Route::staged)
-      e.copy_in = [buf] { buf.copy_in(); };
-    e.finish = [buf, data, sending] {
-      if (!sending)
-        buf.copy_back();
-      (void)data; // held until completion
-    };
-    entries_.push_back(std::move(e));
+    add(detail::buffer_of(data, group_.name(), sending ? "isend" : "irecv", true), peer, tag,
+        sending);
   }
+  void add(const detail::Buffer& data, int peer, int tag, bool sending);
   bool needs_fence() const;
   std::vector<Request> post_entries(void* stream);
 

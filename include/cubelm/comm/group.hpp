@@ -41,15 +41,16 @@
 #include "cubelm/comm/request.hpp"
 #include "cubelm/comm/staging.hpp"
 #include "cubelm/comm/traffic.hpp"
-#include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/compat.hpp"
 #include "cubelm/core/devices.hpp"
 #include "cubelm/core/error.hpp"
 
 #include <Kokkos_Core.hpp>
 
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -84,12 +85,79 @@ struct CommOptions {
 
 namespace detail {
 
+struct Posting; // src/comm/posting.cpp: what Group's templates run
+
+/// \brief A contiguous View as the comm layer's compiled code sees it.
+struct Buffer {
+  void* data = nullptr;
+  std::size_t count = 0; ///< elements (the View's span)
+  DataType type = DataType::u8;
+  std::size_t element_bytes = 1;
+  bool host = true;     ///< host-accessible memory (else the default device memory space)
+  bool writable = true; ///< not a View of const elements
+  /// A copy of the View while a non-blocking operation holds it (empty for blocking calls).
+  std::shared_ptr<const void> keep;
+};
+
+/// \brief `view` as a Buffer, refusing a View that is not contiguous; `keep` holds a copy
+/// of the View (its allocation stays alive until the operation completes).
 template <class V>
-void require_contiguous(const V& view, const std::string& group, const char* op) {
+Buffer buffer_of(const V& view, const std::string& group, const char* op, bool keep) {
   static_assert(Kokkos::is_view<V>::value, "cubelm::comm collectives take Kokkos Views");
+  using value_type = typename V::value_type;
+  using T = std::remove_const_t<value_type>;
+  using Space = typename V::memory_space;
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space>::accessible;
+  static_assert(host || std::is_same_v<Space, Kokkos::DefaultExecutionSpace::memory_space>,
+                "cubelm::comm collectives take host memory or the default device memory space");
   CUBELM_ASSERT(view.span_is_contiguous() && view.span() == view.size(),
                 "group '" + group + "' " + op + ": the View '" + view.label() +
                     "' is not contiguous");
+  Buffer b;
+  b.data = const_cast<T*>(view.data());
+  b.count = view.span();
+  b.type = data_type_of<T>();
+  b.element_bytes = sizeof(T);
+  b.host = host;
+  b.writable = !std::is_const_v<value_type>;
+  if (keep)
+    b.keep = std::make_shared<const V>(view);
+  return b;
+}
+
+/// \brief The execution space instance of a call, as the compiled code sees it: its
+/// native stream, a fence, and a copy of bytes within host or device memory ordered on it.
+struct ExecRef {
+  const void* space = nullptr;
+  void* stream = nullptr;
+  void (*fence)(const void* space) = nullptr;
+  void (*copy)(const void* space, void* dst, const void* src, std::size_t bytes,
+               bool host) = nullptr;
+};
+
+template <class Exec>
+ExecRef exec_ref(const Exec& exec) {
+  ExecRef r;
+  r.space = &exec;
+  r.stream = compat::native_stream(exec);
+  r.fence = [](const void* space) { static_cast<const Exec*>(space)->fence(); };
+  r.copy = [](const void* space, void* dst, const void* src, std::size_t bytes, bool host) {
+    using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+    const Exec& e = *static_cast<const Exec*>(space);
+    if (host)
+      Kokkos::deep_copy(
+          e, Kokkos::View<char*, Kokkos::HostSpace, Unmanaged>(static_cast<char*>(dst), bytes),
+          Kokkos::View<const char*, Kokkos::HostSpace, Unmanaged>(static_cast<const char*>(src),
+                                                                  bytes));
+    else
+      Kokkos::deep_copy(
+          e,
+          Kokkos::View<char*, Kokkos::DefaultExecutionSpace::memory_space, Unmanaged>(
+              static_cast<char*>(dst), bytes),
+          Kokkos::View<const char*, Kokkos::DefaultExecutionSpace::memory_space, Unmanaged>(
+              static_cast<const char*>(src), bytes));
+  };
+  return r;
 }
 
 } // namespace detail
@@ -129,20 +197,28 @@ public:
   /// \brief In-place reduction of `data` over the group.
   template <class Exec, class V>
   void all_reduce(const Exec& exec, const V& data, ReduceOp op = ReduceOp::sum) const {
-    post_all_reduce(exec, data, op, Mode::blocking).wait();
+    post_all_reduce(detail::exec_ref(exec), buffer(data, "all_reduce", Mode::blocking), op,
+                    Mode::blocking)
+        .wait();
   }
 
   /// \brief recv = concatenation of every rank's send, in group-rank order.
   template <class Exec, class VS, class VR>
   void all_gather(const Exec& exec, const VS& send, const VR& recv) const {
-    post_all_gather(exec, send, recv, Mode::blocking).wait();
+    check_types<VS, VR>();
+    post_all_gather(detail::exec_ref(exec), buffer(send, "all_gather", Mode::blocking),
+                    buffer(recv, "all_gather", Mode::blocking), Mode::blocking)
+        .wait();
   }
 
   /// \brief recv = block `rank()` of the elementwise reduction of every rank's send.
   template <class Exec, class VS, class VR>
   void reduce_scatter(const Exec& exec, const VS& send, const VR& recv,
                       ReduceOp op = ReduceOp::sum) const {
-    post_reduce_scatter(exec, send, recv, op, Mode::blocking).wait();
+    check_types<VS, VR>();
+    post_reduce_scatter(detail::exec_ref(exec), buffer(send, "reduce_scatter", Mode::blocking),
+                        buffer(recv, "reduce_scatter", Mode::blocking), op, Mode::blocking)
+        .wait();
   }
 
   /// \brief Block j of `send` goes to group rank j, block i of `recv` comes from group
@@ -150,7 +226,10 @@ public:
   /// multiple of size()). Counted as the bytes sent to the other ranks.
   template <class Exec, class VS, class VR>
   void all_to_all(const Exec& exec, const VS& send, const VR& recv) const {
-    post_all_to_all(exec, send, recv, Mode::blocking).wait();
+    check_types<VS, VR>();
+    post_all_to_all(detail::exec_ref(exec), buffer(send, "all_to_all", Mode::blocking),
+                    buffer(recv, "all_to_all", Mode::blocking), Mode::blocking)
+        .wait();
   }
 
   /// \brief all_to_all with a block length per peer: the first send_counts[j] elements
@@ -165,24 +244,17 @@ public:
   template <class Exec, class VS, class VR>
   void all_to_all_v(const Exec& exec, const VS& send, const std::vector<std::size_t>& send_counts,
                     const VR& recv, const std::vector<std::size_t>& recv_counts) const {
-    post_all_to_all_v(exec, send, send_counts, recv, recv_counts, Mode::blocking).wait();
+    check_types<VS, VR>();
+    post_all_to_all_v(detail::exec_ref(exec), buffer(send, "all_to_all_v", Mode::blocking),
+                      send_counts, buffer(recv, "all_to_all_v", Mode::blocking), recv_counts,
+                      Mode::blocking)
+        .wait();
   }
 
   /// \brief Copies `data` of group rank `root` to every rank.
   template <class Exec, class V>
   void broadcast(const Exec& exec, const V& data, int root) const {
-    detail::require_contiguous(data, name_, "broadcast");
-    check_peer(root, "broadcast");
-    using T = typename V::non_const_value_type;
-    const std::size_t n = data.span();
-    account(Kind::broadcast, n * sizeof(T));
-    if (size() == 1)
-      return;
-    post_one(exec, data, route_for<V>(), rank() == root, true, "broadcast",
-             [&](Backend& b, void* buf, void* stream) {
-               b.broadcast(buf, n, data_type_of<T>(), root, stream);
-               return std::unique_ptr<PendingOp>();
-             });
+    post_broadcast(detail::exec_ref(exec), buffer(data, "broadcast", Mode::blocking), root);
   }
 
   /// \brief recv on group rank `root` = reduction of every rank's send; recv is
@@ -190,35 +262,27 @@ public:
   template <class Exec, class VS, class VR>
   void reduce(const Exec& exec, const VS& send, const VR& recv, int root,
               ReduceOp op = ReduceOp::sum) const {
-    detail::require_contiguous(send, name_, "reduce");
-    detail::require_contiguous(recv, name_, "reduce");
-    check_peer(root, "reduce");
-    using T = typename VR::non_const_value_type;
-    static_assert(std::is_same_v<typename VS::non_const_value_type, T>,
-                  "reduce: send and recv element types differ");
-    const std::size_t n = send.span();
-    if (rank() == root)
-      CUBELM_ASSERT(recv.span() == n, "group '" + name_ + "' reduce: recv on the root has " +
-                                          std::to_string(recv.span()) + " elements, expected " +
-                                          std::to_string(n));
-    account(Kind::reduce, n * sizeof(T));
-    post_pair(exec, send, recv, rank() == root, Mode::blocking, "reduce",
-              [&](Backend& b, void* s, void* r, void* stream) {
-                b.reduce(s, r, n, data_type_of<T>(), op, root, stream);
-                return std::unique_ptr<PendingOp>();
-              });
+    static_assert(
+        std::is_same_v<typename VS::non_const_value_type, typename VR::non_const_value_type>,
+        "reduce: send and recv element types differ");
+    post_reduce(detail::exec_ref(exec), buffer(send, "reduce", Mode::blocking),
+                buffer(recv, "reduce", Mode::blocking), root, op);
   }
 
   /// \brief Blocking send of `data` to group rank `peer`.
   template <class Exec, class V>
   void send(const Exec& exec, const V& data, int peer, int tag = 0) const {
-    post_p2p(exec, data, peer, tag, Kind::send, Mode::blocking).wait();
+    post_p2p(detail::exec_ref(exec), buffer(data, "send", Mode::blocking), peer, tag, Kind::send,
+             Mode::blocking)
+        .wait();
   }
 
   /// \brief Blocking receive into `data` from group rank `peer`.
   template <class Exec, class V>
   void recv(const Exec& exec, const V& data, int peer, int tag = 0) const {
-    post_p2p(exec, data, peer, tag, Kind::recv, Mode::blocking).wait();
+    post_p2p(detail::exec_ref(exec), buffer(data, "recv", Mode::blocking), peer, tag, Kind::recv,
+             Mode::blocking)
+        .wait();
   }
 
   /// \brief Non-blocking all_reduce: `data` holds the reduction once the Request completes.
@@ -226,26 +290,34 @@ public:
   template <class Exec, class V>
   [[nodiscard]] Request iall_reduce(const Exec& exec, const V& data,
                                     ReduceOp op = ReduceOp::sum) const {
-    return post_all_reduce(exec, data, op, Mode::nonblocking);
+    return post_all_reduce(detail::exec_ref(exec), buffer(data, "iall_reduce", Mode::nonblocking),
+                           op, Mode::nonblocking);
   }
 
   /// \brief Non-blocking all_gather (same layout of recv).
   template <class Exec, class VS, class VR>
   [[nodiscard]] Request iall_gather(const Exec& exec, const VS& send, const VR& recv) const {
-    return post_all_gather(exec, send, recv, Mode::nonblocking);
+    check_types<VS, VR>();
+    return post_all_gather(detail::exec_ref(exec), buffer(send, "iall_gather", Mode::nonblocking),
+                           buffer(recv, "iall_gather", Mode::nonblocking), Mode::nonblocking);
   }
 
   /// \brief Non-blocking reduce_scatter (recv gets block `rank()`).
   template <class Exec, class VS, class VR>
   [[nodiscard]] Request ireduce_scatter(const Exec& exec, const VS& send, const VR& recv,
                                         ReduceOp op = ReduceOp::sum) const {
-    return post_reduce_scatter(exec, send, recv, op, Mode::nonblocking);
+    check_types<VS, VR>();
+    return post_reduce_scatter(
+        detail::exec_ref(exec), buffer(send, "ireduce_scatter", Mode::nonblocking),
+        buffer(recv, "ireduce_scatter", Mode::nonblocking), op, Mode::nonblocking);
   }
 
   /// \brief Non-blocking all_to_all (same layout of send and recv).
   template <class Exec, class VS, class VR>
   [[nodiscard]] Request iall_to_all(const Exec& exec, const VS& send, const VR& recv) const {
-    return post_all_to_all(exec, send, recv, Mode::nonblocking);
+    check_types<VS, VR>();
+    return post_all_to_all(detail::exec_ref(exec), buffer(send, "iall_to_all", Mode::nonblocking),
+                           buffer(recv, "iall_to_all", Mode::nonblocking), Mode::nonblocking);
   }
 
   /// \brief Non-blocking all_to_all_v; the count vectors are copied when it is posted.
@@ -253,21 +325,26 @@ public:
   [[nodiscard]] Request iall_to_all_v(const Exec& exec, const VS& send,
                                       const std::vector<std::size_t>& send_counts, const VR& recv,
                                       const std::vector<std::size_t>& recv_counts) const {
-    return post_all_to_all_v(exec, send, send_counts, recv, recv_counts, Mode::nonblocking);
+    check_types<VS, VR>();
+    return post_all_to_all_v(
+        detail::exec_ref(exec), buffer(send, "iall_to_all_v", Mode::nonblocking), send_counts,
+        buffer(recv, "iall_to_all_v", Mode::nonblocking), recv_counts, Mode::nonblocking);
   }
 
   /// \brief Non-blocking send of `data` to group rank `peer`, always through MPI
   /// (see the file comment); pair it with irecv.
   template <class Exec, class V>
   [[nodiscard]] Request isend(const Exec& exec, const V& data, int peer, int tag = 0) const {
-    return post_p2p(exec, data, peer, tag, Kind::send, Mode::nonblocking);
+    return post_p2p(detail::exec_ref(exec), buffer(data, "isend", Mode::nonblocking), peer, tag,
+                    Kind::send, Mode::nonblocking);
   }
 
   /// \brief Non-blocking receive into `data` from group rank `peer`, always through MPI
   /// (see the file comment); pair it with isend.
   template <class Exec, class V>
   [[nodiscard]] Request irecv(const Exec& exec, const V& data, int peer, int tag = 0) const {
-    return post_p2p(exec, data, peer, tag, Kind::recv, Mode::nonblocking);
+    return post_p2p(detail::exec_ref(exec), buffer(data, "irecv", Mode::nonblocking), peer, tag,
+                    Kind::recv, Mode::nonblocking);
   }
 
   /// \brief Waits until every rank of the group arrives.
@@ -275,17 +352,26 @@ public:
 
 private:
   friend class Batch; // comm/batch.hpp: point-to-point transfers posted together
+  friend struct detail::Posting;
 
-  /// The route of a View of type V; `nccl_ok` is false for operations that
-  /// always go through MPI (non-blocking point-to-point, see the file comment).
+  /// `view` as a Buffer for operation `what`, held until completion when non-blocking.
   template <class V>
-  Route route_for(bool nccl_ok = true) const {
-    constexpr bool host_ok =
-        Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename V::memory_space>::accessible;
-    if (host_ok)
-      return options_.stage_host_memory ? Route::staged : Route::host;
-    return device_route(nccl_ok);
+  detail::Buffer buffer(const V& view, const char* what, Mode mode) const {
+    return detail::buffer_of(view, name_, what, mode == Mode::nonblocking);
   }
+  template <class VS, class VR>
+  static void check_types() {
+    static_assert(
+        std::is_same_v<typename VS::non_const_value_type, typename VR::non_const_value_type>,
+        "send and recv element types differ");
+    static_assert(std::is_same_v<typename VS::memory_space, typename VR::memory_space>,
+                  "send and recv live in different memory spaces");
+  }
+
+  /// The route of a buffer in host-accessible memory (`host`) or device memory;
+  /// `nccl_ok` is false for operations that always go through MPI (non-blocking
+  /// point-to-point, see the file comment).
+  Route route_for(bool host, bool nccl_ok = true) const;
   Route device_route(bool nccl_ok) const;
   bool stream_ordered_device() const;
   Backend& backend(Route route) const;
@@ -302,227 +388,27 @@ private:
                            const std::vector<std::size_t>& recv_counts, std::size_t recv,
                            const char* op) const;
 
-  /// MPI needs the kernels that produce or still read its buffers finished; NCCL is
-  /// stream-ordered.
-  template <class Exec>
-  void prepare(const Exec& exec, Route route) const {
-    if (route != Route::nccl || options_.fence_timing)
-      exec.fence();
-  }
-  /// After a backend call inside its watchdog::Scope: with fence_timing, a blocking call
-  /// that was only enqueued (`pending` null, NCCL) is waited for there.
-  template <class Exec>
-  void settle(const Exec& exec, Route route, const std::unique_ptr<PendingOp>& pending) const {
-    if (route == Route::nccl && options_.fence_timing && pending == nullptr)
-      exec.fence();
-  }
-
-  template <class VS, class VR>
-  void check_pair(const VS& send, const VR& recv, const char* op) const {
-    static_assert(
-        std::is_same_v<typename VS::non_const_value_type, typename VR::non_const_value_type>,
-        "send and recv element types differ");
-    static_assert(std::is_same_v<typename VS::memory_space, typename VR::memory_space>,
-                  "send and recv live in different memory spaces");
-    detail::require_contiguous(send, name_, op);
-    detail::require_contiguous(recv, name_, op);
-    const auto* s = reinterpret_cast<const char*>(send.data());
-    const auto* r = reinterpret_cast<const char*>(recv.data());
-    const auto sb = send.span() * sizeof(typename VS::value_type);
-    const auto rb = recv.span() * sizeof(typename VR::value_type);
-    CUBELM_ASSERT(sb == 0 || rb == 0 || s + sb <= r || r + rb <= s,
-                  "group '" + name_ + "' " + op + ": send and recv overlap");
-  }
-
-  /// The first `count` elements of send into recv.
-  template <class Exec, class VS, class VR>
-  static void copy_flat(const Exec& exec, const VS& send, const VR& recv, std::size_t count) {
-    using Flat = Kokkos::View<typename VR::non_const_value_type*, typename VR::memory_space,
-                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    using ConstFlat =
-        Kokkos::View<const typename VR::non_const_value_type*, typename VS::memory_space,
-                     Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    if (count > 0)
-      Kokkos::deep_copy(exec, Flat(recv.data(), count), ConstFlat(send.data(), count));
-  }
-
-  // An operation with a non-blocking twin is one post_* function run in two
-  // modes: its checks and traffic accounting (once per call), then route,
-  // staging and backend call in post_one or post_pair. Mode::blocking runs the
-  // backend's blocking call and returns a complete Request (so the blocking
-  // twin's wait() returns at once); Mode::nonblocking returns the operation in
-  // flight. broadcast and reduce share post_one and post_pair.
-
-  /// A Request for `pending` (operation `what`) that runs `finish` once it
-  /// completes; at once when the backend has already completed the operation
-  /// (no PendingOp: Mode::blocking).
-  template <class F>
-  Request make_request(std::unique_ptr<PendingOp> pending, const char* what, F&& finish) const {
-    if (pending == nullptr) {
-      finish();
-      return Request();
-    }
-    return Request(std::move(pending), std::forward<F>(finish), watch_name_, what);
-  }
-
-  /// The backend call of operation `what` on `route`, watched while it runs: a
-  /// blocking one waits inside the library (and a backend's first use on device
-  /// memory sets up NCCL, a collective too).
-  template <class Exec, class F>
-  std::unique_ptr<PendingOp> watched_call(const Exec& exec, Route route, const char* what,
-                                          F&& call) const {
-    const watchdog::Scope waiting(watch_name_, what);
-    std::unique_ptr<PendingOp> pending = call();
-    settle(exec, route, pending);
-    return pending;
-  }
-
-  /// One View on `route`, staged on a host copy when the route needs it (copied
-  /// in when `copy_in`, back on completion when `copy_out`). `call(backend,
-  /// buffer, stream)` returns the backend's PendingOp (nullptr once done).
-  template <class Exec, class V, class F>
-  Request post_one(const Exec& exec, const V& data, Route route, bool copy_in, bool copy_out,
-                   const char* what, F&& call) const {
-    detail::Staged<V> buf(data, staging_, route == Route::staged, copy_in);
-    prepare(exec, route);
-    return make_request(
-        watched_call(exec, route, what,
-                     [&] { return call(backend(route), buf.data(), compat::native_stream(exec)); }),
-        what, [buf, data, copy_out] {
-          if (copy_out)
-            buf.copy_back();
-          (void)data; // held until completion
-        });
-  }
-
-  /// send to recv (recv written only where `receives`): staged like post_one,
-  /// `call(backend, send buffer, recv buffer, stream)`; a staged recv is copied in
-  /// first when `partial` (the operation writes only part of it). A one-rank group
-  /// copies `send` whole and completes at once.
-  template <class Exec, class VS, class VR, class F>
-  Request post_pair(const Exec& exec, const VS& send, const VR& recv, bool receives, Mode mode,
-                    const char* what, F&& call, bool partial = false) const {
-    if (size() == 1) {
-      copy_flat(exec, send, recv, send.span());
-      if (mode == Mode::nonblocking)
-        exec.fence(); // the Request is complete: so is the copy
-      return Request();
-    }
-    const Route route = route_for<VS>();
-    detail::Staged<VS> in(send, staging_, route == Route::staged, true);
-    detail::Staged<VR> out(recv, staging_, route == Route::staged && receives, partial);
-    prepare(exec, route);
-    return make_request(watched_call(exec, route, what,
-                                     [&] {
-                                       return call(backend(route), in.data(), out.data(),
-                                                   compat::native_stream(exec));
-                                     }),
-                        what, [in, out, send, recv] {
-                          out.copy_back();
-                          (void)in, (void)send, (void)recv; // held until completion
-                        });
-  }
-
-  template <class Exec, class V>
-  Request post_all_reduce(const Exec& exec, const V& data, ReduceOp op, Mode mode) const {
-    const char* what = mode == Mode::blocking ? "all_reduce" : "iall_reduce";
-    detail::require_contiguous(data, name_, what);
-    using T = typename V::non_const_value_type;
-    const std::size_t n = data.span();
-    account(Kind::all_reduce, n * sizeof(T));
-    if (size() == 1)
-      return Request();
-    return post_one(exec, data, route_for<V>(), true, true, what,
-                    [&](Backend& b, void* buf, void* stream) {
-                      return b.all_reduce(buf, buf, n, data_type_of<T>(), op, stream, mode);
-                    });
-  }
-
-  template <class Exec, class VS, class VR>
-  Request post_all_gather(const Exec& exec, const VS& send, const VR& recv, Mode mode) const {
-    const char* what = mode == Mode::blocking ? "all_gather" : "iall_gather";
-    check_pair<VS, VR>(send, recv, what);
-    using T = typename VR::non_const_value_type;
-    const std::size_t n = send.span();
-    check_blocks(recv.span(), n, what, "recv");
-    account(Kind::all_gather, n * sizeof(T));
-    return post_pair(exec, send, recv, true, mode, what,
-                     [&](Backend& b, void* s, void* r, void* stream) {
-                       return b.all_gather(s, r, n, data_type_of<T>(), stream, mode);
-                     });
-  }
-
-  template <class Exec, class VS, class VR>
-  Request post_reduce_scatter(const Exec& exec, const VS& send, const VR& recv, ReduceOp op,
-                              Mode mode) const {
-    const char* what = mode == Mode::blocking ? "reduce_scatter" : "ireduce_scatter";
-    check_pair<VS, VR>(send, recv, what);
-    using T = typename VR::non_const_value_type;
-    const std::size_t n = recv.span();
-    check_blocks(send.span(), n, what, "send");
-    account(Kind::reduce_scatter, n * sizeof(T));
-    return post_pair(exec, send, recv, true, mode, what,
-                     [&](Backend& b, void* s, void* r, void* stream) {
-                       return b.reduce_scatter(s, r, n, data_type_of<T>(), op, stream, mode);
-                     });
-  }
-
-  template <class Exec, class VS, class VR>
-  Request post_all_to_all(const Exec& exec, const VS& send, const VR& recv, Mode mode) const {
-    const char* what = mode == Mode::blocking ? "all_to_all" : "iall_to_all";
-    check_pair<VS, VR>(send, recv, what);
-    check_equal_blocks(send.span(), recv.span(), what);
-    using T = typename VR::non_const_value_type;
-    const std::size_t n = send.span() / static_cast<std::size_t>(size());
-    account(Kind::all_to_all, static_cast<std::size_t>(size() - 1) * n * sizeof(T));
-    return post_pair(exec, send, recv, true, mode, what,
-                     [&](Backend& b, void* s, void* r, void* stream) {
-                       return b.all_to_all(s, r, n, data_type_of<T>(), stream, mode);
-                     });
-  }
-
-  template <class Exec, class VS, class VR>
-  Request post_all_to_all_v(const Exec& exec, const VS& send,
-                            const std::vector<std::size_t>& send_counts, const VR& recv,
-                            const std::vector<std::size_t>& recv_counts, Mode mode) const {
-    const char* what = mode == Mode::blocking ? "all_to_all_v" : "iall_to_all_v";
-    check_pair<VS, VR>(send, recv, what);
-    using T = typename VR::non_const_value_type;
-    const std::size_t to_others =
-        check_counts(send_counts, send.span(), recv_counts, recv.span(), what);
-    account(Kind::all_to_all, to_others * sizeof(T));
-    if (size() == 1) { // only the block a rank keeps; the rest of recv stays
-      copy_flat(exec, send, recv, send_counts[0]);
-      if (mode == Mode::nonblocking)
-        exec.fence(); // the Request is complete: so is the copy
-      return Request();
-    }
-    return post_pair(
-        exec, send, recv, true, mode, what,
-        [&](Backend& b, void* s, void* r, void* stream) {
-          return b.all_to_all_v(s, send_counts, r, recv_counts, data_type_of<T>(), stream, mode);
-        },
-        true);
-  }
-
+  // Each operation and its non-blocking twin (group.cpp): checks and traffic
+  // accounting once per call, then route, staging and the backend call, in the
+  // blocking or the non-blocking mode.
+  Request post_all_reduce(const detail::ExecRef& exec, const detail::Buffer& data, ReduceOp op,
+                          Mode mode) const;
+  Request post_all_gather(const detail::ExecRef& exec, const detail::Buffer& send,
+                          const detail::Buffer& recv, Mode mode) const;
+  Request post_reduce_scatter(const detail::ExecRef& exec, const detail::Buffer& send,
+                              const detail::Buffer& recv, ReduceOp op, Mode mode) const;
+  Request post_all_to_all(const detail::ExecRef& exec, const detail::Buffer& send,
+                          const detail::Buffer& recv, Mode mode) const;
+  Request post_all_to_all_v(const detail::ExecRef& exec, const detail::Buffer& send,
+                            const std::vector<std::size_t>& send_counts, const detail::Buffer& recv,
+                            const std::vector<std::size_t>& recv_counts, Mode mode) const;
   /// send, recv, isend, irecv (`kind` is Kind::send or Kind::recv). The
   /// non-blocking ones always go through MPI (see the file comment).
-  template <class Exec, class V>
-  Request post_p2p(const Exec& exec, const V& data, int peer, int tag, Kind kind, Mode mode) const {
-    const bool sending = kind == Kind::send;
-    const bool blocking = mode == Mode::blocking;
-    const char* what = sending ? (blocking ? "send" : "isend") : (blocking ? "recv" : "irecv");
-    detail::require_contiguous(data, name_, what);
-    check_peer(peer, what);
-    using T = typename V::non_const_value_type;
-    const std::size_t n = data.span();
-    account(kind, n * sizeof(T));
-    return post_one(exec, data, route_for<V>(blocking), sending, !sending, what,
-                    [&](Backend& b, void* buf, void* stream) {
-                      return sending ? b.send(buf, n, data_type_of<T>(), peer, tag, stream, mode)
-                                     : b.recv(buf, n, data_type_of<T>(), peer, tag, stream, mode);
-                    });
-  }
+  Request post_p2p(const detail::ExecRef& exec, const detail::Buffer& data, int peer, int tag,
+                   Kind kind, Mode mode) const;
+  void post_broadcast(const detail::ExecRef& exec, const detail::Buffer& data, int root) const;
+  void post_reduce(const detail::ExecRef& exec, const detail::Buffer& send,
+                   const detail::Buffer& recv, int root, ReduceOp op) const;
 
   std::string name_;
   const char* watch_name_; // name_, interned for the watchdog

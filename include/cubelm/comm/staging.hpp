@@ -1,14 +1,11 @@
 #pragma once
 /// \file
 /// \brief Host copies of device memory for MPI without GPU support (Group's staged
-/// route): the buffers of one group, kept and reused, and a View's flat view
-/// through one of them. Internal to the comm layer's templates.
-
-#include <Kokkos_Core.hpp>
+/// route): the buffers of one group, kept and reused (src/comm/staged.hpp stages a
+/// View's elements through one of them).
 
 #include <cstddef>
 #include <memory>
-#include <type_traits>
 
 namespace cubelm::comm::detail {
 
@@ -37,47 +34,6 @@ public:
 private:
   struct State;
   std::shared_ptr<State> state_;
-};
-
-/// A View seen as a flat buffer, with a host copy from `pool` when it must be staged.
-template <class V>
-class Staged {
-  using value_type = typename V::value_type;
-  using T = std::remove_const_t<value_type>;
-  using Flat =
-      Kokkos::View<value_type*, typename V::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  using HostFlat = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
-public:
-  Staged(const V& view, const StagingPool& pool, bool stage, bool copy_in)
-      : flat_(view.data(), view.span()) {
-    if (stage && view.span() > 0) {
-      lease_ = pool.acquire(view.span() * sizeof(T));
-      host_ = HostFlat(static_cast<T*>(lease_.get()), view.span());
-      if (copy_in)
-        Kokkos::deep_copy(host_, flat_);
-    }
-  }
-  /// Copies the View into a staged host copy (made without copying in).
-  void copy_in() const {
-    if (host_.data() != nullptr)
-      Kokkos::deep_copy(host_, flat_);
-  }
-  void* data() const {
-    return host_.data() != nullptr ? static_cast<void*>(host_.data())
-                                   : const_cast<void*>(static_cast<const void*>(flat_.data()));
-  }
-  /// Copies a staged result back to the original View.
-  void copy_back() const {
-    if constexpr (!std::is_const_v<value_type>)
-      if (host_.data() != nullptr)
-        Kokkos::deep_copy(flat_, host_);
-  }
-
-private:
-  Flat flat_;
-  std::shared_ptr<void> lease_; // the pool's buffer behind host_, lent while this lives
-  HostFlat host_;
 };
 
 } // namespace cubelm::comm::detail
