@@ -1,5 +1,4 @@
 #include "cubelm/app/commands.hpp"
-#include "cubelm/cost/deck.hpp"
 
 #include "cubelm/app/plan.hpp"
 #include "cubelm/app/training.hpp"
@@ -9,6 +8,7 @@
 #include "cubelm/core/memory_check.hpp"
 #include "cubelm/core/memory_info.hpp"
 #include "cubelm/core/version.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/memory.hpp"
 #include "cubelm/cost/traffic.hpp"
 #include "cubelm/io/checkpoint.hpp"

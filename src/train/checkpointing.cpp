@@ -1,7 +1,7 @@
 #include "cubelm/train/checkpointing.hpp"
-#include "cubelm/cost/deck.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/shape.hpp"
 #include "cubelm/io/checkpoint.hpp"
 
