@@ -21,6 +21,7 @@
 #include "cubelm/cost/deck.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "deck_text.hpp"
 #include "layouts.hpp"
 #include "test_helpers.hpp"
 
@@ -32,6 +33,7 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 using cubelm::testing::layouts;
 using cubelm::testing::world_size;
 
@@ -46,25 +48,11 @@ void on_allocate(Kokkos::Profiling::SpaceHandle, const char* label, const void*,
 }
 
 Deck deck_for(const std::string& parallel, const std::string& model = "") {
-  return cost::parse_deck(R"(
-[model]
-vocab_size = 32
-seq_len = 8
-hidden = 16
-heads = 2
-layers = 4
-)" + model + R"(
-[parallel]
-)" + parallel + R"(
-[train]
-steps = 10
-global_batch = 8
-[data]
-synthetic_tokens = 2000
-[log]
-peak_gflops = 1.0
-)",
-                          "allocations.toml");
+  return DeckText()
+      .set("model.layers", 4)
+      .lines("model", model)
+      .lines("parallel", parallel)
+      .deck("allocations.toml");
 }
 
 void expect_no_allocations(const std::vector<std::string>& all, const std::string& model) {

@@ -8,6 +8,7 @@
 
 #include "cubelm/cost/deck.hpp"
 
+#include "deck_text.hpp"
 #include "layout_checks.hpp"
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <string>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 
 namespace {
 
@@ -44,22 +46,28 @@ std::string describe(const Case& c) {
 
 Deck deck(const Case& c) {
   // Micro-batches of sequences of 16 tokens: up to 8 chunks of 2.
-  const std::string moe = c.experts == 0 ? ""
-                                         : "experts = " + std::to_string(c.experts) +
-                                               "\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01\n";
-  const std::string text =
-      std::string("[model]\nvocab_size = 32\nseq_len = 16\nhidden = 16\nheads = 4\nlayers = 4\n") +
-      moe + "[parallel]\ntensor_mode = \"" + c.mode + "\"\ntensor_size = " + std::to_string(c.tp) +
-      "\nsequence_parallel = " + (c.sp ? "true" : "false") +
-      "\ncontext_size = " + std::to_string(c.cp) + "\ndata_size = " + std::to_string(c.dp) +
-      "\npipeline_size = " + std::to_string(c.pp) + "\nexpert_size = " + std::to_string(c.ep) +
-      "\nschedule = \"" + c.schedule + "\"\nvirtual_stages = " + std::to_string(c.virtual_stages) +
-      "\nmicrobatches = " + std::to_string(c.microbatches) + "\nzero = " + std::to_string(c.zero) +
-      "\nrecompute = \"" + c.recompute + "\"\n[train]\nsteps = 10\nglobal_batch = " +
-      std::to_string(c.sequences * c.dp * c.microbatches) +
-      "\nseed = 7\n[optimizer]\nlr = 1e-2\nwarmup_steps = 2\ngrad_clip = 1.0\n"
-      "[data]\nsynthetic_tokens = 5000\n[log]\npeak_gflops = 1.0\n";
-  return cost::parse_deck(text, "context_parallel.toml");
+  DeckText d;
+  d.set("model.seq_len", 16).set("model.heads", 4).set("model.layers", 4);
+  if (c.experts != 0)
+    d.set("model.experts", c.experts)
+        .set("model.top_k", 2)
+        .set("model.moe_every", 2)
+        .set("model.aux_loss", 0.01);
+  return d.set("parallel.tensor_mode", c.mode)
+      .set("parallel.tensor_size", c.tp)
+      .set("parallel.sequence_parallel", c.sp)
+      .set("parallel.context_size", c.cp)
+      .set("parallel.data_size", c.dp)
+      .set("parallel.pipeline_size", c.pp)
+      .set("parallel.expert_size", c.ep)
+      .set("parallel.schedule", c.schedule)
+      .set("parallel.virtual_stages", c.virtual_stages)
+      .set("parallel.microbatches", c.microbatches)
+      .set("parallel.zero", c.zero)
+      .set("parallel.recompute", c.recompute)
+      .set("train.global_batch", c.sequences * c.dp * c.microbatches)
+      .layout_training(7)
+      .deck("context_parallel.toml");
 }
 
 // One process running the same micro-batches in turn.

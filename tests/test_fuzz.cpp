@@ -13,6 +13,8 @@
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "deck_text.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -24,6 +26,7 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 namespace fs = std::filesystem;
 
 namespace {
@@ -179,22 +182,7 @@ TEST(Fuzz, TokenFilesAreReadOrRefusedWithAnError) {
 // refuse it with an Error naming the file; a resume never loads damaged values
 // silently when verification found damage.
 TEST(Fuzz, DamagedCheckpointsAreVerifiedOrRefused) {
-  const Deck deck = cost::parse_deck(R"(
-[model]
-vocab_size = 32
-seq_len = 8
-hidden = 16
-heads = 2
-layers = 2
-[train]
-steps = 2
-global_batch = 4
-[data]
-synthetic_tokens = 2000
-[log]
-peak_gflops = 1.0
-)",
-                                     "fuzz.toml");
+  const Deck deck = DeckText().set("train.steps", 2).set("train.global_batch", 4).deck("fuzz.toml");
   train::Trainer trainer(deck);
   trainer.step();
   const fs::path good = scratch("step_00000001.h5");

@@ -14,6 +14,7 @@
 #include "cubelm/tp/mode.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "deck_text.hpp"
 #include "test_helpers.hpp"
 #include "view_helpers.hpp"
 
@@ -28,6 +29,7 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 using cubelm::testing::host;
 using cubelm::testing::random_tokens;
 
@@ -361,35 +363,19 @@ namespace {
 
 std::string deck_text(const std::string& model_extra, const std::string& parallel = "",
                       int steps = 10) {
-  return R"(
-[model]
-vocab_size = 32
-seq_len = 16
-hidden = 16
-heads = 2
-layers = 2
-)" + model_extra +
-         R"(
-[parallel]
-)" + parallel +
-         R"(
-[train]
-global_batch = 8
-seed = 5
-steps = )" +
-         std::to_string(steps) +
-         R"(
-[optimizer]
-lr = 1e-2
-min_lr = 1e-3
-warmup_steps = 2
-[data]
-format = "synthetic"
-synthetic_tokens = 20000
-synthetic_branching = 2
-[log]
-peak_gflops = 1.0
-)";
+  return DeckText()
+      .set("model.seq_len", 16)
+      .lines("model", model_extra)
+      .lines("parallel", parallel)
+      .set("train.seed", 5)
+      .set("train.steps", steps)
+      .set("optimizer.lr", 1e-2)
+      .set("optimizer.min_lr", 1e-3)
+      .set("optimizer.warmup_steps", 2)
+      .set("data.format", "synthetic")
+      .set("data.synthetic_tokens", 20000)
+      .set("data.synthetic_branching", 2)
+      .str();
 }
 
 Deck moe_deck(const std::string& extra = "", const std::string& parallel = "") {

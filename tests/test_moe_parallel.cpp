@@ -11,6 +11,7 @@
 #include "cubelm/cost/deck.hpp"
 #include "cubelm/pipeline/schedule.hpp"
 
+#include "deck_text.hpp"
 #include "layout_checks.hpp"
 
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 #include <string>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 
 namespace {
 
@@ -52,47 +54,29 @@ int global_batch(const Case& c) {
 }
 
 Deck deck(const Case& c) {
-  const std::string text = std::string(R"([model]
-vocab_size = 32
-seq_len = 8
-hidden = 16
-heads = 4
-layers = 4
-experts = )") + std::to_string(c.experts) +
-                           R"(
-top_k = 2
-moe_every = 1
-aux_loss = 0.01
-capacity_factor = )" + std::to_string(c.capacity_factor) +
-                           R"(
-[parallel]
-tensor_mode = ")" + std::string(c.tp > 1 ? c.mode : "none") +
-                           "\"\ntensor_size = " + std::to_string(c.tp) +
-                           "\nsequence_parallel = " + (c.sp ? "true" : "false") +
-                           "\npipeline_size = " + std::to_string(c.pp) +
-                           "\ndata_size = " + std::to_string(c.dp) +
-                           "\nexpert_size = " + std::to_string(c.ep) +
-                           "\nexpert_tensor_size = " + std::to_string(c.etp ? c.tp : 1) +
-                           "\nschedule = \"" + c.schedule +
-                           "\"\nvirtual_stages = " + std::to_string(c.virtual_stages) +
-                           "\nmicrobatches = " + std::to_string(c.microbatches) +
-                           "\nzero = " + std::to_string(c.zero) + "\nrecompute = \"" + c.recompute +
-                           R"("
-[train]
-steps = 10
-global_batch = )" + std::to_string(global_batch(c)) +
-                           R"(
-seed = 5
-[optimizer]
-lr = 1e-2
-warmup_steps = 2
-grad_clip = 1.0
-[data]
-synthetic_tokens = 5000
-[log]
-peak_gflops = 1.0
-)";
-  return cost::parse_deck(text, "moe_parallel.toml");
+  return DeckText()
+      .set("model.heads", 4)
+      .set("model.layers", 4)
+      .set("model.experts", c.experts)
+      .set("model.top_k", 2)
+      .set("model.moe_every", 1)
+      .set("model.aux_loss", 0.01)
+      .set("model.capacity_factor", c.capacity_factor)
+      .set("parallel.tensor_mode", c.tp > 1 ? c.mode : "none")
+      .set("parallel.tensor_size", c.tp)
+      .set("parallel.sequence_parallel", c.sp)
+      .set("parallel.pipeline_size", c.pp)
+      .set("parallel.data_size", c.dp)
+      .set("parallel.expert_size", c.ep)
+      .set("parallel.expert_tensor_size", c.etp ? c.tp : 1)
+      .set("parallel.schedule", c.schedule)
+      .set("parallel.virtual_stages", c.virtual_stages)
+      .set("parallel.microbatches", c.microbatches)
+      .set("parallel.zero", c.zero)
+      .set("parallel.recompute", c.recompute)
+      .set("train.global_batch", global_batch(c))
+      .layout_training(5)
+      .deck("moe_parallel.toml");
 }
 
 // One process running the same micro-batches in turn.

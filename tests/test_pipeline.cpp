@@ -11,6 +11,7 @@
 #include "cubelm/train/pipeline.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "deck_text.hpp"
 #include "layout_checks.hpp"
 #include "test_helpers.hpp"
 
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 
 namespace {
 
@@ -49,40 +51,22 @@ int global_batch(const Case& c) {
 }
 
 Deck deck(const Case& c, int layers = 4) {
-  const std::string text = std::string(R"([model]
-vocab_size = 32
-seq_len = 8
-hidden = 16
-heads = 4
-layers = )") + std::to_string(layers) +
-                           R"(
-[parallel]
-tensor_mode = ")" + c.mode +
-                           R"("
-tensor_size = )" + std::to_string(c.tp) +
-                           "\npipeline_size = " + std::to_string(c.pp) +
-                           "\ndata_size = " + std::to_string(c.dp) + "\nschedule = \"" +
-                           c.schedule + "\"\nvirtual_stages = " + std::to_string(c.virtual_stages) +
-                           "\nmicrobatches = " + std::to_string(c.microbatches) +
-                           "\nzero = " + std::to_string(c.zero) +
-                           "\nsequence_parallel = " + (c.sequence_parallel ? "true" : "false") +
-                           "\nrecompute = \"" + c.recompute +
-                           R"("
-[train]
-steps = 10
-global_batch = )" + std::to_string(global_batch(c)) +
-                           R"(
-seed = 5
-[optimizer]
-lr = 1e-2
-warmup_steps = 2
-grad_clip = 1.0
-[data]
-synthetic_tokens = 5000
-[log]
-peak_gflops = 1.0
-)";
-  return cost::parse_deck(text, "pipeline.toml");
+  return DeckText()
+      .set("model.heads", 4)
+      .set("model.layers", layers)
+      .set("parallel.tensor_mode", c.mode)
+      .set("parallel.tensor_size", c.tp)
+      .set("parallel.pipeline_size", c.pp)
+      .set("parallel.data_size", c.dp)
+      .set("parallel.schedule", c.schedule)
+      .set("parallel.virtual_stages", c.virtual_stages)
+      .set("parallel.microbatches", c.microbatches)
+      .set("parallel.zero", c.zero)
+      .set("parallel.sequence_parallel", c.sequence_parallel)
+      .set("parallel.recompute", c.recompute)
+      .set("train.global_batch", global_batch(c))
+      .layout_training(5)
+      .deck("pipeline.toml");
 }
 
 // The reference: one process, the whole global batch as one micro-batch.

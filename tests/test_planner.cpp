@@ -15,6 +15,7 @@
 #include "cubelm/pipeline/timed.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "deck_text.hpp"
 #include "layout_checks.hpp"
 #include "test_helpers.hpp"
 
@@ -28,27 +29,19 @@
 #include <string>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 using cubelm::testing::world_size;
 
 namespace {
 
 // tests/decks/plan_tiny.toml (the CLI tests read that file).
 Deck tiny() {
-  return cost::parse_deck(R"([model]
-vocab_size = 32
-seq_len = 8
-hidden = 16
-heads = 4
-layers = 4
-[train]
-global_batch = 8
-steps = 3
-[data]
-synthetic_tokens = 5000
-[log]
-peak_gflops = 1.0
-)",
-                          "plan_tiny.toml");
+  return DeckText()
+      .set("model.heads", 4)
+      .set("model.layers", 4)
+      .set("train.steps", 3)
+      .set("data.synthetic_tokens", 5000)
+      .deck("plan_tiny.toml");
 }
 
 const char* const kMachine = R"(# a test machine

@@ -8,6 +8,7 @@
 #include "cubelm/kernels/precision.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "deck_text.hpp"
 #include "layouts.hpp"
 #include "test_helpers.hpp"
 
@@ -22,6 +23,7 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 using cubelm::testing::world_size;
 
 namespace {
@@ -139,28 +141,20 @@ Deck quickstart(const std::string& precision) {
                   << " for " << world_size() << " ranks";
   const std::string parallel = cases.empty() ? "" : cases.front();
   // inputs/quickstart.toml's model and optimizer, 100 steps.
-  return cost::parse_deck(R"(
-[model]
-vocab_size = 256
-seq_len = 64
-hidden = 64
-heads = 4
-layers = 2
-[parallel]
-)" + parallel + R"(
-[train]
-steps = 100
-global_batch = 16
-precision = ")" + precision +
-                              R"("
-[optimizer]
-lr = 3e-3
-min_lr = 3e-4
-warmup_steps = 50
-[log]
-peak_gflops = 1.0
-)",
-                          "precision.toml");
+  return DeckText()
+      .set("model.vocab_size", 256)
+      .set("model.seq_len", 64)
+      .set("model.hidden", 64)
+      .set("model.heads", 4)
+      .lines("parallel", parallel)
+      .set("train.steps", 100)
+      .set("train.global_batch", 16)
+      .set("train.precision", precision)
+      .set("optimizer.lr", 3e-3)
+      .set("optimizer.min_lr", 3e-4)
+      .set("optimizer.warmup_steps", 50)
+      .erase("data.synthetic_tokens")
+      .deck("precision.toml");
 }
 
 // The losses of the first `steps` steps (all of them when negative).

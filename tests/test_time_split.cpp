@@ -9,6 +9,7 @@
 #include "cubelm/train/metrics.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "deck_text.hpp"
 #include "test_helpers.hpp"
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <thread>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 
 namespace {
 
@@ -26,26 +28,16 @@ void sleep_ms(int ms) {
 }
 
 Deck deck(int tp, int pp) {
-  const std::string text = R"([model]
-vocab_size = 32
-seq_len = 8
-hidden = 16
-heads = 4
-layers = 4
-[parallel]
-tensor_mode = "1d"
-tensor_size = )" + std::to_string(tp) +
-                           "\npipeline_size = " + std::to_string(pp) + R"(
-microbatches = 4
-[train]
-global_batch = 8
-steps = 3
-[data]
-synthetic_tokens = 4096
-[log]
-peak_gflops = 1.0
-)";
-  return cost::parse_deck(text, "time_split.toml");
+  return DeckText()
+      .set("model.heads", 4)
+      .set("model.layers", 4)
+      .set("parallel.tensor_mode", "1d")
+      .set("parallel.tensor_size", tp)
+      .set("parallel.pipeline_size", pp)
+      .set("parallel.microbatches", 4)
+      .set("train.steps", 3)
+      .set("data.synthetic_tokens", 4096)
+      .deck("time_split.toml");
 }
 
 } // namespace

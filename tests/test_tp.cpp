@@ -10,6 +10,7 @@
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "deck_text.hpp"
 #include "test_helpers.hpp"
 #include "view_helpers.hpp"
 
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 
 namespace {
 
@@ -131,34 +133,18 @@ TEST(TensorParallel, MatchesTheSingleProcessModelInFloat) {
 namespace {
 
 Deck train_deck(TensorMode mode, int tp, int microbatches = 1, bool sequence_parallel = false) {
-  const std::string text = R"([model]
-vocab_size = 32
-seq_len = 8
-hidden = 16
-heads = 8
-layers = 2
-[parallel]
-tensor_mode = ")" + std::string(mode_name(mode)) +
-                           R"("
-tensor_size = )" + std::to_string(tp) +
-                           "\nsequence_parallel = " + (sequence_parallel ? "true" : "false") +
-                           R"(
-microbatches = )" + std::to_string(microbatches) +
-                           R"(
-[train]
-steps = 10
-global_batch = )" + std::to_string(4 * microbatches) +
-                           R"(
-seed = 3
-[optimizer]
-lr = 1e-2
-warmup_steps = 2
-[data]
-synthetic_tokens = 5000
-[log]
-peak_gflops = 1.0
-)";
-  return cost::parse_deck(text, "tp.toml");
+  return DeckText()
+      .set("model.heads", 8)
+      .set("parallel.tensor_mode", mode_name(mode))
+      .set("parallel.tensor_size", tp)
+      .set("parallel.sequence_parallel", sequence_parallel)
+      .set("parallel.microbatches", microbatches)
+      .set("train.global_batch", 4 * microbatches)
+      .set("train.seed", 3)
+      .set("optimizer.lr", 1e-2)
+      .set("optimizer.warmup_steps", 2)
+      .set("data.synthetic_tokens", 5000)
+      .deck("tp.toml");
 }
 
 Deck train_deck(const comm::Layout& layout, int microbatches = 1) {

@@ -8,6 +8,7 @@
 #include "cubelm/train/trainer.hpp"
 
 #include "damage.hpp"
+#include "deck_text.hpp"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -19,37 +20,24 @@
 #include <unistd.h>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 
 namespace {
 
 Deck small_deck(int microbatches = 1, int steps = 60) {
-  std::string text = R"(
-[model]
-vocab_size = 32
-seq_len = 16
-hidden = 32
-heads = 2
-layers = 2
-[parallel]
-microbatches = )" + std::to_string(microbatches) +
-                     R"(
-[train]
-global_batch = 8
-seed = 5
-steps = )" + std::to_string(steps) +
-                     R"(
-[optimizer]
-lr = 1e-2
-min_lr = 1e-3
-warmup_steps = 5
-[data]
-format = "synthetic"
-synthetic_tokens = 20000
-synthetic_branching = 2
-[log]
-peak_gflops = 1.0
-)";
-  return cost::parse_deck(text, "test.toml");
+  return DeckText()
+      .set("model.seq_len", 16)
+      .set("model.hidden", 32)
+      .set("parallel.microbatches", microbatches)
+      .set("train.seed", 5)
+      .set("train.steps", steps)
+      .set("optimizer.lr", 1e-2)
+      .set("optimizer.min_lr", 1e-3)
+      .set("optimizer.warmup_steps", 5)
+      .set("data.format", "synthetic")
+      .set("data.synthetic_tokens", 20000)
+      .set("data.synthetic_branching", 2)
+      .deck("test.toml");
 }
 
 } // namespace

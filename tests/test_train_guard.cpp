@@ -7,6 +7,7 @@
 #include "cubelm/cost/deck.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "deck_text.hpp"
 #include "test_helpers.hpp"
 
 #include <gtest/gtest.h>
@@ -22,36 +23,21 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 using cubelm::testing::world_size;
 
 namespace {
 
 // lr = 1e6 without clipping: the tiny model's gradient norm is NaN from step 2 on.
 Deck nan_deck(const std::string& parallel, int max_bad_steps, double lr = 1e6) {
-  const std::string text = R"(
-[model]
-vocab_size = 32
-seq_len = 8
-hidden = 16
-heads = 2
-layers = 2
-[parallel]
-)" + parallel + R"(
-[train]
-steps = 20
-global_batch = 4
-max_bad_steps = )" + std::to_string(max_bad_steps) +
-                           R"(
-[optimizer]
-lr = )" + std::to_string(lr) +
-                           R"(
-grad_clip = 0
-[data]
-synthetic_tokens = 2000
-[log]
-peak_gflops = 1.0
-)";
-  return cost::parse_deck(text, "guard.toml");
+  return DeckText()
+      .lines("parallel", parallel)
+      .set("train.steps", 20)
+      .set("train.global_batch", 4)
+      .set("train.max_bad_steps", max_bad_steps)
+      .set("optimizer.lr", lr)
+      .set("optimizer.grad_clip", 0)
+      .deck("guard.toml");
 }
 
 // The layouts of the job's world size.

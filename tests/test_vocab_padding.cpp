@@ -8,6 +8,7 @@
 #include "cubelm/tp/shapes.hpp"
 #include "cubelm/train/trainer.hpp"
 
+#include "deck_text.hpp"
 #include "layouts.hpp"
 #include "test_helpers.hpp"
 
@@ -20,6 +21,7 @@
 #include <vector>
 
 using namespace cubelm;
+using cubelm::testing::DeckText;
 
 namespace {
 
@@ -27,29 +29,17 @@ constexpr int kVocab = 50; // splits over none of the layouts below
 
 // The deck with `parallel` as its [parallel] lines.
 Deck deck(const std::string& parallel, int divisible_by) {
-  const std::string text = std::string(R"([model]
-vocab_size = 50
-vocab_divisible_by = )") + std::to_string(divisible_by) +
-                           R"(
-seq_len = 8
-hidden = 16
-heads = 8
-layers = 2
-[parallel]
-)" + parallel + R"(
-[train]
-steps = 10
-global_batch = 4
-seed = 5
-[optimizer]
-lr = 1e-2
-warmup_steps = 2
-[data]
-synthetic_tokens = 5000
-[log]
-peak_gflops = 1.0
-)";
-  return cost::parse_deck(text, "padding.toml");
+  return DeckText()
+      .set("model.vocab_size", kVocab)
+      .set("model.vocab_divisible_by", divisible_by)
+      .set("model.heads", 8)
+      .lines("parallel", parallel)
+      .set("train.global_batch", 4)
+      .set("train.seed", 5)
+      .set("optimizer.lr", 1e-2)
+      .set("optimizer.warmup_steps", 2)
+      .set("data.synthetic_tokens", 5000)
+      .deck("padding.toml");
 }
 
 // The tensor modes this world fits, padded to multiples of 16 (64 rows).

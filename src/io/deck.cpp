@@ -110,7 +110,6 @@ public:
     if (std::find(names.begin(), names.end(), out) == names.end())
       fail(key, "must be one of " + quoted(names));
   }
-  bool has(const char* key) const { return table_ && table_->find(key) != nullptr; }
 
   /// Fails unless value >= least: "must be at least <least> (<note>)".
   template <class V>
