@@ -28,6 +28,9 @@ endif()
 function(cubelm_add_mpi_test)
   cmake_parse_arguments(ARG "" "NAME" "SOURCES;RANKS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SOURCES})
+  # The shared helpers (test_helpers.hpp, layouts.hpp, ...) sit in tests/, the tests in
+  # its folders (tests/README.md).
+  target_include_directories(${ARG_NAME} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(${ARG_NAME} PRIVATE cubelm_mpi_test_main GTest::gtest)
   foreach(n IN LISTS ARG_RANKS)
     set(test_name ${ARG_NAME}_${n}ranks)

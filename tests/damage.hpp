@@ -1,6 +1,6 @@
 #pragma once
 // Damage done to files on purpose, the way storage and crashed jobs do, for the
-// checkpoint tests (damage_file.cpp and test_train.cpp).
+// checkpoint tests (damage_file.cpp and train/test_train.cpp).
 
 #include <fstream>
 #include <string>

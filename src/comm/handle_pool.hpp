@@ -6,7 +6,7 @@
 // pool (a shared_ptr) until it gives the handle back.
 // Thread-safe: the watchdog's thread gives back events the main thread took.
 // Kept free of CUDA so that its bookkeeping is tested on any machine
-// (tests/test_streams.cpp).
+// (tests/comm/test_streams.cpp).
 
 #include <cstddef>
 #include <functional>

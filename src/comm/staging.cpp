@@ -13,7 +13,7 @@ namespace cubelm::comm::detail {
 
 struct StagingPool::State {
   struct Buffer {
-    // The label that allocation counters see (tests/test_allocations.cpp).
+    // The label that allocation counters see (tests/train/test_allocations.cpp).
     Kokkos::View<unsigned char*, Kokkos::HostSpace> bytes;
     bool lent = false;
   };

@@ -343,7 +343,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   }
   const pipeline::TimedTimeline timeline = pipeline::simulate_timed(plan, costs);
 
-  // The unit-cost timeline (pipeline::simulate's, checked equal in tests/test_planner.cpp).
+  // The unit-cost timeline (pipeline::simulate's, checked equal in tests/cost/test_planner.cpp).
   const pipeline::TimedTimeline unit = pipeline::simulate_timed(plan, pipeline::unit_costs(plan));
   for (int s = 0; s < p; ++s) {
     const auto si = static_cast<std::size_t>(s);

@@ -1,6 +1,6 @@
 // The timeline of a plan with per-pass costs and message delays, in flat arrays (plans
 // of thousands of micro-batches). pipeline::simulate is this with unit costs, its passes
-// recorded; tests/test_schedule.cpp checks it against the schedules' closed forms.
+// recorded; tests/pipeline/test_schedule.cpp checks it against the schedules' closed forms.
 
 #include "cubelm/pipeline/timed.hpp"
 
