@@ -9,6 +9,7 @@
 
 #include "cubelm/cost/buckets.hpp"
 #include "cubelm/cost/memory.hpp"
+#include "cubelm/cost/step_sums.hpp"
 #include "cubelm/pipeline/timed.hpp"
 #include "cubelm/tp/shapes.hpp"
 
@@ -413,7 +414,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   const double world = layout.world_size() > 1
                            ? collective_seconds(comm::Kind::all_reduce, where.at("world"), 1,
                                                 2.0 * (layout.world_size() - 1) /
-                                                    layout.world_size() * 8 * cfg.step_sums(),
+                                                    layout.world_size() * 8 * StepSums::count(cfg),
                                                 machine)
                            : 0;
   out.critical_stage = static_cast<int>(critical);

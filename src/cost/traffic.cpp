@@ -10,6 +10,7 @@
 #include "cubelm/cost/buckets.hpp"
 #include "cubelm/cost/memory.hpp"
 #include "cubelm/cost/shape.hpp"
+#include "cubelm/cost/step_sums.hpp"
 #include "cubelm/pipeline/messages.hpp"
 #include "cubelm/pipeline/schedule.hpp"
 #include "cubelm/tp/collectives.hpp"
@@ -290,11 +291,11 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const pipeline::Pi
           static_cast<double>(buckets.size.front() / (zero ? d : 1)));
   }
 
-  // The step's sums over the world (ModelConfig::step_sums), in double.
+  // The step's sums over the world (cost/step_sums.hpp), in double.
   const int world = layout.world_size();
   if (world > 1) {
     t.size("world", world);
-    t.add("world", Kind::all_reduce, 1, deck.model.step_sums(), 8);
+    t.add("world", Kind::all_reduce, 1, StepSums::count(deck.model), 8);
   }
   return t.volumes();
 }

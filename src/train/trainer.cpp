@@ -204,28 +204,31 @@ StepMetrics Trainer::step() {
   dp_->finish();
   // The loss (from the last stage, once per tensor-parallel group) and the squared
   // gradient norm (each element once), summed over the world.
-  sums_(0) = model.stage().last && grid.tp().rank() == 0 ? run.loss_sum : 0.0;
-  sums_(1) = dp_->sum_squares();
+  cost::StepSums sums;
+  sums.loss = model.stage().last && grid.tp().rank() == 0 ? run.loss_sum : 0.0;
+  sums.grad_squares = dp_->sum_squares();
   // Requests to stop after this step ride on the same reduction: no extra collective.
-  sums_(2) = vote_.sigterm ? 1.0 : 0.0;
-  sums_(3) = vote_.sigusr1 ? 1.0 : 0.0;
-  sums_(4) = vote_.deadline ? 1.0 : 0.0;
+  sums.sigterm = vote_.sigterm ? 1.0 : 0.0;
+  sums.sigusr1 = vote_.sigusr1 ? 1.0 : 0.0;
+  sums.deadline = vote_.deadline ? 1.0 : 0.0;
   // The MoE layers' load-balancing loss (trained on, reported apart from the loss): each
   // rank's share of the tokens (the tensor-parallel ranks route a share each).
-  sums_(5) = model.take_aux_sum();
+  sums.aux = model.take_aux_sum();
   vote_ = StopVotes{};
+  const int n = cost::StepSums::count(deck_.model);
+  sums.pack(sums_.data(), n);
   if (grid.world().size() > 1)
-    grid.world().all_reduce(HostExecSpace(),
-                            Kokkos::subview(sums_, std::make_pair(0, deck_.model.step_sums())));
+    grid.world().all_reduce(HostExecSpace(), Kokkos::subview(sums_, std::make_pair(0, n)));
+  sums = cost::StepSums::unpack(sums_.data(), n);
   StepMetrics m;
   m.step = step_;
-  m.loss = sums_(0) / tokens;
-  m.grad_norm = std::sqrt(sums_(1));
+  m.loss = sums.loss / tokens;
+  m.grad_norm = std::sqrt(sums.grad_squares);
   m.moe = deck_.model.experts > 1;
-  m.aux_loss = sums_(5) / tokens;
-  m.stop.sigterm = static_cast<int>(sums_(2));
-  m.stop.sigusr1 = static_cast<int>(sums_(3));
-  m.stop.deadline = static_cast<int>(sums_(4));
+  m.aux_loss = sums.aux / tokens;
+  m.stop.sigterm = static_cast<int>(sums.sigterm);
+  m.stop.sigusr1 = static_cast<int>(sums.sigusr1);
+  m.stop.deadline = static_cast<int>(sums.deadline);
   m.lr = learning_rate(deck_.optimizer, deck_.train.steps, step_);
   // The numeric guard: both sums are reduced over the world, so every rank sees the
   // same values and takes the same decision. A non-finite step leaves parameters

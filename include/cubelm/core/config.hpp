@@ -61,9 +61,6 @@ struct ModelConfig {
   double aux_loss = 0.01;     ///< coefficient of the load-balancing loss (Switch's 0.01)
   /// \brief True when layer `layer` (from 0) has an MoE feed-forward instead of the MLP.
   bool moe_layer(int layer) const { return experts > 1 && (layer + 1) % moe_every == 0; }
-  /// \brief Doubles of the step's sums over the world: the loss, the squared gradient
-  /// norm, three stop votes and, for an MoE model, its load-balancing loss.
-  int step_sums() const { return experts > 1 ? 6 : 5; }
 };
 
 struct ParallelConfig {

@@ -6,6 +6,7 @@
 
 #include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/config.hpp"
+#include "cubelm/cost/step_sums.hpp"
 #include "cubelm/io/sampler.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/pipeline/schedule.hpp"
@@ -100,9 +101,8 @@ private:
   model::GridModel<real> net_;
   std::unique_ptr<DataParallel> dp_;
   std::vector<io::Batch> batches_;
-  // loss, grad^2, then the ranks that voted to stop: SIGTERM, SIGUSR1, deadline, and an
-  // MoE model's load-balancing loss (ModelConfig::step_sums)
-  Kokkos::View<double*, Kokkos::HostSpace> sums_{"cubelm::step_sums", 6};
+  // The step's sums over the world (cost::StepSums), packed for the reduction.
+  Kokkos::View<double*, Kokkos::HostSpace> sums_{"cubelm::step_sums", cost::StepSums::kMost};
   StopVotes vote_;
   // The step's time split (ms, compute, idle, then each communication group's wait) of
   // this rank and of all ranks, exchanged over the grid's uncounted metrics group.

@@ -1,0 +1,42 @@
+#pragma once
+/// \file
+/// \brief The step's one reduction over the world: what every rank adds up at the end of
+/// a training step, in double. The trainer fills and reads it (train/trainer.cpp); the
+/// traffic closed form and the predictor count its values, so it is described here, below
+/// both. Stop requests ride on it, so stopping costs no collective of its own.
+
+#include "cubelm/core/config.hpp"
+
+#include <cstddef>
+
+namespace cubelm::cost {
+
+struct StepSums {
+  double loss = 0;         ///< summed token losses (the last stage's tensor rank 0 only)
+  double grad_squares = 0; ///< this rank's share of the squared gradient norm
+  double sigterm = 0;      ///< 1 where SIGTERM was seen
+  double sigusr1 = 0;      ///< 1 where SIGUSR1 was seen
+  double deadline = 0;     ///< 1 where the time limit is near
+  double aux = 0;          ///< the MoE layers' load-balancing loss (MoE models only)
+
+  /// \brief The values reduced for `model`: the load-balancing loss only when it has
+  /// MoE layers.
+  static int count(const ModelConfig& model) { return model.experts > 1 ? 6 : 5; }
+  static constexpr int kMost = 6;
+
+  /// \brief The first `n` values, in reduction order, into `values`.
+  void pack(double* values, int n) const {
+    const double all[kMost] = {loss, grad_squares, sigterm, sigusr1, deadline, aux};
+    for (int i = 0; i < n; ++i)
+      values[i] = all[i];
+  }
+  /// \brief The sums from the first `n` values of `values` (the others 0).
+  static StepSums unpack(const double* values, int n) {
+    double all[kMost] = {0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < n; ++i)
+      all[i] = values[i];
+    return StepSums{all[0], all[1], all[2], all[3], all[4], all[5]};
+  }
+};
+
+} // namespace cubelm::cost
