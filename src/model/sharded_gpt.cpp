@@ -385,8 +385,8 @@ void ShardedGPT<T>::backward_layer(const ExecSpace& exec, Layer& y, Acts& a, con
 }
 
 template <class T>
-void ShardedGPT<T>::forward(int chunk, int slot, const std::vector<std::int32_t>& inputs) {
-  const ExecSpace exec;
+void ShardedGPT<T>::forward(const ExecSpace& exec, int chunk, int slot,
+                            const std::vector<std::int32_t>& inputs) {
   const int c = chunk_length(chunk);
   SlotBuffers& s = *slots_.at(static_cast<std::size_t>(slot));
   const bool embed = stage_.first && chunk == 0;
@@ -416,19 +416,19 @@ void ShardedGPT<T>::forward(int chunk, int slot, const std::vector<std::int32_t>
 }
 
 template <class T>
-double ShardedGPT<T>::loss(int slot, const std::vector<std::int32_t>& targets) {
+double ShardedGPT<T>::loss(const ExecSpace& exec, int slot,
+                           const std::vector<std::int32_t>& targets) {
   CUBELM_ASSERT(stage_.last, "the loss is computed on the stage with the head");
-  const ExecSpace exec;
   const double sum = embedding_->loss(exec, slots_.at(static_cast<std::size_t>(slot))->lnf_out,
                                       local(targets, local_targets_), T(0), d_outer_);
   return sum;
 }
 
 template <class T>
-double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32_t>& inputs,
+double ShardedGPT<T>::backward(const ExecSpace& exec, int chunk, int slot,
+                               const std::vector<std::int32_t>& inputs,
                                const std::vector<std::int32_t>& targets, double grad_scale,
                                const UnitDone& done) {
-  const ExecSpace exec;
   const int c = chunk_length(chunk);
   SlotBuffers& s = *slots_.at(static_cast<std::size_t>(slot));
   const bool embed = stage_.first && chunk == 0;
@@ -476,9 +476,9 @@ double ShardedGPT<T>::backward(int chunk, int slot, const std::vector<std::int32
 }
 
 template <class T>
-double ShardedGPT<T>::forward_backward(const std::vector<std::int32_t>& inputs,
-                                       const std::vector<std::int32_t>& targets,
-                                       double grad_scale) {
+double
+ShardedGPT<T>::forward_backward(const ExecSpace& exec, const std::vector<std::int32_t>& inputs,
+                                const std::vector<std::int32_t>& targets, double grad_scale) {
   const int n = static_cast<int>(stage_.chunks.size());
   CUBELM_ASSERT(stage_.first && stage_.last && stage_.slots >= n,
                 "forward_backward needs the whole model on this rank and a slot per chunk");
@@ -489,15 +489,15 @@ double ShardedGPT<T>::forward_backward(const std::vector<std::int32_t>& inputs,
   for (int k = 0; k < n; ++k) {
     if (k > 0)
       Kokkos::deep_copy(input(k), output(k - 1, k - 1));
-    forward(k, k, inputs);
+    forward(exec, k, k, inputs);
   }
   if (grad_scale == 0.0)
-    return loss(n - 1, targets);
+    return loss(exec, n - 1, targets);
   double sum = 0;
   for (int k = n; k-- > 0;) {
     if (k + 1 < n)
       Kokkos::deep_copy(dx_, input_grad(k + 1));
-    sum += backward(k, k, inputs, targets, grad_scale);
+    sum += backward(exec, k, k, inputs, targets, grad_scale);
   }
   return sum;
 }

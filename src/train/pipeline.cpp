@@ -165,11 +165,10 @@ void PipelineStage::detach_input(model::ShardedGPT<real>& model, int slot) {
   spare_inputs_.push_back(model.replace_input(slot, Mat()));
 }
 
-PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
+PipelineStage::Result PipelineStage::run(const ExecSpace& exec, model::ShardedGPT<real>& model,
                                          const comm::ProcessGrid& grid,
                                          const std::vector<io::Batch>& batches, double grad_scale,
                                          const model::ShardedGPT<real>::UnitDone& done) {
-  const ExecSpace exec;
   StepMessages messages(grid.pp(), untagged_ ? comm::Matching::in_order : comm::Matching::by_tag,
                         exchanges_, plan_.slots[static_cast<std::size_t>(stage_)],
                         [this](const pipeline::Message& m) { return tag(m); });
@@ -195,13 +194,13 @@ PipelineStage::Result PipelineStage::run(model::ShardedGPT<real>& model,
         Kokkos::deep_copy(exec, model.input(s), model.output(a.chunk - 1, a.input_from));
       comm::Request in = messages.post(exec, i, want, &model.input(s));
       wait_for(in);
-      model.forward(a.chunk, s, batch.inputs);
+      model.forward(exec, a.chunk, s, batch.inputs);
     } else {
       if (!plan_.last(stage_, a.chunk) && a.grad_from >= 0)
         Kokkos::deep_copy(exec, model.output_grad(), model.input_grad(a.grad_from));
       comm::Request in = messages.post(exec, i, want, &model.output_grad());
       wait_for(in);
-      r.loss_sum += model.backward(a.chunk, s, batch.inputs, batch.targets, grad_scale,
+      r.loss_sum += model.backward(exec, a.chunk, s, batch.inputs, batch.targets, grad_scale,
                                    a.last_backward ? done : nullptr);
     }
     const pipeline::Message made = pipeline::send_after(plan_, stage_, i);

@@ -199,8 +199,8 @@ StepMetrics Trainer::step() {
                         batches_[static_cast<std::size_t>(k)]);
   dp_->zero_grad();
   dp_->start_step();
-  const PipelineStage::Result run =
-      stage_.run(model, grid, batches_, 1.0 / tokens, [&](int unit) { dp_->unit_done(unit); });
+  const PipelineStage::Result run = stage_.run(ExecSpace(), model, grid, batches_, 1.0 / tokens,
+                                               [&](int unit) { dp_->unit_done(unit); });
   dp_->finish();
   // The loss (from the last stage, once per tensor-parallel group) and the squared
   // gradient norm (each element once), summed over the world.

@@ -100,12 +100,13 @@ TEST(Model, EveryGradientMatchesFiniteDifferences) {
   const auto in = random_tokens(n, c.vocab_size, 1), tgt = random_tokens(n, c.vocab_size, 2);
   const double scale = 1.0 / n;
   gpt.zero_grad();
-  gpt.forward_backward(in, tgt, scale);
+  gpt.forward_backward(ExecSpace(), in, tgt, scale);
   double worst = 0;
   std::string worst_name;
   for (auto& p : gpt.params()) {
     const cubelm::testing::FdError e = cubelm::testing::fd_error(
-        p.value, p.grad, [&] { return gpt.forward_backward(in, tgt, 0.0) * scale; }, 1e-3, true);
+        p.value, p.grad, [&] { return gpt.forward_backward(ExecSpace(), in, tgt, 0.0) * scale; },
+        1e-3, true);
     if (e.worst > worst) {
       worst = e.worst;
       worst_name = p.name + "[" + std::to_string(e.at) + "]";
@@ -121,7 +122,7 @@ TEST(Model, LossOfTheUntrainedModelIsNearLogVocab) {
   auto& gpt = *net.model;
   const int n = 4 * c.seq_len;
   const double loss =
-      gpt.forward_backward(random_tokens(n, 64, 5), random_tokens(n, 64, 6), 0.0) / n;
+      gpt.forward_backward(ExecSpace(), random_tokens(n, 64, 5), random_tokens(n, 64, 6), 0.0) / n;
   EXPECT_NEAR(loss, std::log(64.0), 0.05);
 }
 
@@ -165,11 +166,11 @@ TEST(Model, MicroBatchAccumulationEqualsTheFullBatchGradient) {
   Alone full(c, 4, {}), micro(c, 2, {});
   full.model.zero_grad();
   micro.model.zero_grad();
-  const double whole = full.model.forward_backward(in, tgt, 1.0 / n);
+  const double whole = full.model.forward_backward(ExecSpace(), in, tgt, 1.0 / n);
   double parts = 0;
   for (int k = 0; k < 2; ++k)
     parts += micro.model.forward_backward(
-        std::vector<std::int32_t>(in.begin() + k * half, in.begin() + (k + 1) * half),
+        ExecSpace(), std::vector<std::int32_t>(in.begin() + k * half, in.begin() + (k + 1) * half),
         std::vector<std::int32_t>(tgt.begin() + k * half, tgt.begin() + (k + 1) * half), 1.0 / n);
   EXPECT_NEAR(parts, whole, 1e-12 * whole);
   expect_same(gradients(micro.model), gradients(full.model));
@@ -191,14 +192,14 @@ TEST(Model, ChunksAndRecomputationKeepTheGradients) {
   both.recompute = true;
   Alone ref(c, 2, {});
   ref.model.zero_grad();
-  const double loss = ref.model.forward_backward(in, tgt, 1.0 / n);
+  const double loss = ref.model.forward_backward(ExecSpace(), in, tgt, 1.0 / n);
   const auto expected = gradients(ref.model);
   for (const StageLayout& s : {chunks, redo, both}) {
     SCOPED_TRACE(std::string(s.recompute ? "recompute, " : "") + std::to_string(s.chunks.size()) +
                  " chunk(s)");
     Alone other(c, 2, s);
     other.model.zero_grad();
-    EXPECT_NEAR(other.model.forward_backward(in, tgt, 1.0 / n), loss, 1e-12 * loss);
+    EXPECT_NEAR(other.model.forward_backward(ExecSpace(), in, tgt, 1.0 / n), loss, 1e-12 * loss);
     expect_same(gradients(other.model), expected);
   }
   EXPECT_LT(Alone(c, 2, redo).model.memory().activations, ref.model.memory().activations);

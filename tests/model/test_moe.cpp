@@ -65,7 +65,7 @@ void randomise(model::ShardedGPT<double>& gpt, unsigned seed) {
 double objective(model::ShardedGPT<double>& gpt, const std::vector<std::int32_t>& in,
                  const std::vector<std::int32_t>& tgt) {
   const double n = static_cast<double>(in.size());
-  const double ce = gpt.forward_backward(in, tgt, 0.0);
+  const double ce = gpt.forward_backward(ExecSpace(), in, tgt, 0.0);
   return (ce + gpt.take_aux_sum()) / n;
 }
 
@@ -75,7 +75,7 @@ double worst_gradient_error(model::ShardedGPT<double>& gpt, const std::vector<st
                             const std::vector<std::int32_t>& tgt, std::string& name) {
   const double scale = 1.0 / static_cast<double>(in.size());
   gpt.zero_grad();
-  gpt.forward_backward(in, tgt, scale);
+  gpt.forward_backward(ExecSpace(), in, tgt, scale);
   gpt.take_aux_sum();
   double worst = 0;
   for (auto& p : gpt.params()) {
@@ -321,7 +321,8 @@ TEST(MoE, LargeCapacityEqualsDropless) {
   const auto in = random_tokens(n, 11, 3), tgt = random_tokens(n, 11, 4);
   a.model->zero_grad();
   b.model->zero_grad();
-  EXPECT_EQ(a.model->forward_backward(in, tgt, 0.1), b.model->forward_backward(in, tgt, 0.1));
+  EXPECT_EQ(a.model->forward_backward(ExecSpace(), in, tgt, 0.1),
+            b.model->forward_backward(ExecSpace(), in, tgt, 0.1));
   EXPECT_EQ(a.model->take_aux_sum(), b.model->take_aux_sum());
   for (std::size_t i = 0; i < a.model->params().size(); ++i)
     EXPECT_EQ(host(a.model->params()[i].grad), host(b.model->params()[i].grad))
@@ -338,7 +339,8 @@ TEST(MoE, OneExpertAndIdenticalExpertsEqualTheDenseModel) {
   ASSERT_EQ(dense.model->params().size(), one.model->params().size());
   dense.model->zero_grad();
   one.model->zero_grad();
-  EXPECT_EQ(dense.model->forward_backward(in, tgt, 0.5), one.model->forward_backward(in, tgt, 0.5));
+  EXPECT_EQ(dense.model->forward_backward(ExecSpace(), in, tgt, 0.5),
+            one.model->forward_backward(ExecSpace(), in, tgt, 0.5));
   for (std::size_t i = 0; i < dense.model->params().size(); ++i) {
     EXPECT_EQ(dense.model->params()[i].name, one.model->params()[i].name);
     EXPECT_EQ(host(dense.model->params()[i].grad), host(one.model->params()[i].grad));
@@ -355,8 +357,9 @@ TEST(MoE, OneExpertAndIdenticalExpertsEqualTheDenseModel) {
       continue; // any router: the gates sum to 1
     Kokkos::deep_copy(p.value, dense.model->param(name).value);
   }
-  const double want = dense.model->forward_backward(in, tgt, 0.0);
-  EXPECT_NEAR(moe.model->forward_backward(in, tgt, 0.0), want, 1e-12 * std::fabs(want));
+  const double want = dense.model->forward_backward(ExecSpace(), in, tgt, 0.0);
+  EXPECT_NEAR(moe.model->forward_backward(ExecSpace(), in, tgt, 0.0), want,
+              1e-12 * std::fabs(want));
 }
 
 namespace {

@@ -82,8 +82,8 @@ void check_equivalence(const comm::Layout& layout, double loss_tol, double grad_
 
   const auto in = random_tokens(n, c.vocab_size, 1), tgt = random_tokens(n, c.vocab_size, 2);
   for (int pass = 0; pass < 2; ++pass) { // the second pass accumulates onto the first
-    const double ref_loss = reference.forward_backward(in, tgt, 1.0 / n);
-    const double loss = sharded.forward_backward(in, tgt, 1.0 / n);
+    const double ref_loss = reference.forward_backward(ExecSpace(), in, tgt, 1.0 / n);
+    const double loss = sharded.forward_backward(ExecSpace(), in, tgt, 1.0 / n);
     EXPECT_NEAR(loss, ref_loss, loss_tol * std::fabs(ref_loss));
   }
 

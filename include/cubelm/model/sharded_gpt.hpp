@@ -69,28 +69,27 @@ public:
   /// new one of the input's shape ("cubelm::stream"). The pipeline stage pools them.
   Mat<T> replace_input(int slot, Mat<T> buffer);
 
-  /// \brief Forward of local chunk `chunk` for the micro-batch in `slot` (enqueued on the
-  /// default execution space instance, like backward: collectives and sends fence it);
-  /// `inputs`
-  /// (batch x seq_len ids, the whole micro-batch) is read by the embedding only.
-  void forward(int chunk, int slot, const std::vector<std::int32_t>& inputs);
+  /// \brief Forward of local chunk `chunk` for the micro-batch in `slot`, enqueued on
+  /// `exec` like backward (collectives and sends fence it); `inputs` (batch x seq_len ids,
+  /// the whole micro-batch) is read by the embedding only.
+  void forward(const ExecSpace& exec, int chunk, int slot, const std::vector<std::int32_t>& inputs);
   /// \brief Called after the gradient of a unit of parameters is complete for this
   /// pass: a layer (its id), the embedding (-1) or ln_f and the head (layers).
   using UnitDone = std::function<void(int unit)>;
   /// \brief Backward of local chunk `chunk` for `slot`, adding grad_scale x d(loss sum) to
   /// the gradients. The head's chunk computes the loss first (of `targets`) and returns
   /// its sum over the micro-batch (equal on the tensor-parallel group); others return 0.
-  double backward(int chunk, int slot, const std::vector<std::int32_t>& inputs,
-                  const std::vector<std::int32_t>& targets, double grad_scale,
-                  const UnitDone& done = nullptr);
+  double backward(const ExecSpace& exec, int chunk, int slot,
+                  const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets,
+                  double grad_scale, const UnitDone& done = nullptr);
   /// \brief The loss sum of the micro-batch in `slot` after the forward of the head's chunk.
-  double loss(int slot, const std::vector<std::int32_t>& targets);
+  double loss(const ExecSpace& exec, int slot, const std::vector<std::int32_t>& targets);
 
   /// \brief Forward and loss of a micro-batch through every chunk (a rank that holds the
   /// whole model: first and last, a slot per chunk; `inputs`, `targets`: batch x seq_len
   /// ids); returns the sum of the token losses (equal on the group). With grad_scale != 0
   /// also runs backward, adding grad_scale x d(loss sum) to the gradients.
-  double forward_backward(const std::vector<std::int32_t>& inputs,
+  double forward_backward(const ExecSpace& exec, const std::vector<std::int32_t>& inputs,
                           const std::vector<std::int32_t>& targets, double grad_scale);
   void zero_grad();
 

@@ -41,10 +41,10 @@ public:
     double loss_sum = 0; ///< token losses of the micro-batches whose head ran here
     double wait_s = 0;   ///< wall-clock seconds spent waiting for other stages
   };
-  /// \brief One step: every action of the stage. `batches[k]`: micro-batch k (its
-  /// inputs on the first stage, its targets on the last); `done` is passed to the
-  /// last backward of every chunk (gradients complete).
-  Result run(model::ShardedGPT<real>& model, const comm::ProcessGrid& grid,
+  /// \brief One step: every action of the stage, enqueued on `exec`. `batches[k]`: micro-batch k
+  /// (its inputs on the first stage, its targets on the last); `done` is passed to the last
+  /// backward of every chunk (gradients complete).
+  Result run(const ExecSpace& exec, model::ShardedGPT<real>& model, const comm::ProcessGrid& grid,
              const std::vector<io::Batch>& batches, double grad_scale,
              const model::ShardedGPT<real>::UnitDone& done);
 
