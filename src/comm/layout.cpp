@@ -219,6 +219,53 @@ int edp_color(const Layout& layout, const GridCoords& g) {
   return g.pp + layout.pp * (g.ep + layout.ep * t);
 }
 
+std::vector<Membership> memberships(const Layout& layout, const GridCoords& g) {
+  const int tp_block = g.world / layout.tp; // which tp group: c + cp*(d + dp*s)
+  std::vector<Membership> out = {
+      {"tp", tp_block, g.tp},
+      // dp: the replicas of the stage's parameters, every (c, d) of one (t, s).
+      {"dp", g.tp + layout.tp * g.pp, g.replica},
+      {"pp", g.tp + layout.tp * g.replica, g.pp}};
+  // The first and last stage of one pipeline (same t, c and d) pair up, first stage
+  // first; every other rank, and every rank when pp == 1, is alone (a colour of its own
+  // past the colours of the pairs).
+  const int last = layout.pp - 1;
+  const bool at_an_end = last > 0 && (g.pp == 0 || g.pp == last);
+  out.push_back({"pp.ends",
+                 at_an_end ? g.tp + layout.tp * g.replica : layout.tp * layout.replicas() + g.world,
+                 g.pp});
+  if (layout.cp > 1) // same t, d and s, ordered by c
+    out.push_back({"cp", g.tp + layout.tp * (g.dp + layout.dp * g.pp), g.cp});
+  if (layout.ep > 1) {
+    out.push_back({"ep", ep_color(layout, g), g.ep});
+    out.push_back({"edp", edp_color(layout, g), g.edp});
+  }
+  const int q = layout.side();
+  if (layout.mode == TensorMode::d2) {
+    out.push_back({"tp.row", tp_block * q + g.row, g.col});
+    out.push_back({"tp.col", tp_block * q + g.col, g.row});
+  } else if (layout.mode == TensorMode::d3) {
+    const int plane_base = tp_block * q * q;
+    out.push_back({"tp.a", plane_base + g.b + q * g.c, g.a});
+    out.push_back({"tp.b", plane_base + g.a + q * g.c, g.b});
+    out.push_back({"tp.c", plane_base + g.a + q * g.b, g.c});
+    out.push_back({"tp.ab", tp_block * q + g.c, g.a + q * g.b});
+    out.push_back({"tp.bc", tp_block * q + g.a, g.b + q * g.c});
+    out.push_back({"tp.ca", tp_block * q + g.b, g.c + q * g.a});
+  }
+  return out;
+}
+
+std::vector<int> tensor_sizes(TensorMode mode, int ranks) {
+  if (mode == TensorMode::none)
+    return {1};
+  std::vector<int> out;
+  for (int q = 2; power(q, exponent_of(mode)) <= ranks; ++q)
+    if (ranks % power(q, exponent_of(mode)) == 0)
+      out.push_back(power(q, exponent_of(mode)));
+  return out;
+}
+
 int world_rank_of(const Layout& layout, int dp, int pp, int tp, int cp) {
   return tp + layout.tp * (cp + layout.cp * (dp + layout.dp * pp));
 }

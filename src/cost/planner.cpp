@@ -25,24 +25,6 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
-// The tensor-parallel sizes of `mode` that divide `ranks`.
-std::vector<int> tensor_sizes(TensorMode mode, int ranks) {
-  std::vector<int> out;
-  const int exponent = mode == TensorMode::d2 ? 2 : mode == TensorMode::d3 ? 3 : 1;
-  if (mode == TensorMode::none)
-    return {1};
-  for (int q = 2;; ++q) {
-    long size = 1;
-    for (int i = 0; i < exponent; ++i)
-      size *= q;
-    if (size > ranks)
-      break;
-    if (ranks % size == 0)
-      out.push_back(static_cast<int>(size));
-  }
-  return out;
-}
-
 struct Schedules {
   Schedule schedule;
   int virtual_stages;
@@ -85,7 +67,7 @@ std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space)
                                         : space.context_sizes;
   for (const int cp : contexts)
     for (const TensorMode mode : modes)
-      for (const int tp : tensor_sizes(mode, ranks))
+      for (const int tp : comm::tensor_sizes(mode, ranks))
         for (const int pp : divisors(ranks / tp)) {
           if (cp < 1 || model.seq_len % (2 * cp) != 0 || (ranks / tp / pp) % cp != 0 ||
               pp > model.layers || !allowed(space.tensor_sizes, tp) ||

@@ -21,40 +21,12 @@ namespace cubelm::cost {
 
 namespace {
 
-// The instance of each group a rank belongs to, as a key (-1: not in such a group).
+// The groups of world rank `rank` under their names, each with the colour its members
+// share (comm::memberships: the grid's own split), and the world.
 std::vector<std::pair<std::string, long>> group_keys(const comm::Layout& l, int rank) {
-  const comm::GridCoords c = comm::coords_of(l, rank);
-  // Which tp group: the replica index and the stage.
-  const long base = static_cast<long>(c.replica) + static_cast<long>(l.replicas()) * c.pp;
-  const long q = l.side();
-  std::vector<std::pair<std::string, long>> keys = {{"world", 0},
-                                                    {"dp", c.tp + l.tp * static_cast<long>(c.pp)}};
-  if (l.pp > 1)
-    keys.emplace_back("pp.ends", c.tp + l.tp * static_cast<long>(c.replica));
-  if (l.cp > 1) // same (t, d, s)
-    keys.emplace_back("cp", c.tp + l.tp * (c.dp + static_cast<long>(l.dp) * c.pp));
-  if (l.ep > 1) { // the MoE layers' fold of tp and the replicas
-    keys.emplace_back("ep", comm::ep_color(l, c));
-    keys.emplace_back("edp", comm::edp_color(l, c));
-  }
-  keys.emplace_back("tp", base); // the whole tensor group (2d and 3d: the MoE layers')
-  switch (l.mode) {
-  case TensorMode::none:
-  case TensorMode::d1:
-    break;
-  case TensorMode::d2:
-    keys.emplace_back("tp.row", base * q + c.row);
-    keys.emplace_back("tp.col", base * q + c.col);
-    break;
-  case TensorMode::d3:
-    keys.emplace_back("tp.a", (base * q + c.b) * q + c.c);
-    keys.emplace_back("tp.b", (base * q + c.a) * q + c.c);
-    keys.emplace_back("tp.c", (base * q + c.a) * q + c.b);
-    keys.emplace_back("tp.ab", base * q + c.c);
-    keys.emplace_back("tp.bc", base * q + c.a);
-    keys.emplace_back("tp.ca", base * q + c.b);
-    break;
-  }
+  std::vector<std::pair<std::string, long>> keys = {{"world", 0}};
+  for (const comm::Membership& m : comm::memberships(l, comm::coords_of(l, rank)))
+    keys.emplace_back(m.name, m.color);
   return keys;
 }
 
@@ -196,7 +168,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
                         : place_groups(layout, machine.devices_per_node);
   const auto& where = options.placement ? *options.placement : placed;
   const int p = plan.stages, tp = layout.tp;
-  const double q = layout.side(), m = par.microbatches, b = deck.micro_batch();
+  const double m = par.microbatches, b = deck.micro_batch();
   // N: the tokens of a micro-batch on this rank (a share of each sequence with context
   // parallelism), whose queries see up to T keys.
   const double H = cfg.hidden, T = cfg.seq_len, N = b * T / layout.cp;
@@ -208,16 +180,10 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   // hi and local attention scores) and its share of the vocabulary's logits.
   // With context parallelism a layer saves one log-sum-exp per query row, not its scores.
   const double keys_seen = layout.cp > 1 ? 1 : T;
-  double n = N, r = N, ho = H, hi = H / tp, scores = N * cfg.heads / tp * keys_seen,
-         logits = N * V / tp;
-  if (layout.mode == TensorMode::d2) {
-    n = r = N / q, ho = hi = H / q, scores = n * (cfg.heads / q) * keys_seen, logits = n * V / q;
-  } else if (layout.mode == TensorMode::d3) {
-    n = r = N / (q * q), ho = hi = H / q, scores = n * (cfg.heads / q) * keys_seen;
-    logits = n * V / q;
-  } else if (layout.sequence_parallel && tp > 1) {
-    r = N / tp;
-  }
+  const tp::ActivationSplit split = tp::activation_split(layout);
+  const double n = N / split.sequences, r = n / split.stream_rows, ho = H / split.outer,
+               hi = H / split.inner, scores = n * (cfg.heads / double(split.heads)) * keys_seen,
+               logits = n * V / split.inner;
   const double saved = 2 * n * ho + 16 * n * hi + scores + 4 * r;
   const double share =
       layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3 ? 1.0 / 3 : 0.5;

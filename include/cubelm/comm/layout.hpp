@@ -12,6 +12,7 @@
 #include "cubelm/core/config.hpp"
 
 #include <string>
+#include <vector>
 
 namespace cubelm::comm {
 
@@ -89,6 +90,21 @@ GridCoords coords_of(const Layout& layout, int world_rank);
 /// (ordered by GridCoords::ep), of equal edp_color an "edp" group (ordered by edp).
 int ep_color(const Layout& layout, const GridCoords& g);
 int edp_color(const Layout& layout, const GridCoords& g);
+/// \brief One process group a rank belongs to: the ranks of equal `color` form the group
+/// `name`, ordered by `key`.
+struct Membership {
+  const char* name;
+  int color;
+  int key;
+};
+/// \brief Every group of the grid that the rank at `g` belongs to, world aside, in the order
+/// ProcessGrid creates them: "tp", "dp", "pp", "pp.ends" (the first and last stage of one
+/// pipeline; every other rank alone), "cp" (cp > 1), "ep" and "edp" (ep > 1), then 2d's
+/// "tp.row" and "tp.col" or 3d's "tp.a", "tp.b", "tp.c", "tp.ab", "tp.bc" and "tp.ca".
+/// The grid splits the world by them; the predictor places them on nodes.
+std::vector<Membership> memberships(const Layout& layout, const GridCoords& g);
+/// \brief The tensor sizes of `mode` that divide `ranks`, from 2 up ({1} for none).
+std::vector<int> tensor_sizes(TensorMode mode, int ranks);
 /// \brief The world rank at grid position (d, s, t, c) = (dp, pp, tp, cp index).
 int world_rank_of(const Layout& layout, int dp, int pp, int tp, int cp = 0);
 /// \brief tp index of 3d coordinates (a, b, c).
