@@ -12,9 +12,9 @@
 // bias vectors), the MLP's (W1, W2: 5 H, 8 H^2, b1 of 4 H and b2). The head broadcasts
 // ln_f's output and the wte blocks, reduces their gradients, and sums the loss's
 // statistics (3 R) and the loss (a double); the lookup reduce-scatters its rows' blocks
-// (summed over the vocabulary's) and gathers their gradient. An MoE layer's rows are made whole over the row group
-// and back: forward the input and the output, backward the input again, the output's
-// gradient and the input's; each an [R, H / q] block of which (q - 1) / q goes to the
+// (summed over the vocabulary's) and gathers their gradient. An MoE layer's rows are made whole
+// over the row group and back: forward the input and the output, backward the input again, the
+// output's gradient and the input's; each an [R, H / q] block of which (q - 1) / q goes to the
 // other ranks.
 
 #include "collectives_modes.hpp"

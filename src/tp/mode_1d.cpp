@@ -24,6 +24,7 @@
 #include "cubelm/kernels/embedding.hpp"
 #include "modes.hpp"
 #include "parts.hpp"
+#include "scratch_names.hpp"
 
 #include <string>
 
@@ -31,11 +32,10 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch buffers of the mode (Workspace::scratch) under sequence parallelism:
-// kLocal, a LayerNorm's own rows: its output before the gather, its gradient after;
-// kFull, N rows: a row-parallel output before the reduce-scatter, its gathered
-// gradient, the lookup's partial rows, the gathered embedding gradient.
-constexpr ScratchName kLocal = "1d/local", kFull = "1d/full";
+// Scratch buffers of the mode under sequence parallelism (scratch_names.hpp; their sizes:
+// tp/scratch.hpp, reserved by Mode1D).
+using d1::kFull;
+using d1::kLocal;
 
 // The sequence-parallel split of the residual stream: `rows` tokens, blocks of rows / p.
 struct SeqSplit {
@@ -71,8 +71,6 @@ public:
         b_.push_back(Shared<T>::replicated(params,
                                            make_param<T>(biases[i], {out}, {0}, {out}, 0, 0, seed),
                                            group, split.on ? &group : nullptr, ws));
-        if (split.on)
-          ws.reserve(kFull, split.rows * out);
       }
     }
   }
@@ -128,9 +126,7 @@ class GatheredLayerNorm final : public LayerNorm<T> {
 public:
   GatheredLayerNorm(std::unique_ptr<LayerNorm<T>> local, const comm::Group& group,
                     std::int64_t rows, std::int64_t features, Workspace<T>& ws)
-      : local_(std::move(local)), group_(group), rows_(rows), features_(features), ws_(ws) {
-    ws.reserve(kLocal, rows * features);
-  }
+      : local_(std::move(local)), group_(group), rows_(rows), features_(features), ws_(ws) {}
   void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y,
                const Vec<T>& saved) override {
     const Mat<T> mine = ws_.scratch(kLocal, rows_, features_);
@@ -165,8 +161,6 @@ public:
     const std::int64_t n = static_cast<std::int64_t>(batch) * pos.local;
     if (ends != Ends::head) {
       ends_.lookup(params, pos.total(), hidden, 0, hidden, seed, group, nullptr, n, ws);
-      if (split.on)
-        ws.reserve(kFull, n * hidden);
     }
     if (ends != Ends::lookup)
       ends_.head(&group, nullptr, n, slice_, vocab, ws);
@@ -239,6 +233,7 @@ public:
                                     const std::vector<std::string>& biases, std::int64_t in,
                                     std::int64_t out, std::int64_t rows, Role role, double std_dev,
                                     std::uint64_t seed) override {
+    ws_.reserve_all(linear_scratch(this->layout(), in, out, rows, role == Role::second));
     return std::make_unique<Linear1D<T>>(group_, params, ws_, weights, biases, in, out, role,
                                          std_dev, seed, SeqSplit{sequence_parallel_, rows});
   }
@@ -259,11 +254,14 @@ public:
                                                      features, rows, ws_);
     if (!sequence_parallel_)
       return local;
+    ws_.reserve_all(layernorm_scratch(this->layout(), features, rows));
     return std::make_unique<GatheredLayerNorm<T>>(std::move(local), group_, rows, features, ws_);
   }
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded,
                                           kernels::Positions pos, std::int64_t hidden, int batch,
                                           std::uint64_t seed, Ends ends) override {
+    ws_.reserve_all(embedding_scratch(this->layout(), ends != Ends::head, ends != Ends::lookup,
+                                      batch, pos.local, hidden, padded));
     return std::make_unique<Embedding1D<T>>(group_, params, ws_, vocab, padded, pos, hidden, batch,
                                             seed, ends, split(batch, pos.local));
   }

@@ -57,6 +57,7 @@
 #include "cubelm/kernels/embedding.hpp"
 #include "modes.hpp"
 #include "parts.hpp"
+#include "scratch_names.hpp"
 
 #include <string>
 
@@ -64,10 +65,12 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch buffers: a broadcast activation block, a broadcast weight block, a partial
-// product shaped like an activation, and two shaped like a weight block.
-constexpr ScratchName kAct = "2d/act", kWeight = "2d/weight", kPartial = "2d/partial",
-                      kWeightPartial = "2d/weight_partial", kWeightSum = "2d/weight_sum";
+// Scratch buffers (scratch_names.hpp; their sizes: tp/scratch.hpp, reserved by Mode2D).
+using d2::kAct;
+using d2::kPartial;
+using d2::kWeight;
+using d2::kWeightPartial;
+using d2::kWeightSum;
 
 template <class T>
 struct Grid2D {
@@ -98,7 +101,7 @@ class Linear2D final : public Linear<T> {
 public:
   Linear2D(const Grid2D<T>& g, Params<T>& params, const std::vector<std::string>& weights,
            const std::vector<std::string>& biases, std::int64_t in, std::int64_t out,
-           std::int64_t rows, double std_dev, std::uint64_t seed)
+           double std_dev, std::uint64_t seed)
       : g_(g) {
     check_names(weights, biases);
     const std::int64_t bi = in / g.q, bo = out / g.q;
@@ -108,11 +111,6 @@ public:
                                                  {bi, bo}, std_dev, 0, seed)));
       b_.push_back(Shared<T>::split(params, biases[n], out, g.j * bo, bo, 0, seed, g.col, g.ws));
     }
-    g.ws.reserve(kAct, rows * bi);
-    g.ws.reserve(kWeight, bi * bo);
-    g.ws.reserve(kPartial, rows * bi);
-    g.ws.reserve(kWeightPartial, bi * bo);
-    g.ws.reserve(kWeightSum, bi * bo);
   }
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& y) override {
@@ -168,15 +166,9 @@ public:
     const std::int64_t all = static_cast<std::int64_t>(batch) * pos.local;
     if (ends != Ends::head) {
       ends_.lookup(params, pos.total(), hidden, g.j * bh_, bh_, seed, g.col, nullptr, all, g.ws);
-      g.ws.reserve(kPartial, all * bh_);
     }
     if (ends != Ends::lookup) {
       ends_.head(&g.row, &g.col, rows_, bv_, vocab, g.ws);
-      g.ws.reserve(kPartial, rows_ * bv_);
-      g.ws.reserve(kWeight, bv_ * bh_);
-      g.ws.reserve(kAct, rows_ * bv_);
-      g.ws.reserve(kWeightPartial, bv_ * bh_);
-      g.ws.reserve(kWeightSum, bv_ * bh_);
     }
   }
 
@@ -251,8 +243,8 @@ public:
                                     const std::vector<std::string>& biases, std::int64_t in,
                                     std::int64_t out, std::int64_t rows, Role /*role*/,
                                     double std_dev, std::uint64_t seed) override {
-    return std::make_unique<Linear2D<T>>(grid_, params, weights, biases, in, out, rows, std_dev,
-                                         seed);
+    ws_.reserve_all(linear_scratch(this->layout(), in, out, rows, false));
+    return std::make_unique<Linear2D<T>>(grid_, params, weights, biases, in, out, std_dev, seed);
   }
   std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
                                           std::int64_t features, std::int64_t rows) override {
@@ -271,6 +263,8 @@ public:
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded,
                                           kernels::Positions pos, std::int64_t hidden, int batch,
                                           std::uint64_t seed, Ends ends) override {
+    ws_.reserve_all(embedding_scratch(this->layout(), ends != Ends::head, ends != Ends::lookup,
+                                      batch, pos.local, hidden, padded));
     return std::make_unique<Embedding2D<T>>(grid_, params, vocab, padded, pos, hidden, batch, seed,
                                             ends);
   }

@@ -78,6 +78,7 @@
 #include "cubelm/kernels/embedding.hpp"
 #include "modes.hpp"
 #include "parts.hpp"
+#include "scratch_names.hpp"
 
 #include <string>
 
@@ -85,11 +86,13 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch buffers: gathered input, gathered weight, gathered output (or its gradient),
-// the input gradient's partial sum, a weight-shaped partial and its reduced block.
-constexpr ScratchName kInput = "3d/input", kWeight = "3d/weight", kOutput = "3d/output",
-                      kInputGrad = "3d/input_grad", kWeightGrad = "3d/weight_grad",
-                      kWeightBlock = "3d/weight_block";
+// Scratch buffers (scratch_names.hpp; their sizes: tp/scratch.hpp, reserved by Mode3D).
+using d3::kInput;
+using d3::kInputGrad;
+using d3::kOutput;
+using d3::kWeight;
+using d3::kWeightBlock;
+using d3::kWeightGrad;
 
 struct Direction {
   const comm::Group* in;
@@ -119,7 +122,7 @@ class Linear3D final : public Linear<T> {
 public:
   Linear3D(const Cube<T>& cube, Direction d, Params<T>& params,
            const std::vector<std::string>& weights, const std::vector<std::string>& biases,
-           std::int64_t in, std::int64_t out, std::int64_t rows, double std_dev, std::uint64_t seed)
+           std::int64_t in, std::int64_t out, double std_dev, std::uint64_t seed)
       : ws_(cube.ws), d_(d), q_(cube.q) {
     check_names(weights, biases);
     const std::int64_t q = cube.q;
@@ -132,12 +135,6 @@ public:
                                          make_param<T>(biases[n], {out}, {col0}, {wc}, 0, 0, seed),
                                          *d.plane, d.plane, cube.ws));
     }
-    ws_.reserve(kInput, rows * q * (in / q));
-    ws_.reserve(kWeight, (in / q) * wc);
-    ws_.reserve(kOutput, rows * q * wc);
-    ws_.reserve(kInputGrad, rows * q * (in / q));
-    ws_.reserve(kWeightGrad, (in / q) * wc);
-    ws_.reserve(kWeightBlock, wr * wc);
   }
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& y) override {
@@ -206,18 +203,12 @@ public:
         wte_grad_(cube.ws.matrix("cubelm::wte_grad_gathered", bv_, bh_)) {
     const std::int64_t q = cube.q;
     Kokkos::deep_copy(wte_grad_, T(0));
-    cube.ws.reserve(kWeightBlock, (bv_ / q) * bh_);
     if (lookup_) {
       ends_.lookup(params, pos.total(), hidden, cube.c->rank() * bh_, bh_, seed, *cube.ab, cube.b,
                    rows_ * q, cube.ws);
-      cube.ws.reserve(kInput, rows_ * q * bh_);
-      cube.ws.reserve(kOutput, rows_ * q * bh_);
     }
     if (ends != Ends::lookup) {
       ends_.head(cube.a, cube.bc, rows_, bv_, vocab, cube.ws);
-      cube.ws.reserve(kInput, rows_ * q * bh_);
-      cube.ws.reserve(kOutput, rows_ * q * bv_);
-      cube.ws.reserve(kInputGrad, rows_ * q * bh_);
     }
   }
 
@@ -316,8 +307,8 @@ public:
                                     std::int64_t out, std::int64_t rows, Role role, double std_dev,
                                     std::uint64_t seed) override {
     const Direction d = role == Role::first ? cube_.first() : cube_.second();
-    return std::make_unique<Linear3D<T>>(cube_, d, params, weights, biases, in, out, rows, std_dev,
-                                         seed);
+    ws_.reserve_all(linear_scratch(this->layout(), in, out, rows, role == Role::second));
+    return std::make_unique<Linear3D<T>>(cube_, d, params, weights, biases, in, out, std_dev, seed);
   }
   std::unique_ptr<LayerNorm<T>> layernorm(Params<T>& params, const std::string& prefix,
                                           std::int64_t features, std::int64_t rows) override {
@@ -337,6 +328,8 @@ public:
   std::unique_ptr<Embedding<T>> embedding(Params<T>& params, int vocab, int padded,
                                           kernels::Positions pos, std::int64_t hidden, int batch,
                                           std::uint64_t seed, Ends ends) override {
+    ws_.reserve_all(embedding_scratch(this->layout(), ends != Ends::head, ends != Ends::lookup,
+                                      batch, pos.local, hidden, padded));
     return std::make_unique<Embedding3D<T>>(cube_, params, vocab, padded, pos, hidden, batch, seed,
                                             ends);
   }

@@ -12,6 +12,7 @@
 #include "cubelm/kernels/loss.hpp"
 #include "cubelm/kernels/optim.hpp"
 #include "cubelm/tp/mode.hpp"
+#include "cubelm/tp/scratch.hpp"
 #include "modes.hpp"
 
 #include <algorithm>
@@ -63,6 +64,11 @@ public:
       it->second = Vec<T>(
           Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::scratch/" + std::string(name)),
           elements);
+  }
+  /// Every request of a part (tp/scratch.hpp), at construction time as reserve().
+  void reserve_all(const ScratchRequests& requests) {
+    for (const ScratchRequest& r : requests)
+      reserve(r.name, r.elements);
   }
   /// A rows x cols matrix over scratch buffer `name`.
   Mat<T> scratch(ScratchName name, std::int64_t rows, std::int64_t cols) const {

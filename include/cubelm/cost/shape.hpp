@@ -4,6 +4,7 @@
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/config.hpp"
+#include "cubelm/tp/scratch.hpp"
 #include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
@@ -276,17 +277,17 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
 /// slot: (2c + 1) n ho of residual stream and c A (recomputation: (c + 1) n ho only), c the
 /// longest chunk, and on the last stage n ho + 2 n for ln_f; once: 2 n ho + 16 n hi + s of
 /// backward buffers, and with recomputation one A and 2 n ho to re-run a layer in. The
-/// mode's buffers: docs/tensor-parallel.md. With sequence parallelism (1d) the residual
-/// stream, the LayerNorm statistics and the layer's re-run inputs hold r = n / p rows
-/// (the LayerNorm outputs, the pair's inside and the head's input keep n), and the mode
-/// adds partial gradients of the replicated vectors and two scratch blocks.
+/// mode's buffers: docs/tensor-parallel.md; its scratch buffers are tp/scratch.hpp's. With sequence
+/// parallelism (1d) the residual stream, the LayerNorm statistics and the layer's re-run inputs
+/// hold r = n / p rows (the LayerNorm outputs, the pair's inside and the head's input keep n), and
+/// the mode adds partial gradients of the replicated vectors and two scratch blocks.
 inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, int tp, int micro,
                                          const StageShape& stage, bool sequence_parallel = false) {
   const std::int64_t h = m.hidden, v = tp::padded_vocab(m, comm::Layout{1, 1, tp, mode}),
                      t = m.seq_len, tl = t / stage.cp; // tl: a sequence's tokens here
   const std::int64_t big_n = static_cast<std::int64_t>(micro) * tl;
   const std::int64_t lns = 2 * stage.layers + (stage.last ? 1 : 0);
-  const bool any = stage.layers > 0, in = stage.first, out = stage.last;
+  const bool in = stage.first, out = stage.last;
   auto when = [](bool c, std::int64_t x) { return c ? x : std::int64_t(0); };
   // The mode's split of the activations (tp::activation_split): n rows inside a pair, r of
   // the residual stream, ho and hi columns, heads and whole sequences here.
@@ -297,38 +298,23 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
                      hi = h / split.inner, heads = m.heads / split.heads,
                      seqs = micro / split.sequences;
   std::int64_t extra = 0;
-  // The widest linear's features: the MLP's 4 H, or H on a stage whose layers are all MoE.
-  const std::int64_t wide = stage.layers > stage.moe_layers ? 4 : 1;
   // Vectors of a layer's linears: 9 H (bq, bk, bv, bo, b1, b2), 4 H in an MoE layer.
   const std::int64_t biases = 9 * stage.layers - 5 * stage.moe_layers;
   switch (mode) {
   case TensorMode::d2: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t vectors = q > 1 ? 1 : 0; // vectors: gathered block, partial, piece
-    const std::int64_t w4 = wide * h * h / (q * q), wv = v * h / (q * q);
     extra = lns * (2 * n + vectors * 2 * (2 * h / q + h / (q * q))) +
             biases * vectors * (2 * h / q + h / (q * q)) + when(in, big_n) +
-            when(out, n * v / q + 5 * n) +
-            std::max(when(any, n * wide * h / q), when(out, n * v / q)) +   // kAct
-            std::max(when(any, w4), when(out, wv)) +                        // kWeight
-            std::max({when(any, n * wide * h / q), when(in, big_n * h / q), //
-                      when(out, n * v / q)}) +                              // kPartial
-            2 * std::max(when(any, w4), when(out, wv));                     // partial, sum
+            when(out, n * v / q + 5 * n);
     break;
   }
   case TensorMode::d3: {
     const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
     const std::int64_t sum = q > 1 ? 1 : 0; // replicated vectors: a partial gradient
-    const std::int64_t w4 = wide * h * h / (q * q);
     extra = lns * (2 * n + sum * 2 * h / q) + biases * sum * h / q +
             when(in, sum * t * h / q + n * q) + 2 * (v / q) * (h / q) +
-            when(out, n * v / q + 5 * n) +
-            std::max(when(any, wide * n * h), when(in || out, n * h)) +              // kInput
-            when(any, w4) +                                                          // kWeight
-            std::max({when(any, wide * n * h), when(in, n * h), when(out, n * v)}) + // kOutput
-            std::max(when(any, wide * n * h), when(out, n * h)) +                    // kInputGrad
-            when(any, w4) +                                                          // kWeightGrad
-            std::max(when(any, wide * h * h / (q * q * q)), v * h / (q * q * q));    // kWeightBlock
+            when(out, n * v / q + 5 * n);
     break;
   }
   case TensorMode::none:
@@ -336,12 +322,15 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
     const bool sp = layout.sequence_parallel;
     extra = lns * 2 * r + when(in, n) + when(out, 5 * n + n * v / tp);
     if (sp) // gamma, beta and the row-parallel biases (an MoE layer has no b2): partial
-            // gradients; scratch blocks
-      extra += lns * 2 * h + (2 * stage.layers - stage.moe_layers) * h + when(lns > 0, r * h) +
-               when(any || in, n * h);
+            // gradients
+      extra += lns * 2 * h + (2 * stage.layers - stage.moe_layers) * h;
     break;
   }
   }
+  // The mode's scratch buffers, largest request per name over the stage's parts.
+  // (batch, positions, hidden, padded vocabulary, layers, MoE layers, first, last)
+  extra += tp::stage_scratch(
+      layout, tp::StageParts{micro, tl, h, v, stage.layers, stage.moe_layers, in, out});
   // Attention saves its probabilities, s = seqs heads T^2, and keeps a workspace of 4 n hi
   // (the head-major q, k, v, o) and a scratch s; with context parallelism it saves the
   // log-sum-exp of its rows instead (seqs heads tl) and keeps the blocks of
