@@ -86,6 +86,16 @@ public:
     }
     return *this;
   }
+  /// The integer `key` holds, or `fallback` when it is not set.
+  int get(const std::string& key, int fallback) const {
+    const std::size_t dot = key.find('.');
+    for (const Section& s : sections_)
+      if (s.name == key.substr(0, dot))
+        for (const auto& [k, v] : s.keys)
+          if (k == key.substr(dot + 1))
+            return std::stoi(v);
+    return fallback;
+  }
   /// Back to the deck's own default for `key`.
   DeckText& erase(const std::string& key) {
     const std::size_t dot = key.find('.');

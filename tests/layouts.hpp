@@ -82,6 +82,61 @@ inline const std::vector<LayoutCase>& layout_table() {
       {8,
        "context_size = 2\npipeline_size = 2\ndata_size = 2\nmicrobatches = 2\nzero = 1",
        {"context"}},
+      // test_pipeline, 2 ranks (the first saves the checkpoint one process resumes).
+      {2, "pipeline_size = 2\nschedule = \"gpipe\"\nmicrobatches = 4", {"pipeline"}},
+      {2, "pipeline_size = 2\nmicrobatches = 4", {"pipeline"}},
+      {2,
+       "pipeline_size = 2\nschedule = \"interleaved\"\nvirtual_stages = 2\nmicrobatches = 4",
+       {"pipeline"}},
+      {2, "pipeline_size = 2\nschedule = \"layered\"\nmicrobatches = 4", {"pipeline"}},
+      {2, "pipeline_size = 2\nmicrobatches = 4\nrecompute = \"full\"", {"pipeline"}},
+      {2, "data_size = 2\nmicrobatches = 2", {"pipeline"}},
+      {2, "data_size = 2\nmicrobatches = 2\nzero = 1", {"pipeline"}},
+      {2,
+       "data_size = 2\nschedule = \"layered\"\nmicrobatches = 3\nzero = 1\nrecompute = \"full\"",
+       {"pipeline"}},
+      // test_pipeline, 4 ranks (the first saves the checkpoint one process resumes).
+      {4,
+       "tensor_mode = \"1d\"\ntensor_size = 2\npipeline_size = 2\nmicrobatches = 4",
+       {"pipeline"}},
+      {4,
+       "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true\npipeline_size = "
+       "2\nschedule = \"interleaved\"\nvirtual_stages = 2\nmicrobatches = 4\nrecompute = \"full\"",
+       {"pipeline"}},
+      {4,
+       "tensor_mode = \"1d\"\ntensor_size = 4\nsequence_parallel = true\nmicrobatches = "
+       "2\nrecompute = \"full\"",
+       {"pipeline"}},
+      {4,
+       "pipeline_size = 2\ndata_size = 2\nschedule = \"interleaved\"\nvirtual_stages = "
+       "2\nmicrobatches = 2\nzero = 1",
+       {"pipeline"}},
+      {4, "pipeline_size = 4\nschedule = \"gpipe\"\nmicrobatches = 4", {"pipeline"}},
+      {4,
+       "pipeline_size = 4\nschedule = \"layered\"\nmicrobatches = 5\nrecompute = \"full\"",
+       {"pipeline"}},
+      {4,
+       "tensor_mode = \"2d\"\ntensor_size = 4\nschedule = \"layered\"\nmicrobatches = 2",
+       {"pipeline"}},
+      {4, "data_size = 4\nzero = 1", {"pipeline"}},
+      // test_pipeline, 8 ranks (the first saves the checkpoint one process resumes).
+      {8,
+       "tensor_mode = \"1d\"\ntensor_size = 2\npipeline_size = 2\ndata_size = 2\nmicrobatches = "
+       "2\nzero = 1",
+       {"pipeline"}},
+      {8,
+       "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true\npipeline_size = "
+       "2\ndata_size = 2\nschedule = \"layered\"\nmicrobatches = 2\nzero = 1",
+       {"pipeline"}},
+      {8,
+       "tensor_mode = \"2d\"\ntensor_size = 4\npipeline_size = 2\nmicrobatches = 2",
+       {"pipeline"}},
+      {8,
+       "tensor_mode = \"3d\"\ntensor_size = 8\nschedule = \"layered\"\nmicrobatches = 2\nrecompute "
+       "= \"full\"",
+       {"pipeline"}},
+      {8, "pipeline_size = 4\ndata_size = 2\nmicrobatches = 4", {"pipeline"}},
+      {8, "data_size = 8\nschedule = \"layered\"\nmicrobatches = 2\nzero = 1", {"pipeline"}},
   };
   return table;
 }

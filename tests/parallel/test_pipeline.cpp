@@ -13,6 +13,7 @@
 
 #include "deck_text.hpp"
 #include "layout_checks.hpp"
+#include "layouts.hpp"
 #include "test_helpers.hpp"
 
 #include <gtest/gtest.h>
@@ -29,84 +30,38 @@ using cubelm::testing::DeckText;
 
 namespace {
 
-struct Case {
-  const char* mode; // tensor_mode
-  int tp, pp, dp;
-  const char* schedule;
-  int virtual_stages, microbatches, zero;
-  const char* recompute;
-  bool sequence_parallel = false;
-};
+// A layout: its deck's [parallel] lines (tests/layouts.hpp).
+using Case = std::string;
 
 std::string describe(const Case& c) {
-  return std::string(c.mode) + " tp" + std::to_string(c.tp) + " pp" + std::to_string(c.pp) + " dp" +
-         std::to_string(c.dp) + " " + c.schedule + " v" + std::to_string(c.virtual_stages) + " m" +
-         std::to_string(c.microbatches) + (c.zero ? " zero" : "") + " recompute=" + c.recompute +
-         (c.sequence_parallel ? " sp" : "");
+  std::string d = c.empty() ? "one process" : c;
+  std::replace(d.begin(), d.end(), '\n', ' ');
+  return d;
 }
 
 // Four sequences per micro-batch (2D and 3D split them over the group).
-int global_batch(const Case& c) {
-  return 4 * c.dp * c.microbatches;
-}
-
 Deck deck(const Case& c, int layers = 4) {
-  return DeckText()
-      .set("model.heads", 4)
-      .set("model.layers", layers)
-      .set("parallel.tensor_mode", c.mode)
-      .set("parallel.tensor_size", c.tp)
-      .set("parallel.pipeline_size", c.pp)
-      .set("parallel.data_size", c.dp)
-      .set("parallel.schedule", c.schedule)
-      .set("parallel.virtual_stages", c.virtual_stages)
-      .set("parallel.microbatches", c.microbatches)
-      .set("parallel.zero", c.zero)
-      .set("parallel.sequence_parallel", c.sequence_parallel)
-      .set("parallel.recompute", c.recompute)
-      .set("train.global_batch", global_batch(c))
-      .layout_training(5)
-      .deck("pipeline.toml");
+  DeckText d;
+  d.set("model.heads", 4).set("model.layers", layers).lines("parallel", c);
+  const int sequences = 4 * d.get("parallel.data_size", 1) * d.get("parallel.microbatches", 1);
+  return d.set("train.global_batch", sequences).layout_training(5).deck("pipeline.toml");
 }
 
-// The reference: one process, the whole global batch as one micro-batch.
-Case single() {
-  return Case{"none", 1, 1, 1, "1f1b", 1, 1, 0, "none"};
+// The reference: one process, the whole global batch of `c` as one micro-batch.
+Deck single(const Case& c, int layers = 4) {
+  Deck ref = deck("", layers);
+  ref.train.global_batch = deck(c, layers).train.global_batch;
+  return ref;
 }
 
-// The layouts of the whole world the tests run.
+// The layouts of the whole world the tests run; a rank count without cases must not pass
+// quietly.
 std::vector<Case> cases() {
-  switch (comm::Communicator::world().size()) {
-  case 2:
-    return {{"none", 1, 2, 1, "gpipe", 1, 4, 0, "none"},
-            {"none", 1, 2, 1, "1f1b", 1, 4, 0, "none"},
-            {"none", 1, 2, 1, "interleaved", 2, 4, 0, "none"},
-            {"none", 1, 2, 1, "layered", 1, 4, 0, "none"},
-            {"none", 1, 2, 1, "1f1b", 1, 4, 0, "full"},
-            {"none", 1, 1, 2, "1f1b", 1, 2, 0, "none"},
-            {"none", 1, 1, 2, "1f1b", 1, 2, 1, "none"},
-            {"none", 1, 1, 2, "layered", 1, 3, 1, "full"}};
-  case 4:
-    return {{"1d", 2, 2, 1, "1f1b", 1, 4, 0, "none"},
-            {"1d", 2, 2, 1, "interleaved", 2, 4, 0, "full", true},
-            {"1d", 4, 1, 1, "1f1b", 1, 2, 0, "full", true},
-            {"none", 1, 2, 2, "interleaved", 2, 2, 1, "none"},
-            {"none", 1, 4, 1, "gpipe", 1, 4, 0, "none"},
-            {"none", 1, 4, 1, "layered", 1, 5, 0, "full"},
-            {"2d", 4, 1, 1, "layered", 1, 2, 0, "none"},
-            {"none", 1, 1, 4, "1f1b", 1, 1, 1, "none"}};
-  case 8:
-    return {{"1d", 2, 2, 2, "1f1b", 1, 2, 1, "none"},
-            {"1d", 2, 2, 2, "layered", 1, 2, 1, "none", true},
-            {"2d", 4, 2, 1, "1f1b", 1, 2, 0, "none"},
-            {"3d", 8, 1, 1, "layered", 1, 2, 0, "full"},
-            {"none", 1, 4, 2, "1f1b", 1, 4, 0, "none"},
-            {"none", 1, 1, 8, "layered", 1, 2, 1, "none"}};
-  default: // a rank count without cases must not pass quietly
+  const std::vector<Case> out = cubelm::testing::layouts("pipeline");
+  if (out.empty())
     ADD_FAILURE() << "no cases for " << comm::Communicator::world().size()
-                  << " ranks: add them to this table";
-    return {};
-  }
+                  << " ranks: add them to tests/layouts.hpp";
+  return out;
 }
 
 using cubelm::testing::self;
@@ -120,9 +75,7 @@ TEST(Pipeline, EveryLayoutTrainsLikeTheSingleProcess) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(describe(c));
     train::Trainer group(deck(c));
-    Deck ref = deck(single());
-    ref.train.global_batch = global_batch(c);
-    train::Trainer one(ref, self());
+    train::Trainer one(single(c), self());
     for (int s = 0; s < 10; ++s) {
       const auto a = group.step(), b = one.step();
       EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
@@ -135,7 +88,9 @@ TEST(Pipeline, EveryLayoutTrainsLikeTheSingleProcess) {
 // receiver takes it): interleaved over every rank must not wait on itself.
 TEST(Pipeline, LargeMessagesDoNotDeadlock) {
   const int p = comm::Communicator::world().size();
-  const Case c{"none", 1, p, 1, "interleaved", 2, 2 * p, 0, "none"};
+  const Case c =
+      "pipeline_size = " + std::to_string(p) +
+      "\nschedule = \"interleaved\"\nvirtual_stages = 2\nmicrobatches = " + std::to_string(2 * p);
   SCOPED_TRACE(describe(c));
   auto big = [&](Deck d) {
     d.model.hidden = 64;
@@ -143,9 +98,7 @@ TEST(Pipeline, LargeMessagesDoNotDeadlock) {
     return d;
   };
   train::Trainer group(big(deck(c, 4 * p)));
-  Deck ref = big(deck(single(), 4 * p));
-  ref.train.global_batch = global_batch(c);
-  train::Trainer one(ref, self());
+  train::Trainer one(big(single(c, 4 * p)), self());
   for (int s = 0; s < 2; ++s) {
     const auto a = group.step(), b = one.step();
     EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
@@ -156,15 +109,14 @@ TEST(Pipeline, LargeMessagesDoNotDeadlock) {
 // as the layered backward pass has finished that layer; the same losses.
 TEST(Pipeline, PerLayerBucketsReduceAsLayersFinish) {
   const int d = comm::Communicator::world().size();
-  const Case c{"none", 1, 1, d, "layered", 1, 2, 1, "none"};
+  const Case c =
+      "data_size = " + std::to_string(d) + "\nschedule = \"layered\"\nmicrobatches = 2\nzero = 1";
   SCOPED_TRACE(describe(c));
   Deck small = deck(c);
   small.parallel.bucket_mb = 1e-6;
   train::Trainer group(small);
   EXPECT_EQ(group.data_parallel().buckets(), small.model.layers + 3);
-  Deck ref = deck(single());
-  ref.train.global_batch = global_batch(c);
-  train::Trainer one(ref, self());
+  train::Trainer one(single(c), self());
   for (int s = 0; s < 3; ++s) {
     const auto a = group.step(), b = one.step();
     EXPECT_NEAR(a.loss, b.loss, 1e-4 * b.loss) << "step " << s;
@@ -188,7 +140,7 @@ TEST(Pipeline, MessagesGoInOrderWithoutTags) {
 // schedule's unit-cost timeline has in flight.
 TEST(Pipeline, StagesHoldThePeakInFlightActivationSets) {
   for (const Case& c : cases()) {
-    if (c.pp == 1)
+    if (deck(c).parallel.pipeline_size == 1)
       continue;
     SCOPED_TRACE(describe(c));
     train::Trainer t(deck(c));
@@ -210,11 +162,12 @@ TEST(Pipeline, MemoryPerRankMatchesTheEstimate) {
     EXPECT_EQ(measured.parameters, estimate.parameters);
     EXPECT_EQ(measured.gradients, estimate.gradients);
     EXPECT_EQ(measured.activations, estimate.activations);
-    const std::int64_t padding = c.zero ? 12 * t.data_parallel().buckets() * c.dp : 0;
+    const int dp = d.parallel.data_size;
+    const std::int64_t padding = d.parallel.zero ? 12 * t.data_parallel().buckets() * dp : 0;
     EXPECT_LE(estimate.optimizer, measured.optimizer);
     EXPECT_LE(measured.optimizer, estimate.optimizer + padding);
-    if (c.zero) // a 1/dp shard of the moments, and the gradient pieces
-      EXPECT_LE(measured.optimizer, 3 * (measured.parameters / c.dp) + padding);
+    if (d.parallel.zero) // a 1/dp shard of the moments, and the gradient pieces
+      EXPECT_LE(measured.optimizer, 3 * (measured.parameters / dp) + padding);
   }
 }
 
@@ -235,9 +188,7 @@ TEST(Pipeline, CheckpointResumesOnOneProcess) {
   for (int s = 3; s < 6; ++s)
     losses.push_back(group.step().loss);
   if (world.rank() == 0) {
-    Deck ref = deck(single());
-    ref.train.global_batch = global_batch(c);
-    train::Trainer one(ref, self());
+    train::Trainer one(single(c), self());
     one.resume(path);
     EXPECT_EQ(one.steps_done(), 3);
     for (int s = 3; s < 6; ++s)
@@ -256,8 +207,7 @@ TEST(Pipeline, EveryLayoutResumesAOneProcessCheckpoint) {
   const std::string path = temp_path("cubelm_test_pipeline_single_");
   for (const Case& c : cases()) {
     SCOPED_TRACE(describe(c));
-    Deck ref = deck(single());
-    ref.train.global_batch = global_batch(c);
+    const Deck ref = single(c);
     std::vector<double> losses(3, 0.0);
     if (world.rank() == 0) {
       train::Trainer one(ref, self());
