@@ -17,6 +17,8 @@ struct LayoutCase {
   int world;                 // the ranks it needs
   std::string parallel;      // the deck's [parallel] lines
   std::set<std::string> use; // the tests that run it
+  std::string model = "";    // [model] lines over the test's own model
+  int sequences = 0;         // sequences per micro-batch (0: the test's own)
 };
 
 inline const std::vector<LayoutCase>& layout_table() {
@@ -137,17 +139,117 @@ inline const std::vector<LayoutCase>& layout_table() {
        {"pipeline"}},
       {8, "pipeline_size = 4\ndata_size = 2\nmicrobatches = 4", {"pipeline"}},
       {8, "data_size = 8\nschedule = \"layered\"\nmicrobatches = 2\nzero = 1", {"pipeline"}},
+      // test_moe_parallel, 2 ranks.
+      {2, "data_size = 2\nexpert_size = 2", {"moe_parallel"}},
+      {2,
+       "data_size = 2\nexpert_size = 2\nmicrobatches = 2\nzero = 1\nrecompute = \"full\"",
+       {"moe_parallel"}},
+      {2, "data_size = 2\nexpert_size = 2", {"moe_parallel"}, "capacity_factor = 1.0"},
+      {2, "data_size = 2\nmicrobatches = 2\nzero = 1", {"moe_parallel"}},
+      {2, "pipeline_size = 2\nmicrobatches = 4", {"moe_parallel"}},
+      {2, "tensor_mode = \"1d\"\ntensor_size = 2\nexpert_size = 2", {"moe_parallel"}},
+      {2,
+       "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true\nexpert_size = "
+       "2\nmicrobatches = 2\nrecompute = \"full\"",
+       {"moe_parallel"}},
+      {2, "tensor_mode = \"1d\"\ntensor_size = 2\nexpert_tensor_size = 2", {"moe_parallel"}},
+      {2,
+       "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true\nexpert_tensor_size = "
+       "2\nmicrobatches = 2\nrecompute = \"full\"",
+       {"moe_parallel"}},
+      // test_moe_parallel, 4 ranks.
+      {4, "data_size = 4\nexpert_size = 4", {"moe_parallel"}},
+      {4,
+       "data_size = 4\nexpert_size = 2\nmicrobatches = 2\nzero = 1\nrecompute = \"full\"",
+       {"moe_parallel"}},
+      {4, "pipeline_size = 2\ndata_size = 2\nexpert_size = 2\nmicrobatches = 2", {"moe_parallel"}},
+      {4,
+       "pipeline_size = 2\ndata_size = 2\nexpert_size = 2\nschedule = "
+       "\"interleaved\"\nvirtual_stages = 2\nmicrobatches = 2\nzero = 1",
+       {"moe_parallel"},
+       "capacity_factor = 1.25"},
+      {4,
+       "tensor_mode = \"1d\"\ntensor_size = 2\ndata_size = 2\nexpert_size = 4\nmicrobatches = 2",
+       {"moe_parallel"}},
+      {4,
+       "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true\ndata_size = "
+       "2\nexpert_size = 2\nzero = 1",
+       {"moe_parallel"}},
+      {4,
+       "tensor_mode = \"2d\"\ntensor_size = 4\nexpert_size = 4\nmicrobatches = 2",
+       {"moe_parallel"}},
+      {4,
+       "tensor_mode = \"2d\"\ntensor_size = 4\nexpert_size = 4\nrecompute = \"full\"",
+       {"moe_parallel"},
+       "",
+       4},
+      {4,
+       "tensor_mode = \"1d\"\ntensor_size = 2\ndata_size = 2\nexpert_size = 2\nexpert_tensor_size "
+       "= 2\nmicrobatches = 2\nzero = 1",
+       {"moe_parallel"}},
+      {4,
+       "tensor_mode = \"2d\"\ntensor_size = 4\nexpert_tensor_size = 4\nmicrobatches = 2",
+       {"moe_parallel"}},
+      // test_moe_parallel, 8 ranks.
+      {8, "data_size = 8\nexpert_size = 4\nzero = 1", {"moe_parallel"}},
+      {8,
+       "pipeline_size = 2\ndata_size = 4\nexpert_size = 4\nschedule = \"layered\"\nmicrobatches = "
+       "2\nzero = 1\nrecompute = \"full\"",
+       {"moe_parallel"}},
+      {8,
+       "pipeline_size = 2\ndata_size = 4\nexpert_size = 2\nschedule = \"gpipe\"\nmicrobatches = 2",
+       {"moe_parallel"}},
+      {8,
+       "pipeline_size = 4\ndata_size = 2\nexpert_size = 2\nmicrobatches = 4",
+       {"moe_parallel"},
+       "capacity_factor = 1.0"},
+      {8,
+       "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true\npipeline_size = "
+       "2\ndata_size = 2\nexpert_size = 4\nmicrobatches = 2\nrecompute = \"full\"",
+       {"moe_parallel"}},
+      {8,
+       "tensor_mode = \"2d\"\ntensor_size = 4\ndata_size = 2\nexpert_size = 4\nmicrobatches = "
+       "2\nzero = 1",
+       {"moe_parallel"}},
+      {8,
+       "tensor_mode = \"2d\"\ntensor_size = 4\npipeline_size = 2\nexpert_size = 4\nmicrobatches = "
+       "2\nrecompute = \"full\"",
+       {"moe_parallel"},
+       "capacity_factor = 2.0"},
+      {8,
+       "tensor_mode = \"3d\"\ntensor_size = 8\nexpert_size = 8\nmicrobatches = 2",
+       {"moe_parallel"},
+       "experts = 8",
+       4},
+      {8,
+       "tensor_mode = \"3d\"\ntensor_size = 8\nexpert_size = 8\nrecompute = \"full\"",
+       {"moe_parallel"},
+       "experts = 8",
+       4},
+      {8, "tensor_mode = \"3d\"\ntensor_size = 8\nexpert_tensor_size = 8", {"moe_parallel"}, "", 4},
+      {8,
+       "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true\npipeline_size = "
+       "2\ndata_size = 2\nexpert_size = 2\nexpert_tensor_size = 2\nmicrobatches = 2",
+       {"moe_parallel"}},
   };
   return table;
+}
+
+/// The cases that `use` runs at this job's world size, in the table's order.
+inline std::vector<LayoutCase> layout_cases(const std::string& use) {
+  std::vector<LayoutCase> out;
+  for (const LayoutCase& c : layout_table())
+    if (c.world == world_size() && c.use.count(use) != 0)
+      out.push_back(c);
+  return out;
 }
 
 /// The [parallel] lines of the table's cases that `use` runs at this job's world size, in
 /// the table's order.
 inline std::vector<std::string> layouts(const std::string& use) {
   std::vector<std::string> out;
-  for (const LayoutCase& c : layout_table())
-    if (c.world == world_size() && c.use.count(use) != 0)
-      out.push_back(c.parallel);
+  for (const LayoutCase& c : layout_cases(use))
+    out.push_back(c.parallel);
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include "deck_text.hpp"
 #include "layout_checks.hpp"
+#include "layouts.hpp"
 
 #include <gtest/gtest.h>
 
@@ -26,107 +27,53 @@ using cubelm::testing::DeckText;
 
 namespace {
 
-struct Case {
-  int pp, dp, ep;
-  const char* schedule;
-  int virtual_stages, microbatches, zero;
-  const char* recompute;
-  double capacity_factor = 0; // dropless
-  int tp = 1;                 // tensor_mode `mode` when > 1
-  bool sp = false;            // sequence parallelism
-  const char* mode = "1d";
-  int experts = 4;
-  int sequences = 2; // per micro-batch
-  bool etp = false;  // expert tensor parallelism: expert_tensor_size = tp
-};
+// A layout of tests/layouts.hpp: its [parallel] lines, [model] lines over the model below
+// (4 experts, top-2, an MoE layer everywhere, dropless), and sequences per micro-batch
+// (2 unless it says).
+using Case = cubelm::testing::LayoutCase;
 
 std::string describe(const Case& c) {
-  return "pp" + std::to_string(c.pp) + " dp" + std::to_string(c.dp) + " ep" + std::to_string(c.ep) +
-         " " + c.schedule + " v" + std::to_string(c.virtual_stages) + " m" +
-         std::to_string(c.microbatches) + (c.zero ? " zero" : "") + " recompute=" + c.recompute +
-         " capacity=" + std::to_string(c.capacity_factor) + " tp" + std::to_string(c.tp) +
-         (c.tp > 1 ? std::string(" ") + c.mode : "") + (c.sp ? "+sp" : "") + " E" +
-         std::to_string(c.experts) + " b" + std::to_string(c.sequences) + (c.etp ? " etp" : "");
-}
-
-int global_batch(const Case& c) {
-  return c.sequences * c.dp * c.microbatches;
+  std::string d = (c.parallel.empty() ? "one process" : c.parallel) +
+                  (c.model.empty() ? "" : "\n" + c.model) + "\nsequences " +
+                  std::to_string(c.sequences == 0 ? 2 : c.sequences);
+  std::replace(d.begin(), d.end(), '\n', ' ');
+  return d;
 }
 
 Deck deck(const Case& c) {
-  return DeckText()
-      .set("model.heads", 4)
+  DeckText d;
+  d.set("model.heads", 4)
       .set("model.layers", 4)
-      .set("model.experts", c.experts)
+      .set("model.experts", 4)
       .set("model.top_k", 2)
       .set("model.moe_every", 1)
       .set("model.aux_loss", 0.01)
-      .set("model.capacity_factor", c.capacity_factor)
-      .set("parallel.tensor_mode", c.tp > 1 ? c.mode : "none")
-      .set("parallel.tensor_size", c.tp)
-      .set("parallel.sequence_parallel", c.sp)
-      .set("parallel.pipeline_size", c.pp)
-      .set("parallel.data_size", c.dp)
-      .set("parallel.expert_size", c.ep)
-      .set("parallel.expert_tensor_size", c.etp ? c.tp : 1)
-      .set("parallel.schedule", c.schedule)
-      .set("parallel.virtual_stages", c.virtual_stages)
-      .set("parallel.microbatches", c.microbatches)
-      .set("parallel.zero", c.zero)
-      .set("parallel.recompute", c.recompute)
-      .set("train.global_batch", global_batch(c))
+      .lines("model", c.model)
+      .lines("parallel", c.parallel);
+  const int sequences = c.sequences == 0 ? 2 : c.sequences;
+  return d
+      .set("train.global_batch",
+           sequences * d.get("parallel.data_size", 1) * d.get("parallel.microbatches", 1))
       .layout_training(5)
       .deck("moe_parallel.toml");
 }
 
 // One process running the same micro-batches in turn.
 Deck reference(const Case& c) {
-  Case one{1, 1, 1, "1f1b", 1, c.dp * c.microbatches, 0, "none", c.capacity_factor};
-  one.experts = c.experts;
-  one.sequences = c.sequences;
+  const Deck d = deck(c);
+  Case one = c;
+  one.parallel = "microbatches = " + std::to_string(d.parallel.data_size * d.parallel.microbatches);
   return deck(one);
 }
 
+// The layouts of the whole world the tests run; a rank count without cases must not pass
+// quietly.
 std::vector<Case> cases() {
-  switch (comm::Communicator::world().size()) {
-  case 2:
-    return {{1, 2, 2, "1f1b", 1, 1, 0, "none"},
-            {1, 2, 2, "1f1b", 1, 2, 1, "full"},
-            {1, 2, 2, "1f1b", 1, 1, 0, "none", 1.0},
-            {1, 2, 1, "1f1b", 1, 2, 1, "none"},
-            {2, 1, 1, "1f1b", 1, 4, 0, "none"},
-            {1, 1, 2, "1f1b", 1, 1, 0, "none", 0, 2},
-            {1, 1, 2, "1f1b", 1, 2, 0, "full", 0, 2, true},
-            {1, 1, 1, "1f1b", 1, 1, 0, "none", 0, 2, false, "1d", 4, 2, true},
-            {1, 1, 1, "1f1b", 1, 2, 0, "full", 0, 2, true, "1d", 4, 2, true}};
-  case 4:
-    return {{1, 4, 4, "1f1b", 1, 1, 0, "none"},
-            {1, 4, 2, "1f1b", 1, 2, 1, "full"},
-            {2, 2, 2, "1f1b", 1, 2, 0, "none"},
-            {2, 2, 2, "interleaved", 2, 2, 1, "none", 1.25},
-            {1, 2, 4, "1f1b", 1, 2, 0, "none", 0, 2},
-            {1, 2, 2, "1f1b", 1, 1, 1, "none", 0, 2, true},
-            {1, 1, 4, "1f1b", 1, 2, 0, "none", 0, 4, false, "2d"},
-            {1, 1, 4, "1f1b", 1, 1, 0, "full", 0, 4, false, "2d", 4, 4},
-            {1, 2, 2, "1f1b", 1, 2, 1, "none", 0, 2, false, "1d", 4, 2, true},
-            {1, 1, 1, "1f1b", 1, 2, 0, "none", 0, 4, false, "2d", 4, 2, true}};
-  case 8:
-    return {{1, 8, 4, "1f1b", 1, 1, 1, "none"},
-            {2, 4, 4, "layered", 1, 2, 1, "full"},
-            {2, 4, 2, "gpipe", 1, 2, 0, "none"},
-            {4, 2, 2, "1f1b", 1, 4, 0, "none", 1.0},
-            {2, 2, 4, "1f1b", 1, 2, 0, "full", 0, 2, true},
-            {1, 2, 4, "1f1b", 1, 2, 1, "none", 0, 4, false, "2d"},
-            {2, 1, 4, "1f1b", 1, 2, 0, "full", 2.0, 4, false, "2d"}, // no token dropped
-            {1, 1, 8, "1f1b", 1, 2, 0, "none", 0, 8, false, "3d", 8, 4},
-            {1, 1, 8, "1f1b", 1, 1, 0, "full", 0, 8, false, "3d", 8, 4},
-            {1, 1, 1, "1f1b", 1, 1, 0, "none", 0, 8, false, "3d", 4, 4, true},
-            {2, 2, 2, "1f1b", 1, 2, 0, "none", 0, 2, true, "1d", 4, 2, true}};
-  default: // a rank count without cases must not pass quietly
+  const std::vector<Case> out = cubelm::testing::layout_cases("moe_parallel");
+  if (out.empty())
     ADD_FAILURE() << "no cases for " << comm::Communicator::world().size()
-                  << " ranks: add them to this table";
-    return {};
-  }
+                  << " ranks: add them to tests/layouts.hpp";
+  return out;
 }
 
 using cubelm::testing::self;
@@ -147,19 +94,19 @@ TEST(MoEParallel, EveryLayoutTrainsLikeTheSingleProcess) {
 // reduced, so those layouts are left to the losses above.
 TEST(MoEParallel, GradientsEqualTheSingleProcess) {
   for (const Case& c : cases()) {
-    if (c.zero)
+    const Deck d = deck(c);
+    if (d.parallel.zero)
       continue;
     SCOPED_TRACE(describe(c));
-    const int experts = cubelm::testing::expect_same_gradients(deck(c), reference(c));
-    // Each rank holds the experts of its share: 4 tensors x 4 / ep experts x its layers.
-    const Deck d = deck(c);
+    const int experts = cubelm::testing::expect_same_gradients(d, reference(c));
+    // Each rank holds the experts of its share: 4 tensors x E / ep experts x its layers.
     const int stage =
         comm::coords_of(comm::layout_of(d.parallel), comm::Communicator::world().rank()).pp;
     const pipeline::PipelinePlan plan = pipeline::make_plan(d.parallel, d.model);
     int layers = 0;
     for (const auto& chunk : plan.layers_of[static_cast<std::size_t>(stage)])
       layers += static_cast<int>(chunk.size());
-    EXPECT_EQ(experts, 4 * (c.experts / c.ep) * layers);
+    EXPECT_EQ(experts, 4 * (d.model.experts / d.parallel.expert_size) * layers);
   }
 }
 
@@ -192,19 +139,22 @@ TEST(MoEParallel, TrafficFollowsTheClosedForm) {
       // Per MoE layer and micro-batch: 1 + 2 exchanges forward (again when recomputed),
       // 2 backward; rows of H floats, counts of E / ep ints per peer.
       const double calls = static_cast<double>(e.calls);
-      const double counts_calls = calls / (std::string(c.recompute) == "full" ? 7 : 5) *
-                                  (std::string(c.recompute) == "full" ? 2 : 1);
+      const bool recompute = d.parallel.recompute == Recompute::full;
+      const int ep = d.parallel.expert_size, experts = d.model.experts, tp = d.parallel.tensor_size;
+      const bool etp = d.parallel.expert_tensor_size > 1;
+      const double counts_calls = calls / (recompute ? 7 : 5) * (recompute ? 2 : 1);
       const double rows_calls = calls - counts_calls;
-      const double counts_bytes = counts_calls * (c.ep - 1) * (c.experts / c.ep) * 4.0;
+      const double counts_bytes = counts_calls * (ep - 1) * (experts / ep) * 4.0;
       // Half the row exchanges send this rank's pairs (at most its n tokens x top_k 2), half
       // send back those its experts took: from each other rank at most one per token and
       // expert held here.
       // Tokens per micro-batch this rank routes: its share, or with expert tensor
       // parallelism the tensor group's.
-      const double n = c.sequences * 8.0 / (c.etp ? 1 : c.tp);
-      const double here = std::min(2, c.experts / c.ep);
-      const double most =
-          counts_bytes + rows_calls / 2 * (n * 2 + (c.ep - 1) * n * here) * 16 * 4.0;
+      const double sequences =
+          d.train.global_batch / (d.parallel.data_size * d.parallel.microbatches);
+      const double n = sequences * 8.0 / (etp ? 1 : tp);
+      const double here = std::min(2, experts / ep);
+      const double most = counts_bytes + rows_calls / 2 * (n * 2 + (ep - 1) * n * here) * 16 * 4.0;
       EXPECT_GE(it->bytes, counts_bytes);
       EXPECT_LE(it->bytes, most);
       EXPECT_GE(e.bytes, counts_bytes);
@@ -219,7 +169,11 @@ TEST(MoEParallel, CheckpointResumesOnOneProcess) {
   const auto all = cases();
   ASSERT_FALSE(all.empty()) << "test_moe_parallel runs at 2, 4 or 8 ranks";
   const Case c = *std::max_element(all.begin(), all.end(), [](const Case& a, const Case& b) {
-    return a.ep * 10 + a.zero < b.ep * 10 + b.zero;
+    auto rank = [](const Case& x) {
+      const Deck d = deck(x);
+      return d.parallel.expert_size * 10 + d.parallel.zero;
+    };
+    return rank(a) < rank(b);
   });
   SCOPED_TRACE(describe(c));
   cubelm::testing::expect_resumes_on_one_process(deck(c), reference(c), "cubelm_test_moe_parallel_",
@@ -230,7 +184,9 @@ TEST(MoEParallel, CheckpointResumesOnOneProcess) {
 // the tensor group b2); one process reads them whole and resumes with the same losses.
 TEST(MoEParallel, ExpertTensorCheckpointResumesOnOneProcess) {
   const auto all = cases();
-  const auto c = std::find_if(all.begin(), all.end(), [](const Case& x) { return x.etp; });
+  const auto c = std::find_if(all.begin(), all.end(), [](const Case& x) {
+    return deck(x).parallel.expert_tensor_size > 1;
+  });
   ASSERT_NE(c, all.end()) << "test_moe_parallel has expert tensor parallel layouts at 2, 4, 8";
   SCOPED_TRACE(describe(*c));
   cubelm::testing::expect_resumes_on_one_process(deck(*c), reference(*c),
