@@ -5,6 +5,7 @@
 // that a new layout or a new rank count is one line here. An empty answer is for the test
 // to refuse (ADD_FAILURE), not to pass without a case.
 
+#include "deck_text.hpp"
 #include "test_helpers.hpp"
 
 #include <set>
@@ -231,6 +232,73 @@ inline const std::vector<LayoutCase>& layout_table() {
        "tensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = true\npipeline_size = "
        "2\ndata_size = 2\nexpert_size = 2\nexpert_tensor_size = 2\nmicrobatches = 2",
        {"moe_parallel"}},
+      // test_context_parallel, 2 ranks.
+      {2, "context_size = 2", {"context_parallel"}},
+      {2,
+       "context_size = 2\nmicrobatches = 2\nzero = 1\nrecompute = \"full\"",
+       {"context_parallel"}},
+      {2,
+       "context_size = 2\nexpert_size = 2",
+       {"context_parallel"},
+       "experts = 4\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01"},
+      {2,
+       "context_size = 2\nmicrobatches = 2\nzero = 1\nrecompute = \"full\"",
+       {"context_parallel"},
+       "experts = 4\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01"},
+      // test_context_parallel, 4 ranks.
+      {4, "context_size = 4", {"context_parallel"}},
+      {4, "context_size = 2\ndata_size = 2\nzero = 1", {"context_parallel"}},
+      {4, "context_size = 2\ntensor_mode = \"1d\"\ntensor_size = 2", {"context_parallel"}},
+      {4,
+       "context_size = 2\npipeline_size = 2\nschedule = \"interleaved\"\nvirtual_stages = "
+       "2\nmicrobatches = 2\nrecompute = \"full\"",
+       {"context_parallel"}},
+      {4,
+       "context_size = 2\ndata_size = 2\nexpert_size = 4\nzero = 1",
+       {"context_parallel"},
+       "experts = 4\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01"},
+      {4,
+       "context_size = 2\ntensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = "
+       "true\nexpert_size = 2",
+       {"context_parallel"},
+       "experts = 4\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01"},
+      // test_context_parallel, 8 ranks.
+      {8, "context_size = 2\ntensor_mode = \"2d\"\ntensor_size = 4", {"context_parallel"}},
+      {8,
+       "context_size = 2\ntensor_mode = \"1d\"\ntensor_size = 2\nsequence_parallel = "
+       "true\ndata_size = 2",
+       {"context_parallel"}},
+      {8,
+       "context_size = 2\ndata_size = 2\npipeline_size = 2\nschedule = \"gpipe\"\nmicrobatches = "
+       "2\nzero = 1\nrecompute = \"full\"",
+       {"context_parallel"}},
+      {8,
+       "context_size = 2\ndata_size = 2\npipeline_size = 2\nexpert_size = 4\nmicrobatches = "
+       "2\nzero = 1",
+       {"context_parallel"},
+       "experts = 4\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01"},
+      {8, "context_size = 8", {"context_parallel"}},
+      {8,
+       "context_size = 2\ntensor_mode = \"1d\"\ntensor_size = 2\ndata_size = 2\nexpert_size = "
+       "4\nmicrobatches = 2\nrecompute = \"full\"",
+       {"context_parallel"},
+       "experts = 4\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01"},
+      {8,
+       "context_size = 2\ntensor_mode = \"2d\"\ntensor_size = 4\nexpert_size = 4\nmicrobatches = 2",
+       {"context_parallel"},
+       "experts = 4\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01"},
+      // test_context_parallel, 16 ranks.
+      {16, "context_size = 2\ntensor_mode = \"3d\"\ntensor_size = 8", {"context_parallel"}, "", 4},
+      {16,
+       "context_size = 2\ntensor_mode = \"3d\"\ntensor_size = 8\nexpert_size = 8\nrecompute = "
+       "\"full\"",
+       {"context_parallel"},
+       "experts = 8\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01",
+       4},
+      {16,
+       "context_size = 2\ntensor_mode = \"1d\"\ntensor_size = 2\ndata_size = 4\nexpert_size = 4",
+       {"context_parallel"},
+       "experts = 4\ntop_k = 2\nmoe_every = 2\naux_loss = 0.01"},
   };
   return table;
 }
@@ -251,6 +319,38 @@ inline std::vector<std::string> layouts(const std::string& use) {
   for (const LayoutCase& c : layout_cases(use))
     out.push_back(c.parallel);
   return out;
+}
+
+/// The cases of `use` at this job's world size; a world size the table has none for fails.
+inline std::vector<LayoutCase> required_cases(const std::string& use) {
+  std::vector<LayoutCase> out = layout_cases(use);
+  if (out.empty())
+    ADD_FAILURE() << "no \"" << use << "\" cases for " << world_size()
+                  << " ranks: add them to tests/layouts.hpp";
+  return out;
+}
+
+/// A case's deck: `base` (the test's model and training) with the case's [model] and
+/// [parallel] lines, and a global batch of its sequences per micro-batch (`sequences`
+/// unless the case says) for every replica and micro-batch.
+inline Deck case_deck(DeckText base, const LayoutCase& c, int sequences,
+                      const std::string& source) {
+  base.lines("model", c.model).lines("parallel", c.parallel);
+  const int per = c.sequences == 0 ? sequences : c.sequences;
+  return base
+      .set("train.global_batch",
+           per * base.get("parallel.data_size", 1) * base.get("parallel.microbatches", 1))
+      .deck(source);
+}
+
+/// The same case on one process: its replicas' micro-batches in turn.
+inline LayoutCase on_one_process(const LayoutCase& c) {
+  DeckText lines;
+  lines.lines("parallel", c.parallel);
+  LayoutCase one = c;
+  one.parallel = "microbatches = " + std::to_string(lines.get("parallel.data_size", 1) *
+                                                    lines.get("parallel.microbatches", 1));
+  return one;
 }
 
 } // namespace cubelm::testing

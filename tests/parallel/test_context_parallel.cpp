@@ -10,6 +10,7 @@
 
 #include "deck_text.hpp"
 #include "layout_checks.hpp"
+#include "layouts.hpp"
 
 #include <gtest/gtest.h>
 
@@ -23,90 +24,31 @@ using cubelm::testing::DeckText;
 
 namespace {
 
-struct Case {
-  int cp, dp, pp;
-  const char* mode; // tensor_mode
-  int tp;
-  bool sp;     // sequence parallelism (1d)
-  int experts; // 0: dense; else an MoE layer every second layer, top-2
-  int ep;
-  const char* schedule;
-  int virtual_stages, microbatches, zero;
-  const char* recompute;
-  int sequences = 2; // per micro-batch
-};
+// A layout of tests/layouts.hpp: its [parallel] lines, [model] lines over the dense model
+// below (an MoE layer every second layer, top-2, when it has experts), and sequences per
+// micro-batch (2 unless it says).
+using Case = cubelm::testing::LayoutCase;
 
 std::string describe(const Case& c) {
-  return "cp" + std::to_string(c.cp) + " dp" + std::to_string(c.dp) + " pp" + std::to_string(c.pp) +
-         " tp=" + c.mode + ":" + std::to_string(c.tp) + (c.sp ? "+sp" : "") +
-         (c.experts ? " experts" + std::to_string(c.experts) + " ep" + std::to_string(c.ep) : "") +
-         " " + c.schedule + " v" + std::to_string(c.virtual_stages) + " m" +
-         std::to_string(c.microbatches) + (c.zero ? " zero" : "") + " recompute=" + c.recompute;
+  std::string d = c.parallel + (c.model.empty() ? "" : "\n" + c.model) + "\nsequences " +
+                  std::to_string(c.sequences == 0 ? 2 : c.sequences);
+  std::replace(d.begin(), d.end(), '\n', ' ');
+  return d;
 }
 
 Deck deck(const Case& c) {
   // Micro-batches of sequences of 16 tokens: up to 8 chunks of 2.
-  DeckText d;
-  d.set("model.seq_len", 16).set("model.heads", 4).set("model.layers", 4);
-  if (c.experts != 0)
-    d.set("model.experts", c.experts)
-        .set("model.top_k", 2)
-        .set("model.moe_every", 2)
-        .set("model.aux_loss", 0.01);
-  return d.set("parallel.tensor_mode", c.mode)
-      .set("parallel.tensor_size", c.tp)
-      .set("parallel.sequence_parallel", c.sp)
-      .set("parallel.context_size", c.cp)
-      .set("parallel.data_size", c.dp)
-      .set("parallel.pipeline_size", c.pp)
-      .set("parallel.expert_size", c.ep)
-      .set("parallel.schedule", c.schedule)
-      .set("parallel.virtual_stages", c.virtual_stages)
-      .set("parallel.microbatches", c.microbatches)
-      .set("parallel.zero", c.zero)
-      .set("parallel.recompute", c.recompute)
-      .set("train.global_batch", c.sequences * c.dp * c.microbatches)
-      .layout_training(7)
-      .deck("context_parallel.toml");
+  return cubelm::testing::case_deck(DeckText()
+                                        .set("model.seq_len", 16)
+                                        .set("model.heads", 4)
+                                        .set("model.layers", 4)
+                                        .layout_training(7),
+                                    c, 2, "context_parallel.toml");
 }
 
 // One process running the same micro-batches in turn.
 Deck reference(const Case& c) {
-  return deck(Case{1, 1, 1, "none", 1, false, c.experts, 1, "1f1b", 1, c.dp * c.microbatches, 0,
-                   "none", c.sequences});
-}
-
-std::vector<Case> cases() {
-  switch (comm::Communicator::world().size()) {
-  case 2:
-    return {{2, 1, 1, "none", 1, false, 0, 1, "1f1b", 1, 1, 0, "none"},
-            {2, 1, 1, "none", 1, false, 0, 1, "1f1b", 1, 2, 1, "full"},
-            {2, 1, 1, "none", 1, false, 4, 2, "1f1b", 1, 1, 0, "none"},
-            {2, 1, 1, "none", 1, false, 4, 1, "1f1b", 1, 2, 1, "full"}};
-  case 4:
-    return {{4, 1, 1, "none", 1, false, 0, 1, "1f1b", 1, 1, 0, "none"},
-            {2, 2, 1, "none", 1, false, 0, 1, "1f1b", 1, 1, 1, "none"},
-            {2, 1, 1, "1d", 2, false, 0, 1, "1f1b", 1, 1, 0, "none"},
-            {2, 1, 2, "none", 1, false, 0, 1, "interleaved", 2, 2, 0, "full"},
-            {2, 2, 1, "none", 1, false, 4, 4, "1f1b", 1, 1, 1, "none"},
-            {2, 1, 1, "1d", 2, true, 4, 2, "1f1b", 1, 1, 0, "none"}};
-  case 8:
-    return {{2, 1, 1, "2d", 4, false, 0, 1, "1f1b", 1, 1, 0, "none"},
-            {2, 2, 1, "1d", 2, true, 0, 1, "1f1b", 1, 1, 0, "none"},
-            {2, 2, 2, "none", 1, false, 0, 1, "gpipe", 1, 2, 1, "full"},
-            {2, 2, 2, "none", 1, false, 4, 4, "1f1b", 1, 2, 1, "none"},
-            {8, 1, 1, "none", 1, false, 0, 1, "1f1b", 1, 1, 0, "none"},
-            {2, 2, 1, "1d", 2, false, 4, 4, "1f1b", 1, 2, 0, "full"},
-            {2, 1, 1, "2d", 4, false, 4, 4, "1f1b", 1, 2, 0, "none"}};
-  case 16: // the cube (2 x 2 x 2 tensor ranks) twice, dense and MoE; MoE over 1d 2 x cp 2 x dp 4
-    return {{2, 1, 1, "3d", 8, false, 0, 1, "1f1b", 1, 1, 0, "none", 4},
-            {2, 1, 1, "3d", 8, false, 8, 8, "1f1b", 1, 1, 0, "full", 4},
-            {2, 4, 1, "1d", 2, false, 4, 4, "1f1b", 1, 1, 0, "none"}};
-  default: // a rank count without cases must not pass quietly
-    ADD_FAILURE() << "no cases for " << comm::Communicator::world().size()
-                  << " ranks: add them to this table";
-    return {};
-  }
+  return deck(cubelm::testing::on_one_process(c));
 }
 
 using cubelm::testing::self;
@@ -116,7 +58,7 @@ using cubelm::testing::self;
 // The single process's losses within 1e-4 relative over 10 AdamW steps (with clipping),
 // its load-balancing loss and gradient norm.
 TEST(ContextParallel, EveryLayoutTrainsLikeTheSingleProcess) {
-  for (const Case& c : cases()) {
+  for (const Case& c : cubelm::testing::required_cases("context_parallel")) {
     SCOPED_TRACE(describe(c));
     cubelm::testing::expect_same_training(deck(c), reference(c), 10);
   }
@@ -126,8 +68,8 @@ TEST(ContextParallel, EveryLayoutTrainsLikeTheSingleProcess) {
 // equals the single process's element at the same global index within 1e-5 of the
 // largest; ZeRO-1 keeps only a shard reduced, so those layouts are left to the losses.
 TEST(ContextParallel, GradientsEqualTheSingleProcess) {
-  for (const Case& c : cases()) {
-    if (c.zero)
+  for (const Case& c : cubelm::testing::required_cases("context_parallel")) {
+    if (deck(c).parallel.zero)
       continue;
     SCOPED_TRACE(describe(c));
     cubelm::testing::expect_same_gradients(deck(c), reference(c));
@@ -135,7 +77,7 @@ TEST(ContextParallel, GradientsEqualTheSingleProcess) {
 }
 
 TEST(ContextParallel, MemoryPerRankMatchesTheEstimate) {
-  for (const Case& c : cases()) {
+  for (const Case& c : cubelm::testing::required_cases("context_parallel")) {
     SCOPED_TRACE(describe(c));
     cubelm::testing::expect_memory_as_estimated(deck(c));
   }
@@ -144,7 +86,7 @@ TEST(ContextParallel, MemoryPerRankMatchesTheEstimate) {
 // Every group's calls and bytes equal the closed form (the expert exchange's bytes
 // depend on the routing: its calls only).
 TEST(ContextParallel, TrafficFollowsTheClosedForm) {
-  for (const Case& c : cases()) {
+  for (const Case& c : cubelm::testing::required_cases("context_parallel")) {
     SCOPED_TRACE(describe(c));
     const Deck d = deck(c);
     train::Trainer t(d);
@@ -158,10 +100,14 @@ TEST(ContextParallel, TrafficFollowsTheClosedForm) {
 // The layout with the most context (then expert) parallelism of this world saves; one
 // process resumes with the same losses.
 TEST(ContextParallel, CheckpointResumesOnOneProcess) {
-  const auto all = cases();
+  const auto all = cubelm::testing::required_cases("context_parallel");
   ASSERT_FALSE(all.empty()) << "test_context_parallel runs at 2, 4, 8 or 16 ranks";
   const Case c = *std::max_element(all.begin(), all.end(), [](const Case& a, const Case& b) {
-    return a.cp * 100 + a.ep * 10 + a.zero < b.cp * 100 + b.ep * 10 + b.zero;
+    auto rank = [](const Case& x) {
+      const ParallelConfig p = deck(x).parallel;
+      return p.context_size * 100 + p.expert_size * 10 + p.zero;
+    };
+    return rank(a) < rank(b);
   });
   SCOPED_TRACE(describe(c));
   cubelm::testing::expect_resumes_on_one_process(deck(c), reference(c),
@@ -170,9 +116,11 @@ TEST(ContextParallel, CheckpointResumesOnOneProcess) {
 
 // The same, for a layout with both: experts spread over the context-parallel ranks.
 TEST(ContextParallel, ExpertTimesContextCheckpointResumesOnOneProcess) {
-  const auto all = cases();
-  const auto it =
-      std::find_if(all.begin(), all.end(), [](const Case& c) { return c.cp > 1 && c.ep > 1; });
+  const auto all = cubelm::testing::required_cases("context_parallel");
+  const auto it = std::find_if(all.begin(), all.end(), [](const Case& c) {
+    const ParallelConfig p = deck(c).parallel;
+    return p.context_size > 1 && p.expert_size > 1;
+  });
   ASSERT_NE(it, all.end());
   SCOPED_TRACE(describe(*it));
   cubelm::testing::expect_resumes_on_one_process(deck(*it), reference(*it),

@@ -41,39 +41,20 @@ std::string describe(const Case& c) {
 }
 
 Deck deck(const Case& c) {
-  DeckText d;
-  d.set("model.heads", 4)
-      .set("model.layers", 4)
-      .set("model.experts", 4)
-      .set("model.top_k", 2)
-      .set("model.moe_every", 1)
-      .set("model.aux_loss", 0.01)
-      .lines("model", c.model)
-      .lines("parallel", c.parallel);
-  const int sequences = c.sequences == 0 ? 2 : c.sequences;
-  return d
-      .set("train.global_batch",
-           sequences * d.get("parallel.data_size", 1) * d.get("parallel.microbatches", 1))
-      .layout_training(5)
-      .deck("moe_parallel.toml");
+  return cubelm::testing::case_deck(DeckText()
+                                        .set("model.heads", 4)
+                                        .set("model.layers", 4)
+                                        .set("model.experts", 4)
+                                        .set("model.top_k", 2)
+                                        .set("model.moe_every", 1)
+                                        .set("model.aux_loss", 0.01)
+                                        .layout_training(5),
+                                    c, 2, "moe_parallel.toml");
 }
 
 // One process running the same micro-batches in turn.
 Deck reference(const Case& c) {
-  const Deck d = deck(c);
-  Case one = c;
-  one.parallel = "microbatches = " + std::to_string(d.parallel.data_size * d.parallel.microbatches);
-  return deck(one);
-}
-
-// The layouts of the whole world the tests run; a rank count without cases must not pass
-// quietly.
-std::vector<Case> cases() {
-  const std::vector<Case> out = cubelm::testing::layout_cases("moe_parallel");
-  if (out.empty())
-    ADD_FAILURE() << "no cases for " << comm::Communicator::world().size()
-                  << " ranks: add them to tests/layouts.hpp";
-  return out;
+  return deck(cubelm::testing::on_one_process(c));
 }
 
 using cubelm::testing::self;
@@ -83,7 +64,7 @@ using cubelm::testing::self;
 // The single process's losses within 1e-4 relative over 10 AdamW steps (with clipping),
 // its load-balancing loss and gradient norm.
 TEST(MoEParallel, EveryLayoutTrainsLikeTheSingleProcess) {
-  for (const Case& c : cases()) {
+  for (const Case& c : cubelm::testing::required_cases("moe_parallel")) {
     SCOPED_TRACE(describe(c));
     cubelm::testing::expect_same_training(deck(c), reference(c), 10);
   }
@@ -93,7 +74,7 @@ TEST(MoEParallel, EveryLayoutTrainsLikeTheSingleProcess) {
 // equals the single process's within 1e-5 of the largest; ZeRO-1 keeps only a shard
 // reduced, so those layouts are left to the losses above.
 TEST(MoEParallel, GradientsEqualTheSingleProcess) {
-  for (const Case& c : cases()) {
+  for (const Case& c : cubelm::testing::required_cases("moe_parallel")) {
     const Deck d = deck(c);
     if (d.parallel.zero)
       continue;
@@ -111,7 +92,7 @@ TEST(MoEParallel, GradientsEqualTheSingleProcess) {
 }
 
 TEST(MoEParallel, MemoryPerRankMatchesTheEstimate) {
-  for (const Case& c : cases()) {
+  for (const Case& c : cubelm::testing::required_cases("moe_parallel")) {
     SCOPED_TRACE(describe(c));
     cubelm::testing::expect_memory_as_estimated(deck(c));
   }
@@ -121,7 +102,7 @@ TEST(MoEParallel, MemoryPerRankMatchesTheEstimate) {
 // its calls are exact, its bytes lie between the row counts alone and the most the
 // routing can send (the closed form's balanced routing lies between them too).
 TEST(MoEParallel, TrafficFollowsTheClosedForm) {
-  for (const Case& c : cases()) {
+  for (const Case& c : cubelm::testing::required_cases("moe_parallel")) {
     SCOPED_TRACE(describe(c));
     const Deck d = deck(c);
     train::Trainer t(d);
@@ -166,7 +147,7 @@ TEST(MoEParallel, TrafficFollowsTheClosedForm) {
 // The layout with the most expert parallelism of this world saves (each rank its own
 // experts, under their global indices); one process resumes with the same losses.
 TEST(MoEParallel, CheckpointResumesOnOneProcess) {
-  const auto all = cases();
+  const auto all = cubelm::testing::required_cases("moe_parallel");
   ASSERT_FALSE(all.empty()) << "test_moe_parallel runs at 2, 4 or 8 ranks";
   const Case c = *std::max_element(all.begin(), all.end(), [](const Case& a, const Case& b) {
     auto rank = [](const Case& x) {
@@ -183,7 +164,7 @@ TEST(MoEParallel, CheckpointResumesOnOneProcess) {
 // With expert tensor parallelism each rank saves its slices of the experts (and rank 0 of
 // the tensor group b2); one process reads them whole and resumes with the same losses.
 TEST(MoEParallel, ExpertTensorCheckpointResumesOnOneProcess) {
-  const auto all = cases();
+  const auto all = cubelm::testing::required_cases("moe_parallel");
   const auto c = std::find_if(all.begin(), all.end(), [](const Case& x) {
     return deck(x).parallel.expert_tensor_size > 1;
   });
