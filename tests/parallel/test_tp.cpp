@@ -312,8 +312,9 @@ TEST(TensorParallel, BytesSentPerStepFollowTheClosedForm) {
       double total = 0;
       for (const auto& [key, e] : expected) {
         SCOPED_TRACE(key.first + " " + comm::kind_name(key.second));
+        const auto& want = key; // a structured binding is not captured before C++20
         const auto it = std::find_if(m.traffic.begin(), m.traffic.end(), [&](const auto& x) {
-          return x.group == key.first && x.kind == key.second;
+          return x.group == want.first && x.kind == want.second;
         });
         ASSERT_NE(it, m.traffic.end());
         EXPECT_EQ(it->calls, e.calls);
