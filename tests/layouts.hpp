@@ -8,6 +8,7 @@
 #include "deck_text.hpp"
 #include "test_helpers.hpp"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -319,6 +320,16 @@ inline std::vector<std::string> layouts(const std::string& use) {
   for (const LayoutCase& c : layout_cases(use))
     out.push_back(c.parallel);
   return out;
+}
+
+/// A case on one line for traces: its [parallel] lines ("one process" without), its
+/// [model] lines and its sequences per micro-batch where it sets them.
+inline std::string describe(const LayoutCase& c) {
+  std::string d = (c.parallel.empty() ? "one process" : c.parallel) +
+                  (c.model.empty() ? "" : "\n" + c.model) +
+                  (c.sequences == 0 ? "" : "\nsequences = " + std::to_string(c.sequences));
+  std::replace(d.begin(), d.end(), '\n', ' ');
+  return d;
 }
 
 /// The cases of `use` at this job's world size; a world size the table has none for fails.

@@ -260,9 +260,10 @@ std::vector<int> tensor_sizes(TensorMode mode, int ranks) {
   if (mode == TensorMode::none)
     return {1};
   std::vector<int> out;
-  for (int q = 2; power(q, exponent_of(mode)) <= ranks; ++q)
-    if (ranks % power(q, exponent_of(mode)) == 0)
-      out.push_back(power(q, exponent_of(mode)));
+  const int exp = exponent_of(mode);
+  for (int q = 2, size = power(q, exp); size <= ranks; size = power(++q, exp))
+    if (ranks % size == 0)
+      out.push_back(size);
   return out;
 }
 

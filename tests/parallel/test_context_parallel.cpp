@@ -29,12 +29,7 @@ namespace {
 // micro-batch (2 unless it says).
 using Case = cubelm::testing::LayoutCase;
 
-std::string describe(const Case& c) {
-  std::string d = c.parallel + (c.model.empty() ? "" : "\n" + c.model) + "\nsequences " +
-                  std::to_string(c.sequences == 0 ? 2 : c.sequences);
-  std::replace(d.begin(), d.end(), '\n', ' ');
-  return d;
-}
+using cubelm::testing::describe;
 
 Deck deck(const Case& c) {
   // Micro-batches of sequences of 16 tokens: up to 8 chunks of 2.

@@ -32,13 +32,7 @@ namespace {
 // (2 unless it says).
 using Case = cubelm::testing::LayoutCase;
 
-std::string describe(const Case& c) {
-  std::string d = (c.parallel.empty() ? "one process" : c.parallel) +
-                  (c.model.empty() ? "" : "\n" + c.model) + "\nsequences " +
-                  std::to_string(c.sequences == 0 ? 2 : c.sequences);
-  std::replace(d.begin(), d.end(), '\n', ' ');
-  return d;
-}
+using cubelm::testing::describe;
 
 Deck deck(const Case& c) {
   return cubelm::testing::case_deck(DeckText()

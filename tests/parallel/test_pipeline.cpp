@@ -34,9 +34,7 @@ namespace {
 using Case = std::string;
 
 std::string describe(const Case& c) {
-  std::string d = c.empty() ? "one process" : c;
-  std::replace(d.begin(), d.end(), '\n', ' ');
-  return d;
+  return cubelm::testing::describe({0, c, {}});
 }
 
 // Four sequences per micro-batch (2D and 3D split them over the group).
