@@ -5,7 +5,10 @@ CUBELM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # ccache (cmake/CubelmCcache.cmake) keeps its objects beside the dependency
 # builds, so that every clone's build reuses them; a user's CCACHE_DIR wins.
+# CCACHE_BASEDIR makes the checkout's paths relative in what ccache hashes, so a
+# clone elsewhere (CI's fresh checkout) hits the objects of another.
 export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cubelm/ccache}
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$CUBELM_ROOT}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
 
 # Where dependency builds live: outside the checkout so that every clone and

@@ -21,11 +21,25 @@ int world_rank_or_minus_one() {
   return rank;
 }
 
+std::string source_path(const char* file) {
+  const std::string path(file);
+  for (std::size_t at = 0; at < path.size();) {
+    const std::size_t end = path.find('/', at);
+    if (end == std::string::npos)
+      break;
+    const std::string part = path.substr(at, end - at);
+    if (part == "src" || part == "include" || part == "tests" || part == "perf")
+      return path.substr(at);
+    at = end + 1;
+  }
+  return path;
+}
+
 std::string format_failure(int rank, const char* library, const char* call,
                            const std::string& message, const char* file, int line) {
   std::ostringstream out;
-  out << "cubelm: rank " << rank << ": " << library << " error at " << file << ":" << line << ": "
-      << call << ": " << message;
+  out << "cubelm: rank " << rank << ": " << library << " error at " << source_path(file) << ":"
+      << line << ": " << call << ": " << message;
   return out.str();
 }
 
@@ -74,7 +88,8 @@ void hdf5_failure(const char* call, const char* file, int line) {
 
 void assert_failure(const char* cond, const std::string& message, const char* file, int line) {
   std::ostringstream out;
-  out << "internal check failed at " << file << ":" << line << ": " << cond << ": " << message;
+  out << "internal check failed at " << source_path(file) << ":" << line << ": " << cond << ": "
+      << message;
   throw InternalError(out.str());
 }
 

@@ -29,6 +29,17 @@ TEST(Core, FailureReportNamesRankFileLineCallAndMessage) {
                "unhandled cuda error");
 }
 
+TEST(Core, FailureReportsNameTheSourceFromTheCheckoutsTopFolder) {
+  EXPECT_EQ(detail::source_path("/home/u/cubelm/src/io/checkpoint.cpp"), "src/io/checkpoint.cpp");
+  EXPECT_EQ(detail::source_path("../../../src/io/checkpoint.cpp"), "src/io/checkpoint.cpp");
+  EXPECT_EQ(detail::source_path("/x/include/cubelm/core/error.hpp"),
+            "include/cubelm/core/error.hpp");
+  EXPECT_EQ(detail::source_path("check_failure.cpp"), "check_failure.cpp");
+  const std::string s = detail::format_failure(0, "MPI", "MPI_Send(x)", "invalid rank",
+                                               "/build/cubelm/src/comm/a.cpp", 7);
+  EXPECT_EQ(s, "cubelm: rank 0: MPI error at src/comm/a.cpp:7: MPI_Send(x): invalid rank");
+}
+
 TEST(Core, AssertThrowsWithFileAndLine) {
   try {
     CUBELM_ASSERT(1 + 1 == 3, "arithmetic still works");

@@ -38,6 +38,10 @@ public:
 
 namespace detail {
 
+/// \brief A source file's path from its top folder of the checkout on ("src/io/checkpoint.cpp"),
+/// however the build named it: absolute, or relative to the build directory (ccache's base_dir).
+std::string source_path(const char* file);
+
 /// \brief The text printed for a failed library call (kept apart for testing).
 std::string format_failure(int rank, const char* library, const char* call,
                            const std::string& message, const char* file, int line);
