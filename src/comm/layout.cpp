@@ -20,6 +20,10 @@ Layout layout_of(const ParallelConfig& parallel) {
   return l;
 }
 
+bool splits_sequences(TensorMode mode) {
+  return mode == TensorMode::d1;
+}
+
 namespace {
 
 int exponent_of(TensorMode mode) {

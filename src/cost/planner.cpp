@@ -86,7 +86,7 @@ std::vector<Deck> layouts(const Deck& base, int ranks, const SearchSpace& space)
           for (const int micro : divisors(batch / dp)) {
             const int sequences = batch / dp / micro;
             for (const bool sp : {false, true}) {
-              if (sp && (mode != TensorMode::d1 || tp == 1))
+              if (sp && (!comm::splits_sequences(mode) || tp == 1))
                 continue;
               comm::Layout layout{dp, pp, tp, mode, sp};
               layout.cp = cp;

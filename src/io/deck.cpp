@@ -1,5 +1,6 @@
 #include "cubelm/io/deck.hpp"
 
+#include "cubelm/comm/layout.hpp"
 #include "cubelm/core/error.hpp"
 
 #include "toml_document.hpp"
@@ -303,7 +304,7 @@ ReadDeck read_deck(const std::string& text, const std::string& source) {
   par.require(std::isfinite(p.timeout_s) && p.timeout_s >= 0, "timeout_s",
               "must be a finite number of seconds, at least 0 (0 switches the hang watchdog off)");
   par.require(p.zero == 0 || p.zero == 1, "zero", "must be 0 (off) or 1 (sharded optimizer)");
-  par.require(!p.sequence_parallel || p.tensor_mode == TensorMode::d1, "sequence_parallel",
+  par.require(!p.sequence_parallel || comm::splits_sequences(p.tensor_mode), "sequence_parallel",
               "sequence parallelism exists only for tensor_mode = \"1d\"");
   // Each size on its own; how they fit together, the model and the batch is the layout's
   // rule (cost/deck.hpp).

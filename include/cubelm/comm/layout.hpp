@@ -66,6 +66,11 @@ struct Layout {
 /// \brief The process grid the parallel keys of a deck describe.
 Layout layout_of(const ParallelConfig& parallel);
 
+/// \brief Whether `mode` can split the residual stream's rows over its ranks (sequence
+/// parallelism): 1d only. The deck refuses sequence_parallel elsewhere; the planner tries it
+/// where it splits anything (tp > 1).
+bool splits_sequences(TensorMode mode);
+
 /// \brief Where one rank sits in the grid. Unused sub-grid coordinates are 0.
 struct GridCoords {
   int world = 0;
