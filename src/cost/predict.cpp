@@ -134,17 +134,18 @@ struct Cost {
   }
 };
 
-// The tensor-parallel communication of `work` split between forward and backward:
-// `forward_share` of it before the backward (1D: 2 of the 4 all-reduces of a layer; 2D and
-// 3D: one of the three products' collectives).
-void add_comm(Cost& cost, const Deck& deck, const UnitWork& work, double forward_share,
+// The tensor-parallel communication of `work`, as tp::collectives describes each pass:
+// the forward's collectives before the backward, unless the forward is a recomputation
+// (`recomputed`), which runs in the backward.
+void add_comm(Cost& cost, const Deck& deck, const UnitWork& work, bool recomputed,
               const std::map<std::string, GroupPlacement>& where, const io::Machine& machine) {
-  for (const TrafficVolume& v : tensor_parallel_traffic(deck, work)) {
-    const double s = collective_seconds(v.kind, where.at(v.group), static_cast<double>(v.calls),
-                                        v.bytes, machine);
-    cost.comm_forward[v.group] += forward_share * s;
-    cost.comm_backward[v.group] += (1 - forward_share) * s;
-  }
+  for (const tp::Pass pass : {tp::Pass::forward, tp::Pass::backward})
+    for (const TrafficVolume& v : tensor_parallel_traffic(deck, work, pass)) {
+      const double s = collective_seconds(v.kind, where.at(v.group), static_cast<double>(v.calls),
+                                          v.bytes, machine);
+      (pass == tp::Pass::forward && !recomputed ? cost.comm_forward
+                                                : cost.comm_backward)[v.group] += s;
+    }
 }
 
 } // namespace
@@ -185,16 +186,14 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
                hi = H / split.inner, scores = n * (cfg.heads / double(split.heads)) * keys_seen,
                logits = n * V / split.inner;
   const double saved = 2 * n * ho + 16 * n * hi + scores + 4 * r;
-  const double share =
-      layout.mode == TensorMode::d2 || layout.mode == TensorMode::d3 ? 1.0 / 3 : 0.5;
   Cost layer, recompute, head, lookup;
   layer.forward =
       (24 * N * H * H + 4 * N * T * H) / tp / rate + kForwardBytes * saved / memory_rate;
   layer.backward =
       2 * (24 * N * H * H + 4 * N * T * H) / tp / rate + kBackwardBytes * saved / memory_rate;
-  add_comm(layer, deck, UnitWork{false, false, 1, 0}, share, where, machine);
+  add_comm(layer, deck, UnitWork{false, false, 1, 0}, false, where, machine);
   recompute.backward = layer.forward;
-  add_comm(recompute, deck, UnitWork{false, false, 0, 1}, 0, where, machine);
+  add_comm(recompute, deck, UnitWork{false, false, 0, 1}, true, where, machine);
   // Context parallelism (cost/traffic.hpp): the keys and values of this rank's chunks
   // all-gathered forward (again in a recomputed forward) and backward, their gradient
   // reduce-scattered backward.
@@ -212,10 +211,10 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   }
   head.forward = 2 * N * H * V / tp / rate + 3 * 4 * logits / memory_rate;
   head.backward = 4 * N * H * V / tp / rate + 2 * 4 * logits / memory_rate;
-  add_comm(head, deck, UnitWork{false, true, 0, 0}, 0.5, where, machine);
+  add_comm(head, deck, UnitWork{false, true, 0, 0}, false, where, machine);
   lookup.forward = kForwardBytes * n * ho / memory_rate;
   lookup.backward = kBackwardBytes * n * ho / memory_rate;
-  add_comm(lookup, deck, UnitWork{true, false, 0, 0}, 0.5, where, machine);
+  add_comm(lookup, deck, UnitWork{true, false, 0, 0}, false, where, machine);
   const bool recomputing = par.recompute == Recompute::full;
   // An MoE layer: attention (8 N H^2 + 4 N T H), the router
   // (2 N H E) and k expert MLPs per token (16 k N H^2), all split over the tp ranks (each
@@ -234,9 +233,9 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     const double moe_saved = 2 * n * ho + 4 * n * hi + scores + 4 * r + 13 * kept * H;
     moe_layer.forward = flops / rate + kForwardBytes * moe_saved / memory_rate;
     moe_layer.backward = 2 * flops / rate + kBackwardBytes * moe_saved / memory_rate;
-    add_comm(moe_layer, deck, UnitWork{false, false, 1, 0, 1, 0}, share, where, machine);
+    add_comm(moe_layer, deck, UnitWork{false, false, 1, 0, 1, 0}, false, where, machine);
     moe_recompute.backward = moe_layer.forward;
-    add_comm(moe_recompute, deck, UnitWork{false, false, 0, 1, 0, 1}, 0, where, machine);
+    add_comm(moe_recompute, deck, UnitWork{false, false, 0, 1, 0, 1}, true, where, machine);
     if (layout.cp > 1) {
       moe_layer.comm_forward["cp"] += context.comm_forward["cp"];
       moe_layer.comm_backward["cp"] += context.comm_backward["cp"];

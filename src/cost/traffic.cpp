@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <utility>
 
 namespace cubelm::cost {
@@ -63,7 +64,7 @@ using Units = UnitWork;
 // The tensor-parallel collectives of `u`, times `m` micro-batches of N tokens on this rank
 // (tp/collectives.hpp describes each piece): a layer's forward runs again when recomputed.
 void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cfg, double n_tokens,
-                     const Units& u, double m) {
+                     const Units& u, double m, std::optional<tp::Pass> only = std::nullopt) {
   for (const auto& [group, ranks] : tp::collective_groups(layout))
     t.size(group, ranks);
   const double in = u.lookup ? 1 : 0, out = u.head ? 1 : 0, table = u.lookup || u.head ? 1 : 0;
@@ -80,7 +81,7 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
   for (const auto& r : runs)
     for (const tp::Pass pass : {tp::Pass::forward, tp::Pass::backward}) {
       const double times = m * (pass == tp::Pass::forward ? r.forwards : r.backwards);
-      if (times == 0)
+      if (times == 0 || (only && *only != pass))
         continue;
       for (const tp::Collective& c : tp::collectives(layout, cfg, n_tokens, r.piece, pass))
         t.add(c.group, c.kind, times * c.calls, times * c.elements, c.bytes > 0 ? c.bytes : 4);
@@ -300,12 +301,13 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const pipeline::Pi
   return t.volumes();
 }
 
-std::vector<TrafficVolume> tensor_parallel_traffic(const Deck& deck, const UnitWork& work) {
+std::vector<TrafficVolume> tensor_parallel_traffic(const Deck& deck, const UnitWork& work,
+                                                   tp::Pass pass) {
   Tally t;
   tensor_parallel(t, comm::layout_of(deck.parallel), deck.model,
                   static_cast<double>(deck.micro_batch()) * deck.model.seq_len /
                       deck.parallel.context_size,
-                  work, 1);
+                  work, 1, pass);
   return t.volumes();
 }
 

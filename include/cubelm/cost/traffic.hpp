@@ -7,6 +7,7 @@
 #include "cubelm/comm/traffic.hpp"
 #include "cubelm/core/config.hpp"
 #include "cubelm/pipeline/schedule.hpp"
+#include "cubelm/tp/collectives.hpp"
 
 #include <cstdint>
 #include <string>
@@ -44,10 +45,12 @@ struct UnitWork {
   double moe = 0, moe_recomputed = 0;
 };
 
-/// \brief The tensor-parallel collectives of one micro-batch through `work` in `deck`'s
-/// layout (the part of traffic_per_step that the tensor-parallel mode sends), so that the
-/// planner can time each pass.
-std::vector<TrafficVolume> tensor_parallel_traffic(const Deck& deck, const UnitWork& work);
+/// \brief The tensor-parallel collectives of `pass` (the forward of every layer in `work`,
+/// recomputed ones too, or their backward) for one micro-batch in `deck`'s layout (the part
+/// of traffic_per_step that the tensor-parallel mode sends), so that the predictor can time
+/// each pass.
+std::vector<TrafficVolume> tensor_parallel_traffic(const Deck& deck, const UnitWork& work,
+                                                   tp::Pass pass);
 
 /// \brief The sum of the bytes of traffic_per_step: the metrics' comm_bytes.
 double comm_bytes_per_step(const Deck& deck, int stage = 0);
