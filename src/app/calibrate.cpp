@@ -9,6 +9,7 @@
 #include "cubelm/core/memory_info.hpp"
 #include "cubelm/cost/deck.hpp"
 #include "cubelm/kernels/blas.hpp"
+#include "cubelm/tp/shapes.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
@@ -97,14 +98,16 @@ io::Machine measure_machine(const std::string& deck_path, std::string& report) {
   MPI_Comm_size(node, &per_node);
   MPI_Comm_free(&node);
 
-  // The layer's largest product at the deck's shapes: [b T, H] x [H, 4H / tp].
+  // The layer's largest product at the deck's shapes, as its tensor mode splits the
+  // activations (tp::activation_split): this rank's rows of the micro-batch, its columns of
+  // the residual stream in, of the MLP's hidden layer out ([b T, H] x [H, 4H / p] in 1d).
   int m = 512, n = 512, k = 512;
   if (!deck_path.empty()) {
     const Deck deck = cost::load_deck(deck_path);
-    m = deck.micro_batch() * deck.model.seq_len;
-    k = deck.model.hidden;
-    n = 4 * deck.model.hidden /
-        std::max(1, deck.parallel.tensor_mode == TensorMode::d1 ? deck.parallel.tensor_size : 1);
+    const tp::ActivationSplit split = tp::activation_split(comm::layout_of(deck.parallel));
+    m = deck.micro_batch() / split.sequences * deck.model.seq_len;
+    k = deck.model.hidden / split.outer;
+    n = 4 * deck.model.hidden / split.inner;
   }
   const double gflops = mean(gemm_rate(m, n, k));
   const double gbs = mean(memory_rate());
