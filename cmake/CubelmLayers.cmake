@@ -34,7 +34,7 @@ set(CUBELM_KOKKOS_FREE
   include/cubelm/comm/devices.hpp
   include/cubelm/comm/layout.hpp
   include/cubelm/tp/collectives.hpp
-  include/cubelm/tp/scratch.hpp
+  include/cubelm/tp/buffers.hpp
   include/cubelm/tp/shapes.hpp
   include/cubelm/io/deck.hpp
   include/cubelm/io/machine.hpp)

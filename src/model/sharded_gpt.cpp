@@ -147,6 +147,13 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
     }
   if (stage_.last)
     lnf_ = mode.layernorm(params_, "ln_f", H, stream_rows_);
+  int moe_layers = 0;
+  for (const int l : layer_ids_)
+    moe_layers += config.moe_layer(l) ? 1 : 0;
+  mode.check_buffers(tp::StageParts{
+      batch, positions_.local, config.seq_len, H, tp::padded_vocab(config, mode.layout()),
+      static_cast<int>(layer_ids_.size()), moe_layers, stage_.first, stage_.last, config.experts,
+      config.top_k, config.capacity_factor});
   if (mode.context() != nullptr)
     context_ = std::make_unique<tp::ContextAttention<T>>(
         *mode.context(), sequences_, heads_, positions_.local, static_cast<int>(inner_ / heads_));

@@ -1,7 +1,8 @@
 #pragma once
-// The names of the tensor modes' scratch buffers (Workspace::scratch), shared by the modes
-// that use them (mode_1d.cpp, mode_2d.cpp, mode_3d.cpp) and by their description
-// (scratch.cpp, tp/scratch.hpp). Internal to src/tp; no Kokkos.
+// The names of the tensor modes' buffers (Workspace::scratch, and the buffers a part keeps
+// for itself), shared by the modes and parts that use them (mode_1d.cpp, mode_2d.cpp,
+// mode_3d.cpp, parts.hpp) and by their description (buffers.cpp, tp/buffers.hpp).
+// Internal to src/tp; no Kokkos.
 
 #include <string_view>
 
@@ -29,5 +30,47 @@ constexpr std::string_view kInput = "3d/input", kWeight = "3d/weight", kOutput =
                            kInputGrad = "3d/input_grad", kWeightGrad = "3d/weight_grad",
                            kWeightBlock = "3d/weight_block";
 } // namespace d3
+
+// Buffers a part keeps for itself, any mode.
+namespace own {
+// A vector parameter (Shared): its gathered block when split, its partial gradient when
+// split or summed over ranks, the reduce-scattered piece of it when split.
+constexpr std::string_view kGathered = "vector/gathered", kPartial = "vector/partial",
+                           kPiece = "vector/piece";
+// A LayerNorm's two backward row sums per row.
+constexpr std::string_view kLnSums = "ln/sums";
+// The lookup's token ids; the head's logits; the cross-entropy's targets, per-row
+// statistics (two per row), row maxima and losses.
+constexpr std::string_view kTokens = "lookup/tokens", kLogits = "head/logits",
+                           kTargets = "loss/targets", kLossStats = "loss/stats",
+                           kLossMax = "loss/max", kLosses = "loss/losses";
+// 3d: the embedding's gathered block of wte and its gradient.
+constexpr std::string_view kWteGathered = "3d/wte_gathered", kWteGrad = "3d/wte_grad";
+} // namespace own
+
+// The MoE layers' (moe_router.hpp, moe_dispatch.hpp, moe_shares.hpp). Scratch, shared by
+// the mode's MoE layers: the router logits' gradient [N, E] and the gates' gradient
+// [N, k]; kExpertIn [R, H], the gathered expert inputs; kExpertGrad [R, H], the expert
+// outputs' gradient, then the inputs'; kHiddenGrad [Rr, F], the hidden layer's gradient,
+// before and after GELU; kReceived [Rr, H] (expert parallelism), the outputs of the rows
+// run here, then their gradient and the inputs' gradient; kShareOut [N / p, H], this
+// rank's share of the output (2d, 3d: then of the output's gradient); kShareGrad [N / p,
+// H], the gradient of its share of the input; kShareIn [N / p, H] (2d, 3d), its share of
+// the input; kExchange [R, H / c] (2d, 3d), blocks on their way to or from the feature
+// group; kGroupIn, kGroupOut, kGroupGrad [N, H] (expert tensor parallelism): the tensor
+// group's tokens, their partial output then the output's gradient, the input's partial
+// gradient. A layer's own: the router's sort keys, probability means and, replicated over
+// the tensor ranks, its partial gradient.
+namespace moe {
+constexpr std::string_view kLogitGrad = "moe/logit_grad", kGateGrad = "moe/gate_grad",
+                           kExpertIn = "moe/expert_in", kExpertGrad = "moe/expert_grad",
+                           kHiddenGrad = "moe/hidden_grad", kReceived = "moe/received",
+                           kShareOut = "moe/share_out", kShareGrad = "moe/share_grad",
+                           kShareIn = "moe/share_in", kExchange = "moe/exchange",
+                           kGroupIn = "moe/group_in", kGroupOut = "moe/group_out",
+                           kGroupGrad = "moe/group_grad";
+constexpr std::string_view kKeys = "moe/keys", kProbMeans = "moe/prob_means",
+                           kRouterPartial = "moe/router_partial";
+} // namespace moe
 
 } // namespace cubelm::tp::detail

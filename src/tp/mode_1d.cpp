@@ -19,12 +19,12 @@
 // the head reads ln_f's gathered output. LayerNorm parameters and the row-parallel
 // biases see only their rank's rows: their gradients are all-reduced over the group.
 
+#include "buffer_names.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/elementwise.hpp"
 #include "cubelm/kernels/embedding.hpp"
 #include "modes.hpp"
 #include "parts.hpp"
-#include "scratch_names.hpp"
 
 #include <string>
 
@@ -32,8 +32,8 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch buffers of the mode under sequence parallelism (scratch_names.hpp; their sizes:
-// tp/scratch.hpp, reserved by Mode1D).
+// Scratch buffers of the mode under sequence parallelism (buffer_names.hpp; their sizes:
+// tp/buffers.hpp, reserved by Mode1D).
 using d1::kFull;
 using d1::kLocal;
 

@@ -52,12 +52,12 @@
 //     kWeightPartial  a partial product shaped like a weight block: X^T dY, dlogits^T h;
 //     kWeightSum      its sum on the rank it is reduced to (Grid2D::reduce_add).
 
+#include "buffer_names.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/elementwise.hpp"
 #include "cubelm/kernels/embedding.hpp"
 #include "modes.hpp"
 #include "parts.hpp"
-#include "scratch_names.hpp"
 
 #include <string>
 
@@ -65,7 +65,7 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch buffers (scratch_names.hpp; their sizes: tp/scratch.hpp, reserved by Mode2D).
+// Scratch buffers (buffer_names.hpp; their sizes: tp/buffers.hpp, reserved by Mode2D).
 using d2::kAct;
 using d2::kPartial;
 using d2::kWeight;

@@ -73,12 +73,12 @@
 //     kWeightBlock       the block a weight gradient (kWeightGrad, or wte_grad_) is
 //                        reduce-scattered to, then added to the parameter's gradient.
 
+#include "buffer_names.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/elementwise.hpp"
 #include "cubelm/kernels/embedding.hpp"
 #include "modes.hpp"
 #include "parts.hpp"
-#include "scratch_names.hpp"
 
 #include <string>
 
@@ -86,7 +86,7 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch buffers (scratch_names.hpp; their sizes: tp/scratch.hpp, reserved by Mode3D).
+// Scratch buffers (buffer_names.hpp; their sizes: tp/buffers.hpp, reserved by Mode3D).
 using d3::kInput;
 using d3::kInputGrad;
 using d3::kOutput;
@@ -199,8 +199,8 @@ public:
                                   {(cube.a->rank() * cube.q + cube.b->rank()) * (bv_ / cube.q),
                                    cube.c->rank() * bh_},
                                   {bv_ / cube.q, bh_}, 0.02, 0, seed, vocab))),
-        wte_gathered_(cube.ws.matrix("cubelm::wte_gathered", bv_, bh_)),
-        wte_grad_(cube.ws.matrix("cubelm::wte_grad_gathered", bv_, bh_)) {
+        wte_gathered_(cube.ws.matrix(own::kWteGathered, bv_, bh_)),
+        wte_grad_(cube.ws.matrix(own::kWteGrad, bv_, bh_)) {
     const std::int64_t q = cube.q;
     Kokkos::deep_copy(wte_grad_, T(0));
     if (lookup_) {

@@ -13,13 +13,11 @@
 
 namespace cubelm::tp::detail {
 
-// Scratch buffers of the dispatch (Workspace::scratch), shared by the mode's MoE layers:
-// kExpertIn [R, H], the gathered expert inputs; kExpertGrad [R, H], the expert outputs'
-// gradient, then the inputs'; kHiddenGrad [Rr, F], the hidden layer's gradient, before and
-// after GELU; kReceived [Rr, H] (expert parallelism), the outputs of the rows run here,
-// then their gradient and the inputs' gradient.
-constexpr ScratchName kExpertIn = "moe/expert_in", kExpertGrad = "moe/expert_grad",
-                      kHiddenGrad = "moe/hidden_grad", kReceived = "moe/received";
+// Scratch buffers (buffer_names.hpp; described in tp/buffers.hpp).
+using moe::kExpertGrad;
+using moe::kExpertIn;
+using moe::kHiddenGrad;
+using moe::kReceived;
 
 template <class T>
 class LocalMoE final : public MoE<T> {

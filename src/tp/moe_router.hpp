@@ -10,9 +10,12 @@
 
 namespace cubelm::tp::detail {
 
-// The router's scratch buffers (Workspace::scratch), shared by the mode's MoE layers:
-// the router logits' gradient [N, E] and the gates' gradient [N, k].
-constexpr ScratchName kLogitGrad = "moe/logit_grad", kGateGrad = "moe/gate_grad";
+// The router's buffers (buffer_names.hpp; described in tp/buffers.hpp).
+using moe::kGateGrad;
+using moe::kKeys;
+using moe::kLogitGrad;
+using moe::kProbMeans;
+using moe::kRouterPartial;
 
 // The router and the routing: what both MoE feed-forwards (moe_dispatch.hpp) share. When the
 // micro-batch's tokens are shared out (`tensor`: the tensor-parallel ranks, each routing an equal
@@ -50,14 +53,16 @@ public:
     Param<T> router =
         make_param<T>(names.router, {h, e}, {0, 0}, {h, e}, sizes.std_dev, 0, sizes.seed);
     if (tensor != nullptr && tensor->size() > 1)
-      router_.emplace(Shared<T>::replicated(params, std::move(router), *tensor, tensor, ws));
+      router_.emplace(
+          Shared<T>::replicated(params, std::move(router), *tensor, tensor, ws, kRouterPartial));
     else if (etp_ != nullptr)
-      router_.emplace(Shared<T>::replicated(params, std::move(router), *etp_, nullptr, ws));
+      router_.emplace(
+          Shared<T>::replicated(params, std::move(router), *etp_, nullptr, ws, kRouterPartial));
     else
       router_.emplace(Shared<T>::owned(params, std::move(router)));
     capacity_ = moe_capacity(shape.capacity_factor, rows, shape.top_k, shape.experts);
-    keys_ = ws.tokens("cubelm::moe_keys", rows * shape.top_k);
-    means_ = ws.doubles("cubelm::moe_prob_means", e);
+    keys_ = ws.tokens(kKeys, rows * shape.top_k);
+    means_ = ws.doubles(kProbMeans, e);
     ws.reserve(kLogitGrad, rows * e);
     ws.reserve(kGateGrad, rows * shape.top_k);
   }

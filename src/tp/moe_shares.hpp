@@ -15,17 +15,14 @@
 
 namespace cubelm::tp::detail {
 
-// Scratch buffers of the wrappers (Workspace::scratch), shared by the mode's MoE layers:
-// kShareOut [N / p, H], this rank's share of the output (2d, 3d: then of the output's
-// gradient); kShareGrad [N / p, H], the gradient of its share of the input; kShareIn
-// [N / p, H] (2d, 3d), its share of the input; kExchange [R, H / c] (2d, 3d), blocks on
-// their way to or from the feature group; kGroupIn, kGroupOut, kGroupGrad [N, H] (expert
-// tensor parallelism): the tensor group's tokens, their partial output then the output's
-// gradient, the input's partial gradient.
-constexpr ScratchName kShareOut = "moe/share_out", kShareGrad = "moe/share_grad",
-                      kShareIn = "moe/share_in", kExchange = "moe/exchange",
-                      kGroupIn = "moe/group_in", kGroupOut = "moe/group_out",
-                      kGroupGrad = "moe/group_grad";
+// Scratch buffers of the wrappers (buffer_names.hpp; described in tp/buffers.hpp).
+using moe::kExchange;
+using moe::kGroupGrad;
+using moe::kGroupIn;
+using moe::kGroupOut;
+using moe::kShareGrad;
+using moe::kShareIn;
+using moe::kShareOut;
 
 // An MoE feed-forward that hands its rows, rearranged, to another (`inner_`), which keeps
 // the micro-batch's buffers.

@@ -6,13 +6,14 @@
 // keeps for each of its ends, and token selection. Internal to src/tp; the modes
 // themselves are described in docs/tensor-parallel.md.
 
+#include "buffer_names.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/kernels/elementwise.hpp"
 #include "cubelm/kernels/layernorm.hpp"
 #include "cubelm/kernels/loss.hpp"
 #include "cubelm/kernels/optim.hpp"
+#include "cubelm/tp/buffers.hpp"
 #include "cubelm/tp/mode.hpp"
-#include "cubelm/tp/scratch.hpp"
 #include "modes.hpp"
 
 #include <algorithm>
@@ -33,26 +34,27 @@ using kernels::Tokens;
 /// so that the buffers of the modes and of the MoE layers they hold never collide.
 using ScratchName = std::string_view;
 
-/// Buffers of a mode: persistent ones, and scratch buffers shared by all layers
-/// (each is sized at construction to the largest request).
+/// Buffers of a mode: those its parts keep (tp/buffers.hpp's "own" buffers, recorded by
+/// name so that the mode can compare them with their description), and scratch buffers
+/// shared by all layers (each is sized at construction to the largest request).
 template <class T>
 class Workspace {
 public:
-  Mat<T> matrix(const std::string& label, std::int64_t rows, std::int64_t cols) {
-    bytes_ += rows * cols * static_cast<std::int64_t>(sizeof(T));
-    return Mat<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), rows, cols);
+  Mat<T> matrix(ScratchName name, std::int64_t rows, std::int64_t cols) {
+    own(name, rows * cols, Holds::values);
+    return Mat<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label(name)), rows, cols);
   }
-  Vec<T> vector(const std::string& label, std::int64_t n) {
-    bytes_ += n * static_cast<std::int64_t>(sizeof(T));
-    return Vec<T>(label, n);
+  Vec<T> vector(ScratchName name, std::int64_t n) {
+    own(name, n, Holds::values);
+    return Vec<T>(label(name), n);
   }
-  Kokkos::View<double*, MemSpace> doubles(const std::string& label, std::int64_t n) {
-    bytes_ += n * static_cast<std::int64_t>(sizeof(double));
-    return Kokkos::View<double*, MemSpace>(label, n);
+  Kokkos::View<double*, MemSpace> doubles(ScratchName name, std::int64_t n) {
+    own(name, n, Holds::sums);
+    return Kokkos::View<double*, MemSpace>(label(name), n);
   }
-  Tokens tokens(const std::string& label, std::int64_t n) {
-    bytes_ += n * static_cast<std::int64_t>(sizeof(std::int32_t));
-    return Tokens(label, n);
+  Tokens tokens(ScratchName name, std::int64_t n) {
+    own(name, n, Holds::ids);
+    return Tokens(label(name), n);
   }
   /// Makes scratch buffer `name` hold at least `elements` (construction time only:
   /// views handed out earlier would dangle after a reallocation).
@@ -65,9 +67,9 @@ public:
           Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::scratch/" + std::string(name)),
           elements);
   }
-  /// Every request of a part (tp/scratch.hpp), at construction time as reserve().
-  void reserve_all(const ScratchRequests& requests) {
-    for (const ScratchRequest& r : requests)
+  /// Every request of a part (tp/buffers.hpp), at construction time as reserve().
+  void reserve_all(const Buffers& requests) {
+    for (const Buffer& r : requests)
       reserve(r.name, r.elements);
   }
   /// A rows x cols matrix over scratch buffer `name`.
@@ -80,14 +82,32 @@ public:
     return Mat<T>(it->second.data(), rows, cols);
   }
   std::int64_t bytes() const {
-    std::int64_t total = bytes_;
+    std::int64_t total = 0;
+    for (const auto& [name, b] : owned_)
+      total += bytes_of(b, static_cast<int>(sizeof(T)));
     for (const auto& [name, s] : scratch_)
       total += static_cast<std::int64_t>(s.extent(0) * sizeof(T));
     return total;
   }
+  /// What the parts allocated, summed by name.
+  const BufferSizes& owned() const { return owned_; }
+  /// The scratch buffers' sizes by name.
+  BufferSizes scratch_sizes() const {
+    BufferSizes sizes;
+    for (const auto& [name, s] : scratch_)
+      sizes.emplace(name, Buffer{name, static_cast<std::int64_t>(s.extent(0)), Holds::values});
+    return sizes;
+  }
 
 private:
-  std::int64_t bytes_ = 0;
+  static std::string label(ScratchName name) { return "cubelm::" + std::string(name); }
+  void own(ScratchName name, std::int64_t elements, Holds holds) {
+    Buffer& b = owned_.try_emplace(name, Buffer{name, 0, holds}).first->second;
+    CUBELM_ASSERT(b.holds == holds, "buffer " + std::string(name) + " allocated as two types");
+    b.elements += elements;
+  }
+
+  BufferSizes owned_; // names are the string constants of buffer_names.hpp and moe_*.hpp
   std::map<std::string, Vec<T>, std::less<>> scratch_;
 };
 
@@ -97,6 +117,14 @@ template <class T>
 class ModeBase : public Mode<T> {
 public:
   std::int64_t workspace_bytes() const final { return ws_.bytes(); }
+  void check_buffers(const StageParts& parts) const final {
+    const std::string owned =
+        compare_buffers(ws_.owned(), stage_owned_sizes(this->layout(), parts));
+    CUBELM_ASSERT(owned.empty(), std::string(this->name()) + " mode's own buffers: " + owned);
+    const std::string scratch =
+        compare_buffers(ws_.scratch_sizes(), stage_scratch_sizes(this->layout(), parts));
+    CUBELM_ASSERT(scratch.empty(), std::string(this->name()) + " mode's scratch: " + scratch);
+  }
 
 protected:
   explicit ModeBase(const comm::ProcessGrid& grid)
@@ -133,14 +161,15 @@ public:
     return Shared(&params.back());
   }
   static Shared replicated(Params<T>& params, Param<T> p, const comm::Group& replicas,
-                           const comm::Group* sum_over, Workspace<T>& ws) {
+                           const comm::Group* sum_over, Workspace<T>& ws,
+                           ScratchName partial = own::kPartial) {
     p.writer = replicas.rank() == 0;
     p.counted = replicas.rank() == 0;
     params.push_back(std::move(p));
     Shared s(&params.back());
     if (sum_over != nullptr && sum_over->size() > 1) {
       s.sum_ = sum_over;
-      s.partial_ = ws.vector("cubelm::partial_grad", s.p_->size());
+      s.partial_ = ws.vector(partial, s.p_->size());
     }
     return s;
   }
@@ -154,9 +183,9 @@ public:
         make_param<T>(name, {length}, {first + group.rank() * piece}, {piece}, 0, fill, seed));
     Shared s(&params.back());
     s.split_ = &group;
-    s.full_ = ws.vector("cubelm::gathered_vector", n);
-    s.partial_ = ws.vector("cubelm::partial_grad", n);
-    s.piece_ = ws.vector("cubelm::grad_piece", piece);
+    s.full_ = ws.vector(own::kGathered, n);
+    s.partial_ = ws.vector(own::kPartial, n);
+    s.piece_ = ws.vector(own::kPiece, piece);
     return s;
   }
 
@@ -214,7 +243,7 @@ public:
   SplitLayerNorm(Shared<T> gamma, Shared<T> beta, const comm::Group* stats, std::int64_t features,
                  std::int64_t rows, Workspace<T>& ws)
       : gamma_(gamma), beta_(beta), stats_(stats != nullptr && stats->size() > 1 ? stats : nullptr),
-        features_(features), rows_(rows), sums_(ws.matrix("cubelm::ln_sums", rows, 2)) {}
+        features_(features), rows_(rows), sums_(ws.matrix(own::kLnSums, rows, 2)) {}
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y,
                const Vec<T>& saved) override {
@@ -304,9 +333,9 @@ class VocabLoss {
 public:
   VocabLoss(const comm::Group* vocab, const comm::Group* rows, std::int64_t n, int tokens,
             Workspace<T>& ws)
-      : vocab_(vocab), rows_(rows), tokens_(tokens), targets_(ws.tokens("cubelm::targets", n)),
-        stats_(ws.matrix("cubelm::ce_stats", n, 2)), mx_(ws.vector("cubelm::ce_max", n)),
-        losses_(ws.vector("cubelm::losses", n)) {}
+      : vocab_(vocab), rows_(rows), tokens_(tokens), targets_(ws.tokens(own::kTargets, n)),
+        stats_(ws.matrix(own::kLossStats, n, 2)), mx_(ws.vector(own::kLossMax, n)),
+        losses_(ws.vector(own::kLosses, n)) {}
 
   double operator()(const ExecSpace& exec, const Mat<T>& logits, int first,
                     const std::vector<std::int32_t>& targets, T grad_scale) {
@@ -361,13 +390,13 @@ struct EmbeddingEnds {
     wpe.emplace(Shared<T>::replicated(
         params, make_param<T>("wpe", {seq, hidden}, {0, first}, {seq, cols}, 0.02, 0, seed),
         replicas, sum_over, ws));
-    tokens.emplace(ws.tokens("cubelm::tokens", ids));
+    tokens.emplace(ws.tokens(own::kTokens, ids));
   }
   /// The head end: logits [n, slice] and their loss (`vocab`, `rows`, `tokens` as in
   /// VocabLoss).
   void head(const comm::Group* vocab, const comm::Group* rows, std::int64_t n, std::int64_t slice,
             int tokens, Workspace<T>& ws) {
-    logits = ws.matrix("cubelm::logits", n, slice);
+    logits = ws.matrix(own::kLogits, n, slice);
     loss.emplace(vocab, rows, n, tokens, ws);
   }
 };

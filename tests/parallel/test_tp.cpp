@@ -354,6 +354,49 @@ TEST(TensorParallel, MemoryPerRankMatchesTheEstimate) {
     }
 }
 
+// Every model checks, as it is built, that its mode allocated the buffers tp/buffers.hpp
+// describes (the memory estimate's); here on the whole model, on a middle pipeline stage
+// (no embedding) and, on one rank, the 2d and 3d modes of one rank. A description of
+// another stage (one layer more) differs, and the check names the buffer.
+TEST(TensorParallel, ModesAllocateTheBuffersTheirDescriptionNames) {
+  std::vector<comm::Layout> all = layouts();
+  if (comm::Communicator::world().size() == 1) {
+    all.push_back(comm::Layout{1, 1, 1, TensorMode::d2});
+    all.push_back(comm::Layout{1, 1, 1, TensorMode::d3});
+  }
+  const ModelConfig c = tiny();
+  const int batch = 4;
+  for (const auto& layout : all)
+    for (const bool middle : {false, true}) {
+      SCOPED_TRACE(layout.describe() + (middle ? ", middle stage" : ", whole model"));
+      cost::StageLayout stage = cost::StageLayout::whole(c.layers);
+      if (middle) {
+        stage.chunks = {{1}};
+        stage.first = stage.last = false;
+      }
+      std::unique_ptr<model::GridModel<float>> m;
+      ASSERT_NO_THROW(m = std::make_unique<model::GridModel<float>>(
+                          c, batch, 5, layout, comm::Communicator::world(), stage));
+      const tp::StageParts other{
+          batch,        c.seq_len, c.seq_len, c.hidden, tp::padded_vocab(c, layout),
+          c.layers + 1, 0,         !middle,   !middle};
+      try {
+        m->mode->check_buffers(other);
+        ADD_FAILURE() << "a description of one layer more passed the check";
+      } catch (const InternalError& e) {
+        EXPECT_NE(std::string(e.what()).find("ln/sums: allocated"), std::string::npos) << e.what();
+      }
+    }
+  // A buffer on one side only is a difference too.
+  tp::BufferSizes a, d;
+  a.emplace("moe/keys", tp::Buffer{"moe/keys", 8, tp::Holds::ids});
+  EXPECT_EQ(tp::compare_buffers(a, d), "moe/keys: allocated 8 elements, described 0");
+  d.emplace("moe/keys", tp::Buffer{"moe/keys", 8, tp::Holds::ids});
+  EXPECT_EQ(tp::compare_buffers(a, d), "");
+  d.emplace("ln/sums", tp::Buffer{"ln/sums", 4});
+  EXPECT_EQ(tp::compare_buffers(a, d), "ln/sums: allocated 0 elements, described 4");
+}
+
 // Per-rank parameters: under 1D only LayerNorms, wpe and a few biases are replicated;
 // under 2D everything but wpe is split q^2 ways; under 3D the weights (wte and the
 // blocks' matrices) fall as 1/q^3 and the vectors and wpe as 1/q.

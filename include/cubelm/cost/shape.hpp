@@ -4,7 +4,7 @@
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/config.hpp"
-#include "cubelm/tp/scratch.hpp"
+#include "cubelm/tp/buffers.hpp"
 #include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
@@ -277,60 +277,46 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
 /// slot: (2c + 1) n ho of residual stream and c A (recomputation: (c + 1) n ho only), c the
 /// longest chunk, and on the last stage n ho + 2 n for ln_f; once: 2 n ho + 16 n hi + s of
 /// backward buffers, and with recomputation one A and 2 n ho to re-run a layer in. The
-/// mode's buffers: docs/tensor-parallel.md; its scratch buffers are tp/scratch.hpp's. With sequence
-/// parallelism (1d) the residual stream, the LayerNorm statistics and the layer's re-run inputs
-/// hold r = n / p rows (the LayerNorm outputs, the pair's inside and the head's input keep n), and
-/// the mode adds partial gradients of the replicated vectors and two scratch blocks.
+/// mode's buffers, its parts' own and its scratch, are tp/buffers.hpp's description (the
+/// runtime checks its allocations against it). With sequence parallelism (1d) the residual
+/// stream, the LayerNorm statistics and the layer's re-run inputs hold r = n / p rows (the
+/// LayerNorm outputs, the pair's inside and the head's input keep n).
 inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, int tp, int micro,
                                          const StageShape& stage, bool sequence_parallel = false) {
   const std::int64_t h = m.hidden, v = tp::padded_vocab(m, comm::Layout{1, 1, tp, mode}),
                      t = m.seq_len, tl = t / stage.cp; // tl: a sequence's tokens here
   const std::int64_t big_n = static_cast<std::int64_t>(micro) * tl;
-  const std::int64_t lns = 2 * stage.layers + (stage.last ? 1 : 0);
   const bool in = stage.first, out = stage.last;
   auto when = [](bool c, std::int64_t x) { return c ? x : std::int64_t(0); };
   // The mode's split of the activations (tp::activation_split): n rows inside a pair, r of
   // the residual stream, ho and hi columns, heads and whole sequences here.
   comm::Layout layout{1, 1, tp, mode};
   layout.sequence_parallel = sequence_parallel && tp > 1;
+  layout.ep = stage.ep;
+  layout.etp = stage.etp;
+  layout.cp = stage.cp;
   const tp::ActivationSplit split = tp::activation_split(layout);
   const std::int64_t n = big_n / split.sequences, r = n / split.stream_rows, ho = h / split.outer,
                      hi = h / split.inner, heads = m.heads / split.heads,
                      seqs = micro / split.sequences;
-  std::int64_t extra = 0;
-  // Vectors of a layer's linears: 9 H (bq, bk, bv, bo, b1, b2), 4 H in an MoE layer.
-  const std::int64_t biases = 9 * stage.layers - 5 * stage.moe_layers;
-  switch (mode) {
-  case TensorMode::d2: {
-    const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
-    const std::int64_t vectors = q > 1 ? 1 : 0; // vectors: gathered block, partial, piece
-    extra = lns * (2 * n + vectors * 2 * (2 * h / q + h / (q * q))) +
-            biases * vectors * (2 * h / q + h / (q * q)) + when(in, big_n) +
-            when(out, n * v / q + 5 * n);
-    break;
-  }
-  case TensorMode::d3: {
-    const std::int64_t q = comm::Layout{1, 1, tp, mode}.side();
-    const std::int64_t sum = q > 1 ? 1 : 0; // replicated vectors: a partial gradient
-    extra = lns * (2 * n + sum * 2 * h / q) + biases * sum * h / q +
-            when(in, sum * t * h / q + n * q) + 2 * (v / q) * (h / q) +
-            when(out, n * v / q + 5 * n);
-    break;
-  }
-  case TensorMode::none:
-  case TensorMode::d1: {
-    const bool sp = layout.sequence_parallel;
-    extra = lns * 2 * r + when(in, n) + when(out, 5 * n + n * v / tp);
-    if (sp) // gamma, beta and the row-parallel biases (an MoE layer has no b2): partial
-            // gradients
-      extra += lns * 2 * h + (2 * stage.layers - stage.moe_layers) * h;
-    break;
-  }
-  }
-  // The mode's scratch buffers, largest request per name over the stage's parts.
-  // (batch, positions, hidden, padded vocabulary, layers, MoE layers, first, last)
-  extra += tp::stage_scratch(
-      layout, tp::StageParts{micro, tl, h, v, stage.layers, stage.moe_layers, in, out});
+  // The mode's buffers (tp/buffers.hpp): each part's own (LayerNorm statistics, vectors'
+  // gathered blocks and partial gradients, the lookup's ids, the head's logits and loss
+  // rows) and the scratch shared by its parts, as the model builds them.
+  const tp::StageParts parts{micro,
+                             tl,
+                             t,
+                             h,
+                             v,
+                             stage.layers,
+                             stage.moe_layers,
+                             in,
+                             out,
+                             m.experts,
+                             m.top_k,
+                             m.capacity_factor};
+  std::int64_t extra = (tp::bytes_of(tp::stage_owned_sizes(layout, parts), 4) +
+                        tp::bytes_of(tp::stage_scratch_sizes(layout, parts), 4)) /
+                       4;
   // Attention saves its probabilities, s = seqs heads T^2, and keeps a workspace of 4 n hi
   // (the head-major q, k, v, o) and a scratch s; with context parallelism it saves the
   // log-sum-exp of its rows instead (seqs heads tl) and keeps the blocks of
@@ -345,31 +331,19 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
                                               : 4 * n * hi + scores;
   const std::int64_t layer = 2 * n * ho + 16 * n * hi + scores + 4 * r;
   const std::int64_t c = stage.longest;
-  // MoE feed-forwards (the nm tokens a rank routes, of h features): a layer's saved
+  // MoE feed-forwards (the nr tokens a rank routes, of h features): a layer's saved
   // routing and expert activations (kernels::MoeSaved: probabilities, choices, gates,
   // slots, the R rows of this rank's pairs and their outputs, the Rr rows its experts run
   // on with their hidden layer, GELU and tanh (and, with expert parallelism, their inputs),
-  // offsets and load fractions) replace the MLP's hidden, GELU and tanh (12 n hi); the mode
-  // adds each layer's sort keys and probability means (doubles: 2 elements each) and scratch
-  // shared by the layers. Rr = R without expert parallelism (tp::moe_received_rows).
-  // Under tensor parallelism each rank holds a share of nm = N / p of the tokens, and adds
-  // its share's buffers: 1d its output (without sequence parallelism) and input gradient;
-  // 2d and 3d its input, output and input gradient, and the blocks exchanged over the
-  // feature group. It routes its share (nr = nm) and adds each MoE layer's router gradient,
-  // summed over the tensor ranks; or with expert tensor parallelism it routes the group's
-  // nr = N tokens through experts of f = 4 H / p hidden features (4 H without), gathered
-  // into three buffers of N rows (input, output, input gradient) but under 1d without
-  // sequence parallelism, where its rows are those N tokens.
+  // offsets and load fractions) replace the MLP's hidden, GELU and tanh (12 n hi). Rr = R
+  // without expert parallelism (tp::moe_received_rows). Under tensor parallelism each rank
+  // routes its share, nr = N / p of the tokens, or with expert tensor parallelism the
+  // group's nr = N tokens through experts of f = 4 H / p hidden features (4 H without).
+  // The MoE layers' buffers of the mode are tp/buffers.hpp's (in `extra`).
   const std::int64_t mlp = 12 * n * hi, e = m.experts, k = m.top_k;
-  const bool moe_here = stage.moe_layers > 0;
-  const std::int64_t shared = tp > 1 && moe_here ? 1 : 0, nm = shared ? big_n / tp : n;
-  const std::int64_t sliced = shared && stage.etp > 1 ? 1 : 0;
-  const std::int64_t nr = sliced ? big_n : nm, f = 4 * h / (sliced ? tp : 1);
-  const bool blocks = mode == TensorMode::d2 || mode == TensorMode::d3;
-  // 1d without sequence parallelism and with expert tensor parallelism: the replicated
-  // rows are routed directly, no share and no gathered buffers.
-  const std::int64_t direct = sliced && !blocks && !sequence_parallel ? 1 : 0;
-  const std::int64_t share_buffers = direct ? 0 : blocks ? 4 : sequence_parallel ? 1 : 2;
+  const bool moe_here = stage.moe_layers > 0, shared = tp > 1 && moe_here;
+  const bool sliced = shared && stage.etp > 1;
+  const std::int64_t nr = sliced ? big_n : shared ? big_n / tp : n, f = 4 * h / (sliced ? tp : 1);
   const std::int64_t rows = moe_here ? tp::moe_rows(m.capacity_factor, nr, m.top_k, m.experts) : 0;
   const std::int64_t got =
       moe_here ? tp::moe_received_rows(m.capacity_factor, nr, m.top_k, m.experts, stage.ep) : 0;
@@ -380,10 +354,6 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   const std::int64_t acts = c * (layer - mlp) + mlp_acts * mlp + stage.moe_acts * saved;
   const std::int64_t redo =
       layer - when(stage.layers == stage.moe_layers, mlp) + when(stage.moe_layers > 0, saved);
-  if (stage.moe_layers > 0)
-    extra += stage.moe_layers * (nr * k + 2 * e) + 2 * rows * h + got * (f + moved * h) + nr * e +
-             nr * k + shared * ((1 - sliced) * stage.moe_layers * h * e + share_buffers * nm * h) +
-             sliced * (1 - direct) * 3 * nr * h;
   const std::int64_t per_slot = (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + acts) +
                                 when(out, n * ho + 2 * r);
   const std::int64_t once = n * ho + r * ho + 12 * n * hi + attention_once +

@@ -1,55 +1,111 @@
 #pragma once
 /// \file
-/// \brief The scratch buffers of the tensor modes, described once and without Kokkos.
+/// \brief The buffers of the tensor modes, described once and without Kokkos.
 ///
 /// Each part a mode builds on a rank (a linear, a LayerNorm, the embedding's lookup and
-/// head) asks for scratch buffers by name ("2d/act", "3d/weight_block", ...). A name is
-/// one buffer shared by every part of the mode on the rank, sized to the largest request
-/// (tp::Mode's workspace). The modes reserve exactly these requests; the memory estimate
-/// (cost/shape.hpp) takes the largest request per name over the parts of a stage, which
-/// stage_scratch() enumerates as the model builds them. The MoE layers' own scratch
-/// ("moe/...") is not described here.
+/// head) asks for two kinds of buffers by name:
+///  - scratch ("2d/act", "3d/weight_block", ...): one buffer shared by every part of the
+///    mode on the rank, sized to the largest request (tp::Mode's workspace). The modes
+///    reserve exactly these requests;
+///  - its own ("ln/sums", "vector/partial", "head/logits", ...): each part keeps a set,
+///    allocated when the mode builds it. After building a stage the model compares what
+///    the mode allocated with stage_owned_sizes() (tp::Mode::check_buffers), name by name, so
+///    that the description cannot drift from the runtime for any layout a run uses.
+/// The memory estimate (cost/shape.hpp) sums the same descriptions: stage_scratch_sizes() and
+/// stage_owned_sizes() enumerate a stage's parts as the model builds them.
 
 #include "cubelm/comm/layout.hpp"
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace cubelm::tp {
 
-/// \brief One scratch buffer a part asks for: `elements` of the model's element type.
-struct ScratchRequest {
+/// \brief What a buffer's elements are: values of the model's element type, token ids
+/// (32-bit integers) or sums kept in double precision.
+enum class Holds { values, ids, sums };
+
+/// \brief One buffer a part asks for: `elements` of what it `holds`.
+struct Buffer {
   std::string_view name;
   std::int64_t elements = 0;
+  Holds holds = Holds::values;
 };
-using ScratchRequests = std::vector<ScratchRequest>;
+using Buffers = std::vector<Buffer>;
 
 /// \brief A linear of `in` x `out` features over `rows` rows (as tp::Mode::linear gets
 /// them); `second`: the second linear of a pair (Role::second).
-ScratchRequests linear_scratch(const comm::Layout& layout, std::int64_t in, std::int64_t out,
-                               std::int64_t rows, bool second);
+Buffers linear_scratch(const comm::Layout& layout, std::int64_t in, std::int64_t out,
+                       std::int64_t rows, bool second);
 /// \brief A LayerNorm of `features` over `rows` rows (tp::Mode::layernorm).
-ScratchRequests layernorm_scratch(const comm::Layout& layout, std::int64_t features,
-                                  std::int64_t rows);
+Buffers layernorm_scratch(const comm::Layout& layout, std::int64_t features, std::int64_t rows);
 /// \brief The embedding (tp::Mode::embedding) of `batch` sequences of `positions` tokens
 /// here, `hidden` features and a `padded` vocabulary, with its lookup and/or its head.
-ScratchRequests embedding_scratch(const comm::Layout& layout, bool lookup, bool head, int batch,
-                                  std::int64_t positions, std::int64_t hidden, std::int64_t padded);
+Buffers embedding_scratch(const comm::Layout& layout, bool lookup, bool head, int batch,
+                          std::int64_t positions, std::int64_t hidden, std::int64_t padded);
+
+/// \brief The buffers a linear keeps for its `biases` biases of `out` features each
+/// (their gathered blocks and partial gradients, by the mode's sharing of vectors).
+Buffers linear_owned(const comm::Layout& layout, std::int64_t out, int biases, bool second);
+/// \brief A LayerNorm's: its backward row sums and its gamma's and beta's buffers.
+Buffers layernorm_owned(const comm::Layout& layout, std::int64_t features, std::int64_t rows);
+/// \brief The embedding's (arguments as embedding_scratch; `seq_len` tokens of a whole
+/// sequence, wpe's rows): the lookup's token ids and wpe's partial gradient, the head's
+/// logits and cross-entropy rows, and the gathered blocks of wte that the 3d mode keeps for
+/// either end.
+Buffers embedding_owned(const comm::Layout& layout, bool lookup, bool head, int batch,
+                        std::int64_t positions, std::int64_t seq_len, std::int64_t hidden,
+                        std::int64_t padded);
+
+/// \brief An MoE feed-forward (tp::Mode::moe) over the mode's `rows` rows of a micro-batch,
+/// `hidden` features wide.
+struct MoeParts {
+  std::int64_t rows = 0, hidden = 0;
+  int experts = 2, top_k = 2;
+  double capacity_factor = 0; ///< 0: dropless
+};
+/// \brief Its scratch, as the layout arranges it (src/tp/moe.cpp): the router's and
+/// dispatch's over the rows it routes (its share of the tensor group's, or the group's
+/// with expert tensor parallelism), and the buffers of the wrapper that shares the rows.
+Buffers moe_scratch(const comm::Layout& layout, const MoeParts& moe);
+/// \brief Its own: the router's sort keys and probability means, and its partial
+/// gradient when the tensor ranks share the router.
+Buffers moe_owned(const comm::Layout& layout, const MoeParts& moe);
 
 /// \brief The parts of one pipeline stage, as the model builds them: per layer ln1, qkv
-/// (H -> H, first), proj (H -> H, second), ln2 and, in `layers - moe_layers` dense layers,
-/// fc1 (H -> 4H, first) and fc2 (4H -> H, second); ln_f and the head on the last stage,
-/// the lookup on the first.
+/// (three H -> H, first), proj (H -> H, second), ln2 and, in `layers - moe_layers` dense
+/// layers, fc1 (H -> 4H, first) and fc2 (4H -> H, second), in the others an MoE
+/// feed-forward; ln_f and the head on the last stage, the lookup on the first.
 struct StageParts {
   int batch = 1;              ///< sequences per micro-batch
   std::int64_t positions = 1; ///< tokens of each sequence here
+  std::int64_t seq_len = 1;   ///< tokens of a whole sequence (context parallelism: cp x positions)
   std::int64_t hidden = 1;
   std::int64_t padded_vocab = 1;
   int layers = 0, moe_layers = 0;
   bool first = true, last = true;
+  int experts = 2, top_k = 2; ///< of the MoE layers
+  double capacity_factor = 0; ///< of the MoE layers (0: dropless)
 };
-/// \brief Elements of the stage's scratch: the largest request per name, summed.
-std::int64_t stage_scratch(const comm::Layout& layout, const StageParts& parts);
+
+/// \brief A stage's buffers by name: the largest request per scratch name, or the sum of
+/// every part's own buffers of a name.
+using BufferSizes = std::map<std::string_view, Buffer>;
+BufferSizes stage_scratch_sizes(const comm::Layout& layout, const StageParts& parts);
+BufferSizes stage_owned_sizes(const comm::Layout& layout, const StageParts& parts);
+
+/// \brief "" when `allocated` and `described` hold the same buffers, else the first
+/// difference: "<name>: allocated N elements, described M".
+std::string compare_buffers(const BufferSizes& allocated, const BufferSizes& described);
+
+/// \brief Bytes of `b` with values of `value_bytes` each.
+inline std::int64_t bytes_of(const Buffer& b, int value_bytes) {
+  return b.elements * (b.holds == Holds::values ? value_bytes : b.holds == Holds::ids ? 4 : 8);
+}
+/// \brief Bytes of all of `sizes`, values of `value_bytes` each.
+std::int64_t bytes_of(const BufferSizes& sizes, int value_bytes);
 
 } // namespace cubelm::tp

@@ -21,6 +21,7 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/kernels/embedding.hpp"
 #include "cubelm/kernels/moe.hpp"
+#include "cubelm/tp/buffers.hpp"
 #include "cubelm/tp/param.hpp"
 #include "cubelm/tp/shapes.hpp"
 
@@ -194,6 +195,10 @@ public:
   /// \brief Bytes of the buffers the mode's layers allocated (saved statistics, gathered
   /// blocks, logits, scratch shared by all layers).
   virtual std::int64_t workspace_bytes() const = 0;
+  /// \brief Compares the buffers the mode's parts allocated and reserved with their
+  /// description (tp/buffers.hpp) for a stage of `parts`, name by name, and throws
+  /// InternalError naming the first that differs.
+  virtual void check_buffers(const StageParts& parts) const = 0;
   /// \brief The counters every collective of the grid's groups adds to.
   const comm::TrafficCounters& traffic() const { return *traffic_; }
 
