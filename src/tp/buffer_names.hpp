@@ -73,4 +73,17 @@ constexpr std::string_view kKeys = "moe/keys", kProbMeans = "moe/prob_means",
                            kRouterPartial = "moe/router_partial";
 } // namespace moe
 
+// Context-parallel attention (tp::ContextAttention), shared by a stage's layers: this
+// rank's key and value chunks and their reduced gradients [4, n, chunk, d]; every rank's
+// and their gradients [4 cp, n, chunk, d]; one query chunk's q, output, partial output,
+// output gradient and q gradient [n, chunk, d]; its scores and their gradient [n, chunk,
+// chunk]; a partial log-sum-exp and the backward's row sums [n, chunk]. n: sequences x
+// heads here.
+namespace cp {
+constexpr std::string_view kKv = "cp/kv", kKvAll = "cp/kv_all", kDkvAll = "cp/dkv_all",
+                           kDkv = "cp/dkv", kQ = "cp/q", kOut = "cp/out", kPart = "cp/part",
+                           kDout = "cp/dout", kDq = "cp/dq", kScores = "cp/scores",
+                           kDscores = "cp/dscores", kPartLse = "cp/part_lse", kDelta = "cp/delta";
+} // namespace cp
+
 } // namespace cubelm::tp::detail

@@ -249,6 +249,25 @@ Buffers moe_owned(const comm::Layout& layout, const MoeParts& m) {
   return out;
 }
 
+Buffers context_attention_buffers(int cp, int sequences, int heads, int local, int head_dim) {
+  using namespace detail::cp;
+  const std::int64_t n = static_cast<std::int64_t>(sequences) * heads, chunk = local / 2,
+                     block = n * chunk * head_dim;
+  return {{kKv, 4 * block},
+          {kKvAll, 4LL * cp * block},
+          {kDkvAll, 4LL * cp * block},
+          {kDkv, 4 * block},
+          {kQ, block},
+          {kOut, block},
+          {kPart, block},
+          {kDout, block},
+          {kDq, block},
+          {kScores, n * chunk * chunk},
+          {kDscores, n * chunk * chunk},
+          {kPartLse, n * chunk},
+          {kDelta, n * chunk}};
+}
+
 namespace {
 
 // The parts of a stage as the model builds them: add(scratch, owned, count) for each kind
@@ -319,6 +338,13 @@ std::string compare_buffers(const BufferSizes& allocated, const BufferSizes& des
   };
   const std::string first = check(allocated);
   return first.empty() ? check(described) : first;
+}
+
+std::int64_t bytes_of(const Buffers& buffers, int value_bytes) {
+  std::int64_t total = 0;
+  for (const Buffer& b : buffers)
+    total += bytes_of(b, value_bytes);
+  return total;
 }
 
 std::int64_t bytes_of(const BufferSizes& sizes, int value_bytes) {

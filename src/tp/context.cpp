@@ -4,23 +4,31 @@
 
 #include "cubelm/core/error.hpp"
 #include "cubelm/kernels/attention_blocks.hpp"
+#include "cubelm/tp/buffers.hpp"
+
+#include "buffer_names.hpp"
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace cubelm::tp {
 
 namespace {
-template <class T>
-kernels::Batch<T> batch(const char* label, std::int64_t n, std::int64_t rows, std::int64_t cols) {
-  return kernels::Batch<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n,
-                           rows, cols);
+std::string label(std::string_view name) {
+  return "cubelm::" + std::string(name);
 }
 template <class T>
-kernels::Tensor4<T> blocks(const char* label, std::int64_t count, std::int64_t n, std::int64_t rows,
-                           std::int64_t cols) {
-  return kernels::Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)),
-                             count, n, rows, cols);
+kernels::Batch<T> batch(std::string_view name, std::int64_t n, std::int64_t rows,
+                        std::int64_t cols) {
+  return kernels::Batch<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label(name)), n, rows,
+                           cols);
+}
+template <class T>
+kernels::Tensor4<T> blocks(std::string_view name, std::int64_t count, std::int64_t n,
+                           std::int64_t rows, std::int64_t cols) {
+  return kernels::Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label(name)), count, n,
+                             rows, cols);
 }
 } // namespace
 
@@ -32,24 +40,48 @@ ContextAttention<T>::ContextAttention(const comm::Group& group, int sequences, i
   CUBELM_ASSERT(local % 2 == 0 && local > 0,
                 "context parallelism holds 2 equal chunks of each sequence per rank, got " +
                     std::to_string(local) + " tokens");
-  mine_ = blocks<T>("cubelm::cp_kv", 4, n_, chunk_, d_);
-  all_ = blocks<T>("cubelm::cp_kv_all", 4LL * cp_, n_, chunk_, d_);
-  dall_ = blocks<T>("cubelm::cp_dkv_all", 4LL * cp_, n_, chunk_, d_);
-  dmine_ = blocks<T>("cubelm::cp_dkv", 4, n_, chunk_, d_);
-  q_ = batch<T>("cubelm::cp_q", n_, chunk_, d_);
-  o_ = batch<T>("cubelm::cp_out", n_, chunk_, d_);
-  part_ = batch<T>("cubelm::cp_part", n_, chunk_, d_);
-  dout_ = batch<T>("cubelm::cp_dout", n_, chunk_, d_);
-  dq_ = batch<T>("cubelm::cp_dq", n_, chunk_, d_);
-  scores_ = batch<T>("cubelm::cp_scores", n_, chunk_, chunk_);
-  dscores_ = batch<T>("cubelm::cp_dscores", n_, chunk_, chunk_);
-  part_lse_ = kernels::Mat<T>("cubelm::cp_part_lse", n_, chunk_);
-  delta_ = kernels::Mat<T>("cubelm::cp_delta", n_, chunk_);
+  using namespace detail::cp;
+  mine_ = blocks<T>(kKv, 4, n_, chunk_, d_);
+  all_ = blocks<T>(kKvAll, 4LL * cp_, n_, chunk_, d_);
+  dall_ = blocks<T>(kDkvAll, 4LL * cp_, n_, chunk_, d_);
+  dmine_ = blocks<T>(kDkv, 4, n_, chunk_, d_);
+  q_ = batch<T>(kQ, n_, chunk_, d_);
+  o_ = batch<T>(kOut, n_, chunk_, d_);
+  part_ = batch<T>(kPart, n_, chunk_, d_);
+  dout_ = batch<T>(kDout, n_, chunk_, d_);
+  dq_ = batch<T>(kDq, n_, chunk_, d_);
+  scores_ = batch<T>(kScores, n_, chunk_, chunk_);
+  dscores_ = batch<T>(kDscores, n_, chunk_, chunk_);
+  part_lse_ = kernels::Mat<T>(label(kPartLse), n_, chunk_);
+  delta_ = kernels::Mat<T>(label(kDelta), n_, chunk_);
+  // What was allocated is what the memory estimate reads (tp/buffers.hpp).
+  BufferSizes allocated;
+  auto add = [&](std::string_view name, std::size_t span) {
+    allocated.emplace(name, Buffer{name, static_cast<std::int64_t>(span)});
+  };
+  add(kKv, mine_.span());
+  add(kKvAll, all_.span());
+  add(kDkvAll, dall_.span());
+  add(kDkv, dmine_.span());
+  add(kQ, q_.span());
+  add(kOut, o_.span());
+  add(kPart, part_.span());
+  add(kDout, dout_.span());
+  add(kDq, dq_.span());
+  add(kScores, scores_.span());
+  add(kDscores, dscores_.span());
+  add(kPartLse, part_lse_.span());
+  add(kDelta, delta_.span());
+  BufferSizes described;
+  for (const Buffer& b : context_attention_buffers(cp_, sequences, heads, local, head_dim))
+    described.emplace(b.name, b);
+  const std::string differs = compare_buffers(allocated, described);
+  CUBELM_ASSERT(differs.empty(), "context-parallel attention's buffers: " + differs);
 }
 
 template <class T>
 kernels::Batch<T> ContextAttention<T>::make_saved() const {
-  return batch<T>("cubelm::cp_lse", 2, n_, chunk_);
+  return batch<T>("cp/lse", 2, n_, chunk_);
 }
 
 template <class T>

@@ -320,15 +320,16 @@ inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, 
   // Attention saves its probabilities, s = seqs heads T^2, and keeps a workspace of 4 n hi
   // (the head-major q, k, v, o) and a scratch s; with context parallelism it saves the
   // log-sum-exp of its rows instead (seqs heads tl) and keeps the blocks of
-  // tp::ContextAttention: its two chunks' keys and values and their gradients (2 n hi
-  // each), every rank's and their gradients (2 cp n hi each), five query-chunk blocks
-  // (n hi / 2 each), two chunk-by-chunk score blocks and two rows of statistics.
+  // tp::ContextAttention (tp/buffers.hpp; it checks its allocations against them).
   const bool context = stage.cp > 1;
   const std::int64_t scores = context ? seqs * heads * tl : seqs * heads * t * t;
-  const std::int64_t attention_once = context ? (4 + 4 * stage.cp) * n * hi + 5 * n * hi / 2 +
-                                                    2 * seqs * heads * (tl / 2) * (tl / 2) +
-                                                    seqs * heads * tl
-                                              : 4 * n * hi + scores;
+  const std::int64_t attention_once =
+      context ? tp::bytes_of(tp::context_attention_buffers(
+                                 stage.cp, static_cast<int>(seqs), static_cast<int>(heads),
+                                 static_cast<int>(tl), static_cast<int>(hi / heads)),
+                             4) /
+                    4
+              : 4 * n * hi + scores;
   const std::int64_t layer = 2 * n * ho + 16 * n * hi + scores + 4 * r;
   const std::int64_t c = stage.longest;
   // MoE feed-forwards (the nr tokens a rank routes, of h features): a layer's saved

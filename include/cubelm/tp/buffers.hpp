@@ -75,6 +75,12 @@ Buffers moe_scratch(const comm::Layout& layout, const MoeParts& moe);
 /// gradient when the tensor ranks share the router.
 Buffers moe_owned(const comm::Layout& layout, const MoeParts& moe);
 
+/// \brief The buffers context-parallel attention (tp::ContextAttention) shares between a
+/// stage's layers, on one of `cp` ranks holding `local` tokens of each of `sequences`
+/// sequences, `heads` heads of `head_dim` here: key and value chunks (this rank's, every
+/// rank's, their gradients), one query chunk's blocks, its scores and row statistics.
+Buffers context_attention_buffers(int cp, int sequences, int heads, int local, int head_dim);
+
 /// \brief The parts of one pipeline stage, as the model builds them: per layer ln1, qkv
 /// (three H -> H, first), proj (H -> H, second), ln2 and, in `layers - moe_layers` dense
 /// layers, fc1 (H -> 4H, first) and fc2 (4H -> H, second), in the others an MoE
@@ -107,5 +113,6 @@ inline std::int64_t bytes_of(const Buffer& b, int value_bytes) {
 }
 /// \brief Bytes of all of `sizes`, values of `value_bytes` each.
 std::int64_t bytes_of(const BufferSizes& sizes, int value_bytes);
+std::int64_t bytes_of(const Buffers& buffers, int value_bytes);
 
 } // namespace cubelm::tp

@@ -24,7 +24,9 @@ namespace cubelm::tp {
 
 /// \brief The attention of one rank of a context-parallel group, for micro-batches of
 /// `sequences` sequences of which it holds `local` tokens each, `heads` heads of `head_dim`.
-/// Its buffers are shared by every layer; what a pass saves lives in `saved` (make_saved).
+/// Its buffers are shared by every layer (tp::context_attention_buffers describes them, and
+/// the constructor checks what it allocated against that); what a pass saves lives in
+/// `saved` (make_saved).
 template <class T>
 class ContextAttention {
 public:
