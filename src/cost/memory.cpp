@@ -1,5 +1,6 @@
 #include "cubelm/cost/memory.hpp"
 
+#include "cubelm/cost/activations.hpp"
 #include "cubelm/cost/buckets.hpp"
 
 #include <algorithm>
@@ -32,31 +33,7 @@ Memory estimate_memory(const Deck& deck, int stage) {
 Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int s) {
   const ParallelConfig& par = deck.parallel;
   const StageLayout layout = stage_layout(plan, s, par.recompute == Recompute::full);
-  StageShape shape;
-  for (const auto& chunk : layout.chunks)
-    shape.layers += static_cast<int>(chunk.size());
-  shape.longest = layout.longest();
-  shape.slots = layout.slots;
-  shape.recompute = layout.recompute;
-  shape.first = layout.first;
-  shape.last = layout.last;
-  // Activation position i serves the i-th layer of every chunk: MoE buffers when one of
-  // them is an MoE layer, the MLP's when one of them is dense (ShardedGPT::make_acts).
-  shape.mlp_acts = 0;
-  for (int i = 0; i < shape.longest; ++i) {
-    bool moe = false, mlp = false;
-    for (const auto& chunk : layout.chunks)
-      if (i < static_cast<int>(chunk.size()))
-        (deck.model.moe_layer(chunk[static_cast<std::size_t>(i)]) ? moe : mlp) = true;
-    shape.moe_acts += moe ? 1 : 0;
-    shape.mlp_acts += mlp ? 1 : 0;
-  }
-  for (const auto& chunk : layout.chunks)
-    for (const int l : chunk)
-      shape.moe_layers += deck.model.moe_layer(l) ? 1 : 0;
-  shape.ep = par.expert_size;
-  shape.etp = par.expert_tensor_size;
-  shape.cp = par.context_size;
+  const StageShape shape = stage_shape(deck.model, layout, comm::layout_of(par));
   const std::int64_t params =
       parameters_per_rank(deck.model, par.tensor_mode, par.tensor_size, shape);
   Memory mem;
@@ -78,8 +55,7 @@ Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int s)
     }
   }
   mem.optimizer = 4 * (2 * moments + pieces);
-  mem.activations = 4 * activations_per_rank(deck.model, par.tensor_mode, par.tensor_size,
-                                             deck.micro_batch(), shape, par.sequence_parallel);
+  mem.activations = activation_bytes(deck.model, comm::layout_of(par), deck.micro_batch(), shape);
   return mem;
 }
 

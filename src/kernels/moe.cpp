@@ -10,6 +10,7 @@
 #include "ranges.hpp"
 
 #include <string>
+#include <type_traits>
 
 namespace cubelm::kernels {
 
@@ -26,20 +27,20 @@ MoeSaved<T> MoeSaved<T>::make(std::int64_t n, int experts, int k, std::int64_t r
                               std::int64_t received) {
   MoeSaved s;
   const std::int64_t run = peers > 1 ? received : rows;
-  s.probs = matrix<T>("cubelm::moe_probs", n, experts);
-  s.choice = IntMat("cubelm::moe_choice", n, k);
-  s.gate = matrix<T>("cubelm::moe_gate", n, k);
-  s.slot = IntMat("cubelm::moe_slot", n, k);
-  s.pairs = IntVec("cubelm::moe_pairs", rows);
-  s.offsets = IntVec("cubelm::moe_offsets", experts + 1);
-  s.fraction = Vec<T>("cubelm::moe_fraction", experts);
-  s.h = matrix<T>("cubelm::moe_h", run, ffn);
-  s.g = matrix<T>("cubelm::moe_g", run, ffn);
-  s.th = matrix<T>("cubelm::moe_gelu_tanh", run, ffn);
-  s.out = matrix<T>("cubelm::moe_out", rows, hidden);
+  s.probs = matrix<T>("cubelm::moe/probs", n, experts);
+  s.choice = IntMat("cubelm::moe/choice", n, k);
+  s.gate = matrix<T>("cubelm::moe/gate", n, k);
+  s.slot = IntMat("cubelm::moe/slot", n, k);
+  s.pairs = IntVec("cubelm::moe/pairs", rows);
+  s.offsets = IntVec("cubelm::moe/offsets", experts + 1);
+  s.fraction = Vec<T>("cubelm::moe/fraction", experts);
+  s.h = matrix<T>("cubelm::moe/h", run, ffn);
+  s.g = matrix<T>("cubelm::moe/g", run, ffn);
+  s.th = matrix<T>("cubelm::moe/gelu_tanh", run, ffn);
+  s.out = matrix<T>("cubelm::moe/out", rows, hidden);
   s.host_offsets = Kokkos::View<int*, Kokkos::HostSpace>("cubelm::moe_host_offsets", experts + 1);
   if (peers > 1) {
-    s.xr = matrix<T>("cubelm::moe_received", received, hidden);
+    s.xr = matrix<T>("cubelm::moe/inputs", received, hidden);
     s.host_received = Kokkos::View<int*, Kokkos::HostSpace>("cubelm::moe_host_received", experts);
   }
   return s;
@@ -47,11 +48,12 @@ MoeSaved<T> MoeSaved<T>::make(std::int64_t n, int experts, int k, std::int64_t r
 
 template <class T>
 std::int64_t MoeSaved<T>::bytes() const {
-  const auto sz = static_cast<std::int64_t>(sizeof(T)), si = static_cast<std::int64_t>(sizeof(int));
-  auto span = [](const auto& v) { return static_cast<std::int64_t>(v.span()); };
-  return sz * (span(probs) + span(gate) + span(fraction) + span(h) + span(g) + span(th) +
-               span(out) + span(xr)) +
-         si * (span(choice) + span(slot) + span(pairs) + span(offsets));
+  std::int64_t total = 0;
+  for_each_buffer([&](const auto& v) {
+    total += static_cast<std::int64_t>(v.span() *
+                                       sizeof(typename std::decay_t<decltype(v)>::value_type));
+  });
+  return total;
 }
 
 template <class T>
@@ -111,7 +113,7 @@ void moe_dispatch(const ExecSpace& exec, const IntMat& choice, std::int64_t capa
   const double pairs_total = static_cast<double>(n * k);
   // Few experts: one work item adds up the kept rows of each.
   Kokkos::parallel_for(
-      "cubelm::moe_offsets", Range(exec, 0, 1), KOKKOS_LAMBDA(const std::int64_t) {
+      "cubelm::moe/offsets", Range(exec, 0, 1), KOKKOS_LAMBDA(const std::int64_t) {
         offsets(0) = 0;
         for (int e = 0; e < experts; ++e) {
           const std::int64_t count = starts(e + 1) - starts(e);

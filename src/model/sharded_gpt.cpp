@@ -1,6 +1,7 @@
 #include "cubelm/model/sharded_gpt.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/activations.hpp"
 #include "cubelm/kernels/elementwise.hpp"
 #include "cubelm/kernels/optim.hpp"
 
@@ -9,8 +10,11 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 namespace cubelm::model {
+
+namespace act = cost::act;
 
 // A layer's modules (parameters live in params_).
 template <class T>
@@ -44,29 +48,33 @@ struct ShardedGPT<T>::SlotBuffers {
 };
 
 namespace {
-template <class T>
-Mat<T> matrix(const char* label, std::int64_t rows, std::int64_t cols) {
-  return Mat<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows, cols);
+// The activation buffers are labelled "cubelm::<name>" with the names of cost/activations.hpp.
+std::string label(std::string_view name) {
+  return "cubelm::" + std::string(name);
 }
 template <class T>
-Vec<T> vector(const char* label, std::int64_t n) {
-  return Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n);
+Mat<T> matrix(std::string_view name, std::int64_t rows, std::int64_t cols) {
+  return Mat<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label(name)), rows, cols);
+}
+template <class T>
+Vec<T> vector(std::string_view name, std::int64_t n) {
+  return Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label(name)), n);
 }
 } // namespace
 
 template <class T>
 typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts(bool mlp, bool moe) const {
   Acts a;
-  a.ln1_out = matrix<T>("cubelm::ln1", rows_, outer_);
-  a.ln2_out = matrix<T>("cubelm::ln2", rows_, outer_);
-  a.q = matrix<T>("cubelm::q", rows_, inner_);
-  a.k = matrix<T>("cubelm::k", rows_, inner_);
-  a.v = matrix<T>("cubelm::v", rows_, inner_);
-  a.att = matrix<T>("cubelm::att", rows_, inner_);
+  a.ln1_out = matrix<T>(act::kLn1, rows_, outer_);
+  a.ln2_out = matrix<T>(act::kLn2, rows_, outer_);
+  a.q = matrix<T>(act::kQ, rows_, inner_);
+  a.k = matrix<T>(act::kK, rows_, inner_);
+  a.v = matrix<T>(act::kV, rows_, inner_);
+  a.att = matrix<T>(act::kAtt, rows_, inner_);
   if (mlp) {
-    a.h = matrix<T>("cubelm::h", rows_, ffn_);
-    a.g = matrix<T>("cubelm::g", rows_, ffn_);
-    a.th = matrix<T>("cubelm::gelu_tanh", rows_, ffn_);
+    a.h = matrix<T>(act::kHidden, rows_, ffn_);
+    a.g = matrix<T>(act::kGelu, rows_, ffn_);
+    a.th = matrix<T>(act::kTanh, rows_, ffn_);
   }
   if (moe) {
     for (const auto& y : layers_)
@@ -75,13 +83,13 @@ typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts(bool mlp, bool moe) const 
         break;
       }
   }
-  a.ln1 = vector<T>("cubelm::ln1_stats", 2 * stream_rows_);
-  a.ln2 = vector<T>("cubelm::ln2_stats", 2 * stream_rows_);
+  a.ln1 = vector<T>(act::kLn1Stats, 2 * stream_rows_);
+  a.ln2 = vector<T>(act::kLn2Stats, 2 * stream_rows_);
   if (context_)
     a.lse = context_->make_saved();
   else
-    a.probs =
-        kernels::Tensor4<T>("cubelm::probs", sequences_, heads_, config_.seq_len, config_.seq_len);
+    a.probs = kernels::Tensor4<T>(label(act::kProbs), sequences_, heads_, config_.seq_len,
+                                  config_.seq_len);
   return a;
 }
 
@@ -171,38 +179,90 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
     auto slot = std::make_unique<SlotBuffers>();
     const int states = stage_.recompute ? c + 1 : 2 * c + 1;
     for (int i = 0; i < states; ++i)
-      slot->stream.push_back(matrix<T>("cubelm::stream", stream_rows_, outer_));
+      slot->stream.push_back(matrix<T>(act::kStream, stream_rows_, outer_));
     if (!stage_.recompute)
       for (std::size_t i = 0; i < static_cast<std::size_t>(c); ++i)
         slot->acts.push_back(make_acts(mlp_at[i], moe_at[i]));
     if (stage_.last) {
-      slot->lnf_out = matrix<T>("cubelm::ln_f", rows_, outer_);
-      slot->lnf = vector<T>("cubelm::ln_f_stats", 2 * stream_rows_);
+      slot->lnf_out = matrix<T>(act::kLnf, rows_, outer_);
+      slot->lnf = vector<T>(act::kLnfStats, 2 * stream_rows_);
     }
     slots_.push_back(std::move(slot));
   }
   if (stage_.recompute && c > 0) {
     redo_ = std::make_unique<Acts>(make_acts(any_mlp, any_moe));
-    redo_x1_ = matrix<T>("cubelm::redo_x1", stream_rows_, outer_);
-    redo_x2_ = matrix<T>("cubelm::redo_x2", stream_rows_, outer_);
+    redo_x1_ = matrix<T>(act::kRedoX1, stream_rows_, outer_);
+    redo_x2_ = matrix<T>(act::kRedoX2, stream_rows_, outer_);
   }
   if (any_moe) {
     aux_ = Kokkos::View<double*, MemSpace>("cubelm::aux_loss", 1);
     aux_host_ = Kokkos::create_mirror_view(aux_);
   }
-  d_outer_ = matrix<T>("cubelm::d_outer", rows_, outer_);
-  dx_ = matrix<T>("cubelm::dx", stream_rows_, outer_);
-  dq_ = matrix<T>("cubelm::dq", rows_, inner_);
-  dk_ = matrix<T>("cubelm::dk", rows_, inner_);
-  dv_ = matrix<T>("cubelm::dv", rows_, inner_);
-  da_ = matrix<T>("cubelm::da", rows_, inner_);
-  dh_ = matrix<T>("cubelm::dh", rows_, ffn_);
-  dg_ = matrix<T>("cubelm::dg", rows_, ffn_);
+  d_outer_ = matrix<T>(act::kDOuter, rows_, outer_);
+  dx_ = matrix<T>(act::kDx, stream_rows_, outer_);
+  dq_ = matrix<T>(act::kDq, rows_, inner_);
+  dk_ = matrix<T>(act::kDk, rows_, inner_);
+  dv_ = matrix<T>(act::kDv, rows_, inner_);
+  da_ = matrix<T>(act::kDa, rows_, inner_);
+  dh_ = matrix<T>(act::kDh, rows_, ffn_);
+  dg_ = matrix<T>(act::kDg, rows_, ffn_);
   if (!context_) {
-    dscratch_ = kernels::Tensor4<T>("cubelm::dscores", sequences_, heads_, S, S);
+    dscratch_ = kernels::Tensor4<T>(label(act::kDScores), sequences_, heads_, S, S);
     work_ = kernels::AttentionWorkspace<T>(sequences_, heads_, config.seq_len,
                                            static_cast<int>(inner_ / heads_));
   }
+  check_buffers();
+}
+
+template <class T>
+void ShardedGPT<T>::check_buffers() {
+  auto add = [&](const auto& view) {
+    using Value = typename std::decay_t<decltype(view)>::value_type;
+    const std::string name = view.label();
+    const std::string_view prefix = "cubelm::";
+    if (view.span() == 0)
+      return;
+    CUBELM_ASSERT(name.compare(0, prefix.size(), prefix) == 0,
+                  "an activation buffer without a cubelm label: '" + name + "'");
+    const std::string_view key = *buffer_names_.insert(name.substr(prefix.size())).first;
+    const tp::Holds holds = std::is_integral_v<Value> ? tp::Holds::ids
+                            : std::is_same_v<Value, double> && !std::is_same_v<T, double>
+                                ? tp::Holds::sums
+                                : tp::Holds::values;
+    buffers_.try_emplace(key, tp::Buffer{key, 0, holds}).first->second.elements +=
+        static_cast<std::int64_t>(view.span());
+  };
+  auto add_acts = [&](const Acts& a) {
+    for (const Mat<T>* m : {&a.ln1_out, &a.q, &a.k, &a.v, &a.att, &a.ln2_out, &a.h, &a.g, &a.th})
+      add(*m);
+    add(a.ln1);
+    add(a.ln2);
+    add(a.probs);
+    add(a.lse);
+    a.moe.for_each_buffer(add);
+  };
+  for (const auto& slot : slots_) {
+    for (const auto& m : slot->stream)
+      add(m);
+    for (const auto& a : slot->acts)
+      add_acts(a);
+    add(slot->lnf_out);
+    add(slot->lnf);
+  }
+  if (redo_) {
+    add_acts(*redo_);
+    add(redo_x1_);
+    add(redo_x2_);
+  }
+  for (const Mat<T>* m : {&d_outer_, &dx_, &dq_, &dk_, &dv_, &da_, &dh_, &dg_})
+    add(*m);
+  add(dscratch_);
+  for (const auto* w : {&work_.q, &work_.k, &work_.v, &work_.o})
+    add(*w);
+  const std::string differs = tp::compare_buffers(
+      buffers_, cost::stage_activations(config_, mode_.layout(), batch_,
+                                        cost::stage_shape(config_, stage_, mode_.layout())));
+  CUBELM_ASSERT(differs.empty(), "the stage's activation buffers: " + differs);
 }
 
 template <class T>
@@ -224,39 +284,8 @@ cost::Memory ShardedGPT<T>::memory() const {
     mem.parameters += p.size() * static_cast<std::int64_t>(sizeof(T));
     mem.gradients += p.size() * static_cast<std::int64_t>(sizeof(T));
   }
-  std::int64_t elements = 0, moe_bytes = 0;
-  auto add = [&](const auto& view) { elements += static_cast<std::int64_t>(view.span()); };
-  auto add_acts = [&](const Acts& a) {
-    for (const Mat<T>* m : {&a.ln1_out, &a.q, &a.k, &a.v, &a.att, &a.ln2_out, &a.h, &a.g, &a.th})
-      add(*m);
-    add(a.ln1);
-    add(a.ln2);
-    add(a.probs);
-    add(a.lse);
-    moe_bytes += a.moe.bytes();
-  };
-  for (const auto& s : slots_) {
-    for (const auto& m : s->stream)
-      add(m);
-    for (const auto& a : s->acts)
-      add_acts(a);
-    add(s->lnf_out);
-    add(s->lnf);
-  }
-  if (redo_) {
-    add_acts(*redo_);
-    add(redo_x1_);
-    add(redo_x2_);
-  }
-  for (const Mat<T>* m : {&d_outer_, &dx_, &dq_, &dk_, &dv_, &da_, &dh_, &dg_})
-    add(*m);
-  add(dscratch_);
-  add(work_.q);
-  add(work_.k);
-  add(work_.v);
-  add(work_.o);
-  mem.activations = elements * static_cast<std::int64_t>(sizeof(T)) + moe_bytes +
-                    mode_.workspace_bytes() + (context_ ? context_->bytes() : 0);
+  mem.activations = tp::bytes_of(buffers_, static_cast<int>(sizeof(T))) + mode_.workspace_bytes() +
+                    (context_ ? context_->bytes() : 0);
   return mem;
 }
 
@@ -306,7 +335,7 @@ Mat<T> ShardedGPT<T>::replace_input(int slot, Mat<T> buffer) {
   CUBELM_ASSERT(slot >= 0 && slot < stage_.slots, "activation slot out of range");
   Mat<T>& front = slots_[static_cast<std::size_t>(slot)]->stream.front();
   if (buffer.data() == nullptr)
-    buffer = matrix<T>("cubelm::stream", stream_rows_, outer_);
+    buffer = matrix<T>(act::kStream, stream_rows_, outer_);
   CUBELM_ASSERT(buffer.extent(0) == front.extent(0) && buffer.extent(1) == front.extent(1),
                 "an input buffer of another shape");
   std::swap(front, buffer);

@@ -71,6 +71,15 @@ constexpr std::string_view kLogitGrad = "moe/logit_grad", kGateGrad = "moe/gate_
                            kGroupGrad = "moe/group_grad";
 constexpr std::string_view kKeys = "moe/keys", kProbMeans = "moe/prob_means",
                            kRouterPartial = "moe/router_partial";
+// What a layer saves of a micro-batch (kernels::MoeSaved, whose labels spell these names):
+// router probabilities [N, E], choices, gates and slots [N, k], each expert row's pair [R],
+// the experts' row offsets [E + 1], load fractions [E], the hidden layer, GELU and its tanh
+// [Rr, F], the outputs of this rank's pairs [R, H] and, with expert parallelism, the rows
+// received for its experts [Rr, H].
+constexpr std::string_view kProbs = "moe/probs", kChoice = "moe/choice", kGate = "moe/gate",
+                           kSlot = "moe/slot", kPairs = "moe/pairs", kOffsets = "moe/offsets",
+                           kFraction = "moe/fraction", kHidden = "moe/h", kGelu = "moe/g",
+                           kTanh = "moe/gelu_tanh", kOut = "moe/out", kInputs = "moe/inputs";
 } // namespace moe
 
 // Context-parallel attention (tp::ContextAttention), shared by a stage's layers: this
@@ -84,6 +93,8 @@ constexpr std::string_view kKv = "cp/kv", kKvAll = "cp/kv_all", kDkvAll = "cp/dk
                            kDkv = "cp/dkv", kQ = "cp/q", kOut = "cp/out", kPart = "cp/part",
                            kDout = "cp/dout", kDq = "cp/dq", kScores = "cp/scores",
                            kDscores = "cp/dscores", kPartLse = "cp/part_lse", kDelta = "cp/delta";
+// What a layer saves of a micro-batch: the log-sum-exp of its query rows [2, n, chunk].
+constexpr std::string_view kLse = "cp/lse";
 } // namespace cp
 
 } // namespace cubelm::tp::detail

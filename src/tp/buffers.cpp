@@ -249,6 +249,35 @@ Buffers moe_owned(const comm::Layout& layout, const MoeParts& m) {
   return out;
 }
 
+Buffers moe_saved(const comm::Layout& layout, const MoeParts& m) {
+  using namespace detail::moe;
+  const MoeArrangement a = arrange(layout, m);
+  const std::int64_t rows = moe_rows(m.capacity_factor, a.routed, m.top_k, m.experts), n = a.routed,
+                     pairs = n * m.top_k;
+  // With expert parallelism the experts here run on the rows they receive, else on all.
+  const bool moved = layout.ep > 1;
+  const std::int64_t run =
+      moved ? moe_received_rows(m.capacity_factor, a.routed, m.top_k, m.experts, layout.ep) : rows;
+  Buffers out{{kProbs, n * m.experts},
+              {kChoice, pairs, Holds::ids},
+              {kGate, pairs},
+              {kSlot, pairs, Holds::ids},
+              {kPairs, rows, Holds::ids},
+              {kOffsets, m.experts + 1, Holds::ids},
+              {kFraction, m.experts},
+              {kHidden, run * a.ffn},
+              {kGelu, run * a.ffn},
+              {kTanh, run * a.ffn},
+              {kOut, rows * m.hidden}};
+  if (moved)
+    out.push_back({kInputs, run * m.hidden});
+  return out;
+}
+
+Buffers context_attention_saved(int sequences, int heads, int local) {
+  return {{detail::cp::kLse, static_cast<std::int64_t>(sequences) * heads * local}};
+}
+
 Buffers context_attention_buffers(int cp, int sequences, int heads, int local, int head_dim) {
   using namespace detail::cp;
   const std::int64_t n = static_cast<std::int64_t>(sequences) * heads, chunk = local / 2,

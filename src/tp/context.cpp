@@ -81,7 +81,7 @@ ContextAttention<T>::ContextAttention(const comm::Group& group, int sequences, i
 
 template <class T>
 kernels::Batch<T> ContextAttention<T>::make_saved() const {
-  return batch<T>("cp/lse", 2, n_, chunk_);
+  return batch<T>(detail::cp::kLse, 2, n_, chunk_);
 }
 
 template <class T>

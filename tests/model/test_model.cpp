@@ -1,6 +1,7 @@
 // The whole GPT in double precision: every parameter gradient against central
 // finite differences of the mean loss; initialisation rules of docs/model.md.
 
+#include "cubelm/cost/activations.hpp"
 #include "cubelm/cost/shape.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 
@@ -203,4 +204,48 @@ TEST(Model, ChunksAndRecomputationKeepTheGradients) {
     expect_same(gradients(other.model), expected);
   }
   EXPECT_LT(Alone(c, 2, redo).model.memory().activations, ref.model.memory().activations);
+}
+
+// Every stage checks, as it is built, that it allocated the activation buffers that
+// cost/activations.hpp describes; here stages of each kind: chunks and slots, recomputation,
+// no embedding or no head, an MoE layer and a dense one at the same position of two chunks.
+// Their memory is the estimate's. The description of another stage differs, and names the
+// buffer.
+TEST(Model, StagesAllocateTheActivationBuffersTheirDescriptionNames) {
+  ModelConfig c = tiny();
+  c.layers = 4;
+  c.experts = 4;
+  c.top_k = 2;
+  c.moe_every = 2; // layers 1 and 3
+  const int batch = 2;
+  StageLayout whole = StageLayout::whole(c.layers);
+  StageLayout chunks; // position 0: layers 0 (dense) and 3 (MoE); position 1: layer 1 (MoE)
+  chunks.chunks = {{0, 1}, {3}};
+  chunks.slots = 3;
+  chunks.last = false;
+  StageLayout redo = chunks;
+  redo.recompute = true;
+  redo.first = false;
+  redo.last = true;
+  StageLayout middle;
+  middle.chunks = {{1, 2}};
+  middle.first = middle.last = false;
+  middle.slots = 2;
+  const comm::Layout one;
+  for (const StageLayout& s : {whole, chunks, redo, middle}) {
+    SCOPED_TRACE(std::to_string(s.chunks.size()) + " chunk(s), " + std::to_string(s.slots) +
+                 " slot(s)" + (s.recompute ? ", recompute" : "") + (s.first ? ", first" : "") +
+                 (s.last ? ", last" : ""));
+    std::unique_ptr<Alone> a;
+    ASSERT_NO_THROW(a = std::make_unique<Alone>(c, batch, s));
+    StageShape shape = stage_shape(c, s, one);
+    EXPECT_EQ(
+        tp::compare_buffers(a->model.activation_buffers(), stage_activations(c, one, batch, shape)),
+        "");
+    EXPECT_EQ(a->model.memory().activations, activation_bytes(c, one, batch, shape, 8));
+    shape.last = !shape.last;
+    const std::string differs =
+        tp::compare_buffers(a->model.activation_buffers(), stage_activations(c, one, batch, shape));
+    EXPECT_EQ(differs.rfind("ln_f: allocated ", 0), 0u) << differs;
+  }
 }

@@ -4,7 +4,6 @@
 
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/config.hpp"
-#include "cubelm/tp/buffers.hpp"
 #include "cubelm/tp/shapes.hpp"
 
 #include <algorithm>
@@ -265,106 +264,6 @@ inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, i
 /// \brief The same for the whole model on one stage.
 inline std::int64_t parameters_per_rank(const ModelConfig& m, TensorMode mode, int tp) {
   return parameters_per_rank(m, mode, tp, StageShape::whole(m));
-}
-
-/// \brief Activation elements on one rank of `stage` for micro-batches of `micro`
-/// sequences: the model's saved activations and backward buffers, and the mode's own
-/// buffers (logits and cross-entropy rows, gathered blocks, scratch shared by all layers).
-/// N = micro T tokens; each rank holds n = N / tp_rows of them (1d: n = N, 2d: N / q,
-/// 3d: N / q^2), ho / hi the local columns of the residual stream and of the inside of a
-/// pair, s = (micro / tp_rows) (heads / split) T^2 attention scores. A layer's saved
-/// activations are A = 2 n ho + 16 n hi + s + 4 n (with the LayerNorm statistics). Per
-/// slot: (2c + 1) n ho of residual stream and c A (recomputation: (c + 1) n ho only), c the
-/// longest chunk, and on the last stage n ho + 2 n for ln_f; once: 2 n ho + 16 n hi + s of
-/// backward buffers, and with recomputation one A and 2 n ho to re-run a layer in. The
-/// mode's buffers, its parts' own and its scratch, are tp/buffers.hpp's description (the
-/// runtime checks its allocations against it). With sequence parallelism (1d) the residual
-/// stream, the LayerNorm statistics and the layer's re-run inputs hold r = n / p rows (the
-/// LayerNorm outputs, the pair's inside and the head's input keep n).
-inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, int tp, int micro,
-                                         const StageShape& stage, bool sequence_parallel = false) {
-  const std::int64_t h = m.hidden, v = tp::padded_vocab(m, comm::Layout{1, 1, tp, mode}),
-                     t = m.seq_len, tl = t / stage.cp; // tl: a sequence's tokens here
-  const std::int64_t big_n = static_cast<std::int64_t>(micro) * tl;
-  const bool in = stage.first, out = stage.last;
-  auto when = [](bool c, std::int64_t x) { return c ? x : std::int64_t(0); };
-  // The mode's split of the activations (tp::activation_split): n rows inside a pair, r of
-  // the residual stream, ho and hi columns, heads and whole sequences here.
-  comm::Layout layout{1, 1, tp, mode};
-  layout.sequence_parallel = sequence_parallel && tp > 1;
-  layout.ep = stage.ep;
-  layout.etp = stage.etp;
-  layout.cp = stage.cp;
-  const tp::ActivationSplit split = tp::activation_split(layout);
-  const std::int64_t n = big_n / split.sequences, r = n / split.stream_rows, ho = h / split.outer,
-                     hi = h / split.inner, heads = m.heads / split.heads,
-                     seqs = micro / split.sequences;
-  // The mode's buffers (tp/buffers.hpp): each part's own (LayerNorm statistics, vectors'
-  // gathered blocks and partial gradients, the lookup's ids, the head's logits and loss
-  // rows) and the scratch shared by its parts, as the model builds them.
-  const tp::StageParts parts{micro,
-                             tl,
-                             t,
-                             h,
-                             v,
-                             stage.layers,
-                             stage.moe_layers,
-                             in,
-                             out,
-                             m.experts,
-                             m.top_k,
-                             m.capacity_factor};
-  std::int64_t extra = (tp::bytes_of(tp::stage_owned_sizes(layout, parts), 4) +
-                        tp::bytes_of(tp::stage_scratch_sizes(layout, parts), 4)) /
-                       4;
-  // Attention saves its probabilities, s = seqs heads T^2, and keeps a workspace of 4 n hi
-  // (the head-major q, k, v, o) and a scratch s; with context parallelism it saves the
-  // log-sum-exp of its rows instead (seqs heads tl) and keeps the blocks of
-  // tp::ContextAttention (tp/buffers.hpp; it checks its allocations against them).
-  const bool context = stage.cp > 1;
-  const std::int64_t scores = context ? seqs * heads * tl : seqs * heads * t * t;
-  const std::int64_t attention_once =
-      context ? tp::bytes_of(tp::context_attention_buffers(
-                                 stage.cp, static_cast<int>(seqs), static_cast<int>(heads),
-                                 static_cast<int>(tl), static_cast<int>(hi / heads)),
-                             4) /
-                    4
-              : 4 * n * hi + scores;
-  const std::int64_t layer = 2 * n * ho + 16 * n * hi + scores + 4 * r;
-  const std::int64_t c = stage.longest;
-  // MoE feed-forwards (the nr tokens a rank routes, of h features): a layer's saved
-  // routing and expert activations (kernels::MoeSaved: probabilities, choices, gates,
-  // slots, the R rows of this rank's pairs and their outputs, the Rr rows its experts run
-  // on with their hidden layer, GELU and tanh (and, with expert parallelism, their inputs),
-  // offsets and load fractions) replace the MLP's hidden, GELU and tanh (12 n hi). Rr = R
-  // without expert parallelism (tp::moe_received_rows). Under tensor parallelism each rank
-  // routes its share, nr = N / p of the tokens, or with expert tensor parallelism the
-  // group's nr = N tokens through experts of f = 4 H / p hidden features (4 H without).
-  // The MoE layers' buffers of the mode are tp/buffers.hpp's (in `extra`).
-  const std::int64_t mlp = 12 * n * hi, e = m.experts, k = m.top_k;
-  const bool moe_here = stage.moe_layers > 0, shared = tp > 1 && moe_here;
-  const bool sliced = shared && stage.etp > 1;
-  const std::int64_t nr = sliced ? big_n : shared ? big_n / tp : n, f = 4 * h / (sliced ? tp : 1);
-  const std::int64_t rows = moe_here ? tp::moe_rows(m.capacity_factor, nr, m.top_k, m.experts) : 0;
-  const std::int64_t got =
-      moe_here ? tp::moe_received_rows(m.capacity_factor, nr, m.top_k, m.experts, stage.ep) : 0;
-  const std::int64_t moved = stage.ep > 1 ? 1 : 0; // expert parallelism: inputs received
-  const std::int64_t saved =
-      nr * e + 3 * nr * k + rows * (1 + h) + got * (3 * f + moved * h) + 2 * e + 1;
-  const std::int64_t mlp_acts = stage.mlp_acts < 0 ? c : stage.mlp_acts;
-  const std::int64_t acts = c * (layer - mlp) + mlp_acts * mlp + stage.moe_acts * saved;
-  const std::int64_t redo =
-      layer - when(stage.layers == stage.moe_layers, mlp) + when(stage.moe_layers > 0, saved);
-  const std::int64_t per_slot = (stage.recompute ? (c + 1) * r * ho : (2 * c + 1) * r * ho + acts) +
-                                when(out, n * ho + 2 * r);
-  const std::int64_t once = n * ho + r * ho + 12 * n * hi + attention_once +
-                            when(stage.recompute && c > 0, redo + 2 * r * ho);
-  return stage.slots * per_slot + once + extra;
-}
-
-/// \brief The same for the whole model on one stage, one slot.
-inline std::int64_t activations_per_rank(const ModelConfig& m, TensorMode mode, int tp, int micro) {
-  return activations_per_rank(m, mode, tp, micro, StageShape::whole(m));
 }
 
 } // namespace cubelm::cost

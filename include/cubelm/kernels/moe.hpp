@@ -48,6 +48,23 @@ struct MoeSaved {
                        std::int64_t ffn, int peers = 1, std::int64_t received = 0);
   /// \brief Device bytes of the buffers.
   std::int64_t bytes() const;
+  /// \brief Calls `f(view)` for each device buffer (labelled "cubelm::moe/<name>", the names of
+  /// tp::moe_saved), not the host copies of the counts.
+  template <class F>
+  void for_each_buffer(F&& f) const {
+    f(probs);
+    f(choice);
+    f(gate);
+    f(slot);
+    f(pairs);
+    f(offsets);
+    f(fraction);
+    f(h);
+    f(g);
+    f(th);
+    f(out);
+    f(xr);
+  }
 };
 
 /// \brief probs[n,:] = softmax(probs[n,:]) in place (the router logits on entry); choice[n,:]

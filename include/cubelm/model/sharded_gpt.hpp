@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,10 @@ public:
                           const std::vector<std::int32_t>& targets, double grad_scale);
   void zero_grad();
 
+  /// \brief The activation buffers this stage allocated, by name (cost/activations.hpp: the
+  /// constructor checks them against cost::stage_activations).
+  const tp::BufferSizes& activation_buffers() const { return buffers_; }
+
   /// \brief The load-balancing loss of the MoE layers (docs/model.md) that the forwards
   /// since the last call added up: the sum over micro-batches and MoE layers of N x aux
   /// (N the micro-batch's tokens this rank routes), so that divided by the tokens of the
@@ -111,6 +116,9 @@ private:
                       double grad_scale);
   // mlp: the dense MLP's buffers; moe: an MoE layer's (after the layers are made)
   Acts make_acts(bool mlp, bool moe) const;
+  // Records the activation buffers allocated (buffers_) and compares them with
+  // cost::stage_activations.
+  void check_buffers();
   Layer& layer(int id);
   int chunk_length(int chunk) const;
   // The tokens of `ids` (the whole micro-batch) that this rank holds: `ids` itself, or
@@ -145,6 +153,9 @@ private:
   // local token ids of the micro-batch being run.
   std::unique_ptr<tp::ContextAttention<T>> context_;
   std::vector<std::int32_t> local_inputs_, local_targets_;
+  // The activation buffers allocated, by name (cost/activations.hpp; the names' storage).
+  tp::BufferSizes buffers_;
+  std::set<std::string, std::less<>> buffer_names_;
   // CUBELM_CHECK_COLLECTIVES: each piece's collectives against tp/collectives.hpp.
   std::unique_ptr<detail::CollectiveCheck> check_;
 };
