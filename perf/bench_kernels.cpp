@@ -18,6 +18,7 @@
 #include "cubelm/kernels/layernorm.hpp"
 #include "cubelm/kernels/loss.hpp"
 #include "cubelm/kernels/optim.hpp"
+#include "cubelm/tp/attention.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -244,6 +245,40 @@ void BM_AttentionBackward(benchmark::State& state) {
   flops(state, 8.0 * g_batch * kHeads * static_cast<double>(kSeq) * kSeq * d);
 }
 
+// The model's attention (tp::BlockAttention on one rank: blocks of 128 tokens, partial
+// results merged by their log-sum-exp, probabilities recomputed in the backward), with
+// the FLOPs counted as above, so that its rate compares with the stored attention's.
+void BM_BlockAttentionForward(benchmark::State& state) {
+  const int d = kHidden / kHeads;
+  const Mat q = filled("q", rows(), kHidden), kk = filled("k", rows(), kHidden),
+            v = filled("v", rows(), kHidden), out("out", rows(), kHidden);
+  const cubelm::tp::BlockAttention<float> attention(nullptr, g_batch, kHeads, kSeq, d);
+  const k::Batch<float> saved = attention.make_saved();
+  const ExecSpace exec;
+  for (auto _ : state) {
+    attention.forward(exec, q, kk, v, saved, out);
+    exec.fence();
+  }
+  flops(state, 4.0 * g_batch * kHeads * static_cast<double>(kSeq) * kSeq * d);
+}
+
+void BM_BlockAttentionBackward(benchmark::State& state) {
+  const int d = kHidden / kHeads;
+  const Mat q = filled("q", rows(), kHidden), kk = filled("k", rows(), kHidden),
+            v = filled("v", rows(), kHidden), out("out", rows(), kHidden),
+            dout = filled("dout", rows(), kHidden), dq("dq", rows(), kHidden),
+            dk("dk", rows(), kHidden), dv("dv", rows(), kHidden);
+  const cubelm::tp::BlockAttention<float> attention(nullptr, g_batch, kHeads, kSeq, d);
+  const k::Batch<float> saved = attention.make_saved();
+  const ExecSpace exec;
+  attention.forward(exec, q, kk, v, saved, out);
+  for (auto _ : state) {
+    attention.backward(exec, q, kk, v, out, saved, dout, dq, dk, dv);
+    exec.fence();
+  }
+  flops(state, 8.0 * g_batch * kHeads * static_cast<double>(kSeq) * kSeq * d);
+}
+
 // -------------------------------------------------------------- embedding --
 
 void BM_EmbeddingForward(benchmark::State& state) {
@@ -321,6 +356,8 @@ BENCHMARK(BM_GeluForward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GeluBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionForward)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionBackward)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BlockAttentionForward)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BlockAttentionBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EmbeddingForward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EmbeddingBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Optimizer)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -22,21 +22,20 @@ import time
 
 # Kernels that every dense training step launches (LayerNorm, attention, GELU, the
 # loss and AdamW): a rename in src/kernels must be made here too, which the check of
-# the sources below reports. A tuple is one of its names: attention runs by (sequence,
-# head) pair on CPUs and in separate passes (batched products, softmax rows) on GPUs;
-# the loss in one kernel where a rank holds the whole vocabulary, in three otherwise.
+# the sources below reports. A tuple is one of its names: the loss runs in one kernel
+# where a rank holds the whole vocabulary, in three otherwise. Attention runs on blocks
+# of the sequence (softmax rows of a block pair between batched products).
 REQUIRED = [
     "cubelm::layernorm_normalize",
-    ("cubelm::attention_pairs", "cubelm::attention_softmax"),
-    ("cubelm::attention_pairs_backward", "cubelm::attention_softmax_backward"),
+    "cubelm::attention_block_softmax",
+    "cubelm::attention_block_softmax_backward",
     "cubelm::gelu_forward",
     ("cubelm::cross_entropy_rows", "cubelm::vocab_cross_entropy"),
     "cubelm::adamw_chunks",
 ]
 # The regions around the products (src/kernels/gemm_detail.hpp): BLAS is no kernel.
-# The batched products' region where attention takes the separate passes.
-REQUIRED_REGIONS = ["cubelm::gemm"]
-PASSES_REGION = "cubelm::gemm_batched"
+# The batched products' region: attention's block products.
+REQUIRED_REGIONS = ["cubelm::gemm", "cubelm::gemm_batched"]
 
 
 def alternatives(entry):
@@ -133,7 +132,7 @@ def main():
         fail(f"kernels {unknown} are not labels of src/ (names garbled?)")
 
     regions = {r["name"]: r for r in figures["regions"] if r["kind"] == "region"}
-    for name in REQUIRED_REGIONS + ([PASSES_REGION] if "cubelm::attention_softmax" in names else []):
+    for name in REQUIRED_REGIONS:
         if name not in regions or regions[name]["calls"] <= 0:
             fail(f"no region {name}; the JSON has {sorted(regions)}")
 

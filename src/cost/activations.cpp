@@ -67,7 +67,6 @@ tp::BufferSizes stage_activations(const ModelConfig& m, const comm::Layout& give
                      r = n / split.stream_rows, ho = h / split.outer, hi = h / split.inner,
                      f = 4 * h / split.inner, heads = m.heads / split.heads,
                      seqs = micro / split.sequences;
-  const bool context = stage.cp > 1;
   tp::BufferSizes sizes;
   auto add = [&](const tp::Buffer& b, std::int64_t count) {
     if (count > 0 && b.elements > 0)
@@ -90,12 +89,9 @@ tp::BufferSizes stage_activations(const ModelConfig& m, const comm::Layout& give
     if (moe_here)
       for (const tp::Buffer& b : tp::moe_saved(layout, moe))
         add(b, count);
-    if (context)
-      for (const tp::Buffer& b : tp::context_attention_saved(
-               static_cast<int>(seqs), static_cast<int>(heads), static_cast<int>(tl)))
-        add(b, count);
-    else
-      add({kProbs, seqs * heads * t * t}, count);
+    for (const tp::Buffer& b : tp::attention_saved(stage.cp, static_cast<int>(seqs),
+                                                   static_cast<int>(heads), static_cast<int>(tl)))
+      add(b, count);
   };
   const std::int64_t c = stage.longest, slots = stage.slots;
   const std::int64_t mlp_acts = stage.mlp_acts < 0 ? c : stage.mlp_acts;
@@ -116,7 +112,8 @@ tp::BufferSizes stage_activations(const ModelConfig& m, const comm::Layout& give
   }
   // Recomputation: one layer's activations to re-run any layer of the stage in.
   if (stage.recompute && c > 0) {
-    layer(stage.moe_layers<stage.layers, stage.moe_layers> 0, 1);
+    const bool any_dense = stage.moe_layers<stage.layers, any_moe = stage.moe_layers> 0;
+    layer(any_dense, any_moe, 1);
     add({kRedoX1, r * ho}, 1);
     add({kRedoX2, r * ho}, 1);
   }
@@ -127,11 +124,6 @@ tp::BufferSizes stage_activations(const ModelConfig& m, const comm::Layout& give
     add({name, n * hi}, 1);
   for (const auto& name : {kDh, kDg})
     add({name, n * f}, 1);
-  if (!context) {
-    add({kDScores, seqs * heads * t * t}, 1);
-    for (const auto& name : {kAttnQ, kAttnK, kAttnV, kAttnO})
-      add({name, n * hi}, 1);
-  }
   return sizes;
 }
 
@@ -142,14 +134,12 @@ std::int64_t activation_bytes(const ModelConfig& m, const comm::Layout& given, i
   std::int64_t bytes = tp::bytes_of(stage_activations(m, layout, micro, stage), value_bytes) +
                        tp::bytes_of(tp::stage_owned_sizes(layout, parts), value_bytes) +
                        tp::bytes_of(tp::stage_scratch_sizes(layout, parts), value_bytes);
-  if (stage.cp > 1) {
-    const tp::ActivationSplit split = tp::activation_split(layout);
-    const std::int64_t hi = m.hidden / split.inner, heads = m.heads / split.heads;
-    bytes += tp::bytes_of(tp::context_attention_buffers(
-                              stage.cp, micro / split.sequences, static_cast<int>(heads),
-                              static_cast<int>(parts.positions), static_cast<int>(hi / heads)),
-                          value_bytes);
-  }
+  const tp::ActivationSplit split = tp::activation_split(layout);
+  const std::int64_t hi = m.hidden / split.inner, heads = m.heads / split.heads;
+  bytes += tp::bytes_of(
+      tp::attention_buffers(stage.cp, micro / split.sequences, static_cast<int>(heads),
+                            static_cast<int>(parts.positions), static_cast<int>(hi / heads)),
+      value_bytes);
   return bytes;
 }
 

@@ -31,8 +31,7 @@ template <class T>
 struct ShardedGPT<T>::Acts {
   Mat<T> ln1_out, q, k, v, att, ln2_out, h, g, th;
   Vec<T> ln1, ln2;
-  kernels::Tensor4<T> probs; // attention's probabilities; with context parallelism:
-  kernels::Batch<T> lse;     // the log-sum-exp of its query rows instead
+  kernels::Batch<T> lse; // attention's log-sum-exp of its query rows
   kernels::MoeSaved<T> moe;
 };
 
@@ -85,11 +84,7 @@ typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts(bool mlp, bool moe) const 
   }
   a.ln1 = vector<T>(act::kLn1Stats, 2 * stream_rows_);
   a.ln2 = vector<T>(act::kLn2Stats, 2 * stream_rows_);
-  if (context_)
-    a.lse = context_->make_saved();
-  else
-    a.probs = kernels::Tensor4<T>(label(act::kProbs), sequences_, heads_, config_.seq_len,
-                                  config_.seq_len);
+  a.lse = attention_->make_saved();
   return a;
 }
 
@@ -162,9 +157,8 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
       batch, positions_.local, config.seq_len, H, tp::padded_vocab(config, mode.layout()),
       static_cast<int>(layer_ids_.size()), moe_layers, stage_.first, stage_.last, config.experts,
       config.top_k, config.capacity_factor});
-  if (mode.context() != nullptr)
-    context_ = std::make_unique<tp::ContextAttention<T>>(
-        *mode.context(), sequences_, heads_, positions_.local, static_cast<int>(inner_ / heads_));
+  attention_ = std::make_unique<tp::BlockAttention<T>>(
+      mode.context(), sequences_, heads_, positions_.local, static_cast<int>(inner_ / heads_));
   const int c = stage_.longest();
   // Position i of a slot's activations serves the i-th layer of every chunk.
   std::vector<bool> mlp_at(static_cast<std::size_t>(c)), moe_at(static_cast<std::size_t>(c));
@@ -206,11 +200,6 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
   da_ = matrix<T>(act::kDa, rows_, inner_);
   dh_ = matrix<T>(act::kDh, rows_, ffn_);
   dg_ = matrix<T>(act::kDg, rows_, ffn_);
-  if (!context_) {
-    dscratch_ = kernels::Tensor4<T>(label(act::kDScores), sequences_, heads_, S, S);
-    work_ = kernels::AttentionWorkspace<T>(sequences_, heads_, config.seq_len,
-                                           static_cast<int>(inner_ / heads_));
-  }
   check_buffers();
 }
 
@@ -237,7 +226,6 @@ void ShardedGPT<T>::check_buffers() {
       add(*m);
     add(a.ln1);
     add(a.ln2);
-    add(a.probs);
     add(a.lse);
     a.moe.for_each_buffer(add);
   };
@@ -256,9 +244,6 @@ void ShardedGPT<T>::check_buffers() {
   }
   for (const Mat<T>* m : {&d_outer_, &dx_, &dq_, &dk_, &dv_, &da_, &dh_, &dg_})
     add(*m);
-  add(dscratch_);
-  for (const auto* w : {&work_.q, &work_.k, &work_.v, &work_.o})
-    add(*w);
   const std::string differs = tp::compare_buffers(
       buffers_, cost::stage_activations(config_, mode_.layout(), batch_,
                                         cost::stage_shape(config_, stage_, mode_.layout())));
@@ -285,7 +270,7 @@ cost::Memory ShardedGPT<T>::memory() const {
     mem.gradients += p.size() * static_cast<std::int64_t>(sizeof(T));
   }
   mem.activations = tp::bytes_of(buffers_, static_cast<int>(sizeof(T))) + mode_.workspace_bytes() +
-                    (context_ ? context_->bytes() : 0);
+                    attention_->bytes();
   return mem;
 }
 
@@ -313,7 +298,7 @@ int ShardedGPT<T>::chunk_length(int chunk) const {
 template <class T>
 const std::vector<std::int32_t>& ShardedGPT<T>::local(const std::vector<std::int32_t>& ids,
                                                       std::vector<std::int32_t>& buf) const {
-  if (!context_)
+  if (positions_.cp == 1)
     return ids;
   const int seq = positions_.total(), here = positions_.local;
   const std::size_t sequences = ids.size() / static_cast<std::size_t>(seq);
@@ -370,10 +355,7 @@ void ShardedGPT<T>::forward_layer(const ExecSpace& exec, Layer& y, Acts& a, cons
   check_->begin();
   y.ln1->forward(exec, x, a.ln1_out, a.ln1);
   y.qkv->forward(exec, a.ln1_out, {a.q, a.k, a.v});
-  if (context_)
-    context_->forward(exec, a.q, a.k, a.v, a.lse, a.att);
-  else
-    attention_forward<T>(exec, a.q, a.k, a.v, heads_, a.probs, work_, a.att);
+  attention_->forward(exec, a.q, a.k, a.v, a.lse, a.att);
   y.proj->forward(exec, a.att, {x1});
   add_inplace<T>(exec, x1, x);
   check_->end({{Piece::attention, Pass::forward}});
@@ -410,11 +392,7 @@ void ShardedGPT<T>::backward_layer(const ExecSpace& exec, Layer& y, Acts& a, con
   check_->end({{y.moe ? Piece::moe : Piece::mlp, Pass::backward}});
   check_->begin();
   y.proj->backward(exec, a.att, {dx_}, da_);
-  if (context_)
-    context_->backward(exec, a.q, a.k, a.v, a.att, a.lse, da_, dq_, dk_, dv_);
-  else
-    attention_backward<T>(exec, a.q, a.k, a.v, heads_, a.probs, da_, dscratch_, work_, dq_, dk_,
-                          dv_);
+  attention_->backward(exec, a.q, a.k, a.v, a.att, a.lse, da_, dq_, dk_, dv_);
   y.qkv->backward(exec, a.ln1_out, {dq_, dk_, dv_}, d_outer_);
   y.ln1->backward(exec, x, d_outer_, dx_, a.ln1);
   check_->end({{Piece::attention, Pass::backward}});

@@ -1,10 +1,12 @@
-// Context-parallel attention (tp/context.hpp; docs/grid.md, "Context parallelism").
+// Causal self-attention on the block kernels, with or without context parallelism
+// (tp/attention.hpp; docs/grid.md, "Context parallelism").
 
-#include "cubelm/tp/context.hpp"
+#include "cubelm/tp/attention.hpp"
 
 #include "cubelm/core/error.hpp"
 #include "cubelm/kernels/attention_blocks.hpp"
 #include "cubelm/tp/buffers.hpp"
+#include "cubelm/tp/shapes.hpp"
 
 #include "buffer_names.hpp"
 
@@ -33,18 +35,28 @@ kernels::Tensor4<T> blocks(std::string_view name, std::int64_t count, std::int64
 } // namespace
 
 template <class T>
-ContextAttention<T>::ContextAttention(const comm::Group& group, int sequences, int heads, int local,
-                                      int head_dim)
-    : group_(group), cp_(group.size()), rank_(group.rank()), heads_(heads),
-      n_(static_cast<std::int64_t>(sequences) * heads), chunk_(local / 2), d_(head_dim) {
-  CUBELM_ASSERT(local % 2 == 0 && local > 0,
+BlockAttention<T>::BlockAttention(const comm::Group* group, int sequences, int heads, int local,
+                                  int head_dim)
+    : group_(group), cp_(group != nullptr ? group->size() : 1),
+      rank_(group != nullptr ? group->rank() : 0), heads_(heads),
+      n_(static_cast<std::int64_t>(sequences) * heads), d_(head_dim) {
+  CUBELM_ASSERT(cp_ == 1 || (local % 2 == 0 && local > 0),
                 "context parallelism holds 2 equal chunks of each sequence per rank, got " +
                     std::to_string(local) + " tokens");
-  using namespace detail::cp;
-  mine_ = blocks<T>(kKv, 4, n_, chunk_, d_);
-  all_ = blocks<T>(kKvAll, 4LL * cp_, n_, chunk_, d_);
-  dall_ = blocks<T>(kDkvAll, 4LL * cp_, n_, chunk_, d_);
-  dmine_ = blocks<T>(kDkv, 4, n_, chunk_, d_);
+  const AttentionBlocks cut = attention_blocks(cp_, local);
+  per_rank_ = cut.per_rank;
+  chunk_ = cut.length;
+  using namespace detail::attn;
+  const std::int64_t kv = 2LL * per_rank_;
+  mine_ = blocks<T>(kKv, kv, n_, chunk_, d_);
+  dmine_ = blocks<T>(kDkv, kv, n_, chunk_, d_);
+  if (cp_ > 1) {
+    all_ = blocks<T>(kKvAll, kv * cp_, n_, chunk_, d_);
+    dall_ = blocks<T>(kDkvAll, kv * cp_, n_, chunk_, d_);
+  } else { // the gathered blocks are this rank's own
+    all_ = mine_;
+    dall_ = dmine_;
+  }
   q_ = batch<T>(kQ, n_, chunk_, d_);
   o_ = batch<T>(kOut, n_, chunk_, d_);
   part_ = batch<T>(kPart, n_, chunk_, d_);
@@ -60,9 +72,11 @@ ContextAttention<T>::ContextAttention(const comm::Group& group, int sequences, i
     allocated.emplace(name, Buffer{name, static_cast<std::int64_t>(span)});
   };
   add(kKv, mine_.span());
-  add(kKvAll, all_.span());
-  add(kDkvAll, dall_.span());
   add(kDkv, dmine_.span());
+  if (cp_ > 1) {
+    add(kKvAll, all_.span());
+    add(kDkvAll, dall_.span());
+  }
   add(kQ, q_.span());
   add(kOut, o_.span());
   add(kPart, part_.span());
@@ -73,63 +87,57 @@ ContextAttention<T>::ContextAttention(const comm::Group& group, int sequences, i
   add(kPartLse, part_lse_.span());
   add(kDelta, delta_.span());
   BufferSizes described;
-  for (const Buffer& b : context_attention_buffers(cp_, sequences, heads, local, head_dim))
+  for (const Buffer& b : attention_buffers(cp_, sequences, heads, local, head_dim))
     described.emplace(b.name, b);
   const std::string differs = compare_buffers(allocated, described);
-  CUBELM_ASSERT(differs.empty(), "context-parallel attention's buffers: " + differs);
+  CUBELM_ASSERT(differs.empty(), "attention's buffers: " + differs);
+  bytes_ = bytes_of(allocated, static_cast<int>(sizeof(T)));
 }
 
 template <class T>
-kernels::Batch<T> ContextAttention<T>::make_saved() const {
-  return batch<T>(detail::cp::kLse, 2, n_, chunk_);
+kernels::Batch<T> BlockAttention<T>::make_saved() const {
+  return batch<T>(detail::attn::kLse, per_rank_, n_, chunk_);
 }
 
 template <class T>
-std::int64_t ContextAttention<T>::saved_bytes() const {
-  return 2 * n_ * chunk_ * static_cast<std::int64_t>(sizeof(T));
+int BlockAttention<T>::mine(int j) const {
+  if (cp_ == 1)
+    return j;
+  return j == 0 ? rank_ : 2 * cp_ - 1 - rank_;
 }
 
 template <class T>
-std::int64_t ContextAttention<T>::bytes() const {
-  std::int64_t elements = 0;
-  for (const auto* t : {&mine_, &all_, &dall_, &dmine_})
-    elements += static_cast<std::int64_t>(t->span());
-  for (const auto* b : {&q_, &o_, &part_, &dout_, &dq_, &scores_, &dscores_})
-    elements += static_cast<std::int64_t>(b->span());
-  elements += static_cast<std::int64_t>(part_lse_.span() + delta_.span());
-  return elements * static_cast<std::int64_t>(sizeof(T));
+kernels::Batch<T> BlockAttention<T>::block(const kernels::Tensor4<T>& blocks, int g, int kv) const {
+  // With context parallelism chunk g < cp is rank g's first, chunk g >= cp rank
+  // 2 cp - 1 - g's second; on one rank block g is the rank's g-th.
+  const int r = cp_ == 1 ? 0 : g < cp_ ? g : 2 * cp_ - 1 - g;
+  const int j = cp_ == 1 ? g : g < cp_ ? 0 : 1;
+  return Kokkos::subview(blocks, 2 * per_rank_ * r + per_rank_ * kv + j, Kokkos::ALL, Kokkos::ALL,
+                         Kokkos::ALL);
 }
 
 template <class T>
-kernels::Batch<T> ContextAttention<T>::block(const kernels::Tensor4<T>& blocks, int g,
-                                             int kv) const {
-  // Chunk g < cp is rank g's first, chunk g >= cp rank 2 cp - 1 - g's second.
-  const int r = g < cp_ ? g : 2 * cp_ - 1 - g, j = g < cp_ ? 0 : 1;
-  return Kokkos::subview(blocks, 4 * r + 2 * kv + j, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
-}
-
-template <class T>
-void ContextAttention<T>::gather_keys(const ExecSpace& exec, const kernels::Mat<T>& k,
-                                      const kernels::Mat<T>& v) const {
+void BlockAttention<T>::gather_keys(const ExecSpace& exec, const kernels::Mat<T>& k,
+                                    const kernels::Mat<T>& v) const {
   for (int kv = 0; kv < 2; ++kv)
-    for (int j = 0; j < 2; ++j)
+    for (int j = 0; j < per_rank_; ++j)
       kernels::gather_heads<T>(
           exec, kv == 0 ? k : v, heads_, j * chunk_,
-          Kokkos::subview(mine_, 2 * kv + j, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
-  group_.all_gather(exec, mine_, all_);
+          Kokkos::subview(mine_, per_rank_ * kv + j, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
+  if (cp_ > 1)
+    group_->all_gather(exec, mine_, all_);
 }
 
 template <class T>
-void ContextAttention<T>::forward(const ExecSpace& exec, const kernels::Mat<T>& q,
-                                  const kernels::Mat<T>& k, const kernels::Mat<T>& v,
-                                  const kernels::Batch<T>& saved,
-                                  const kernels::Mat<T>& out) const {
+void BlockAttention<T>::forward(const ExecSpace& exec, const kernels::Mat<T>& q,
+                                const kernels::Mat<T>& k, const kernels::Mat<T>& v,
+                                const kernels::Batch<T>& saved, const kernels::Mat<T>& out) const {
   gather_keys(exec, k, v);
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < per_rank_; ++j) {
     const int m = mine(j);
     const kernels::Mat<T> lse = Kokkos::subview(saved, j, Kokkos::ALL, Kokkos::ALL);
     kernels::gather_heads<T>(exec, q, heads_, j * chunk_, q_);
-    // Key chunks in order of position, 0 to m: the later ones are all masked.
+    // Key blocks in order of position, 0 to m: the later ones are all masked.
     for (int g = 0; g <= m; ++g) {
       const bool first = g == 0;
       kernels::attention_block_forward<T>(exec, q_, block(all_, g, 0), block(all_, g, 1),
@@ -143,14 +151,14 @@ void ContextAttention<T>::forward(const ExecSpace& exec, const kernels::Mat<T>& 
 }
 
 template <class T>
-void ContextAttention<T>::backward(const ExecSpace& exec, const kernels::Mat<T>& q,
-                                   const kernels::Mat<T>& k, const kernels::Mat<T>& v,
-                                   const kernels::Mat<T>& out, const kernels::Batch<T>& saved,
-                                   const kernels::Mat<T>& dout, const kernels::Mat<T>& dq,
-                                   const kernels::Mat<T>& dk, const kernels::Mat<T>& dv) const {
+void BlockAttention<T>::backward(const ExecSpace& exec, const kernels::Mat<T>& q,
+                                 const kernels::Mat<T>& k, const kernels::Mat<T>& v,
+                                 const kernels::Mat<T>& out, const kernels::Batch<T>& saved,
+                                 const kernels::Mat<T>& dout, const kernels::Mat<T>& dq,
+                                 const kernels::Mat<T>& dk, const kernels::Mat<T>& dv) const {
   gather_keys(exec, k, v);
   Kokkos::deep_copy(exec, dall_, T(0));
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < per_rank_; ++j) {
     const int m = mine(j);
     const kernels::Mat<T> lse = Kokkos::subview(saved, j, Kokkos::ALL, Kokkos::ALL);
     kernels::gather_heads<T>(exec, q, heads_, j * chunk_, q_);
@@ -165,15 +173,16 @@ void ContextAttention<T>::backward(const ExecSpace& exec, const kernels::Mat<T>&
     kernels::scatter_heads<T>(exec, dq_, heads_, j * chunk_, dq);
   }
   // Each rank's keys and values collect the gradients of every rank's queries.
-  group_.reduce_scatter(exec, dall_, dmine_);
+  if (cp_ > 1)
+    group_->reduce_scatter(exec, dall_, dmine_);
   for (int kv = 0; kv < 2; ++kv)
-    for (int j = 0; j < 2; ++j)
+    for (int j = 0; j < per_rank_; ++j)
       kernels::scatter_heads<T>(
-          exec, Kokkos::subview(dmine_, 2 * kv + j, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL), heads_,
-          j * chunk_, kv == 0 ? dk : dv);
+          exec, Kokkos::subview(dmine_, per_rank_ * kv + j, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
+          heads_, j * chunk_, kv == 0 ? dk : dv);
 }
 
-template class ContextAttention<float>;
-template class ContextAttention<double>;
+template class BlockAttention<float>;
+template class BlockAttention<double>;
 
 } // namespace cubelm::tp

@@ -82,19 +82,21 @@ constexpr std::string_view kProbs = "moe/probs", kChoice = "moe/choice", kGate =
                            kTanh = "moe/gelu_tanh", kOut = "moe/out", kInputs = "moe/inputs";
 } // namespace moe
 
-// Context-parallel attention (tp::ContextAttention), shared by a stage's layers: this
-// rank's key and value chunks and their reduced gradients [4, n, chunk, d]; every rank's
-// and their gradients [4 cp, n, chunk, d]; one query chunk's q, output, partial output,
-// output gradient and q gradient [n, chunk, d]; its scores and their gradient [n, chunk,
-// chunk]; a partial log-sum-exp and the backward's row sums [n, chunk]. n: sequences x
-// heads here.
-namespace cp {
-constexpr std::string_view kKv = "cp/kv", kKvAll = "cp/kv_all", kDkvAll = "cp/dkv_all",
-                           kDkv = "cp/dkv", kQ = "cp/q", kOut = "cp/out", kPart = "cp/part",
-                           kDout = "cp/dout", kDq = "cp/dq", kScores = "cp/scores",
-                           kDscores = "cp/dscores", kPartLse = "cp/part_lse", kDelta = "cp/delta";
-// What a layer saves of a micro-batch: the log-sum-exp of its query rows [2, n, chunk].
-constexpr std::string_view kLse = "cp/lse";
-} // namespace cp
+// Attention (tp::BlockAttention), shared by a stage's layers: this rank's key and value
+// blocks and their gradients [2 b, n, chunk, d] (b blocks of each sequence here); with
+// context parallelism every rank's and their gradients [2 b cp, n, chunk, d]; one query
+// block's q, output, partial output, output gradient and q gradient [n, chunk, d]; its
+// scores and their gradient [n, chunk, chunk]; a partial log-sum-exp and the backward's row
+// sums [n, chunk]. n: sequences x heads here.
+namespace attn {
+constexpr std::string_view kKv = "attention/kv", kKvAll = "attention/kv_all",
+                           kDkvAll = "attention/dkv_all", kDkv = "attention/dkv",
+                           kQ = "attention/q", kOut = "attention/out", kPart = "attention/part",
+                           kDout = "attention/dout", kDq = "attention/dq",
+                           kScores = "attention/scores", kDscores = "attention/dscores",
+                           kPartLse = "attention/part_lse", kDelta = "attention/delta";
+// What a layer saves of a micro-batch: the log-sum-exp of its query rows [b, n, chunk].
+constexpr std::string_view kLse = "attention/lse";
+} // namespace attn
 
 } // namespace cubelm::tp::detail

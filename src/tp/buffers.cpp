@@ -274,27 +274,30 @@ Buffers moe_saved(const comm::Layout& layout, const MoeParts& m) {
   return out;
 }
 
-Buffers context_attention_saved(int sequences, int heads, int local) {
-  return {{detail::cp::kLse, static_cast<std::int64_t>(sequences) * heads * local}};
+Buffers attention_saved(int cp, int sequences, int heads, int local) {
+  const AttentionBlocks cut = attention_blocks(cp, local);
+  return {{detail::attn::kLse,
+           cut.per_rank * static_cast<std::int64_t>(sequences) * heads * cut.length}};
 }
 
-Buffers context_attention_buffers(int cp, int sequences, int heads, int local, int head_dim) {
-  using namespace detail::cp;
-  const std::int64_t n = static_cast<std::int64_t>(sequences) * heads, chunk = local / 2,
-                     block = n * chunk * head_dim;
-  return {{kKv, 4 * block},
-          {kKvAll, 4LL * cp * block},
-          {kDkvAll, 4LL * cp * block},
-          {kDkv, 4 * block},
-          {kQ, block},
-          {kOut, block},
-          {kPart, block},
-          {kDout, block},
-          {kDq, block},
-          {kScores, n * chunk * chunk},
-          {kDscores, n * chunk * chunk},
-          {kPartLse, n * chunk},
-          {kDelta, n * chunk}};
+Buffers attention_buffers(int cp, int sequences, int heads, int local, int head_dim) {
+  using namespace detail::attn;
+  const AttentionBlocks cut = attention_blocks(cp, local);
+  const std::int64_t n = static_cast<std::int64_t>(sequences) * heads, chunk = cut.length,
+                     block = n * chunk * head_dim, kv = 2LL * cut.per_rank * block;
+  Buffers out{{kKv, kv}, {kDkv, kv}};
+  if (cp > 1) // every rank's blocks, gathered; on one rank they are its own
+    out.insert(out.end(), {{kKvAll, cp * kv}, {kDkvAll, cp * kv}});
+  out.insert(out.end(), {{kQ, block},
+                         {kOut, block},
+                         {kPart, block},
+                         {kDout, block},
+                         {kDq, block},
+                         {kScores, n * chunk * chunk},
+                         {kDscores, n * chunk * chunk},
+                         {kPartLse, n * chunk},
+                         {kDelta, n * chunk}});
+  return out;
 }
 
 namespace {

@@ -67,6 +67,18 @@ std::int64_t padded_vocab(const ModelConfig& m, const comm::Layout& layout) {
   return (m.vocab_size + multiple - 1) / multiple * multiple;
 }
 
+AttentionBlocks attention_blocks(int cp, std::int64_t local) {
+  if (cp > 1)
+    return {2, local / 2};
+  constexpr std::int64_t shortest = 128;
+  AttentionBlocks b{1, local};
+  while (b.length % 2 == 0 && b.length / 2 >= shortest) {
+    b.per_rank *= 2;
+    b.length /= 2;
+  }
+  return b;
+}
+
 std::string check_shapes(const comm::Layout& layout, const ModelConfig& m, int micro) {
   const auto divides = [](std::int64_t n, std::int64_t d) { return d > 0 && n % d == 0; };
   const std::int64_t h = m.hidden, f = 4LL * m.hidden;

@@ -27,23 +27,19 @@ namespace act {
 /// (2c + 1), with recomputation the layers' inputs and the output (c + 1).
 constexpr std::string_view kStream = "stream";
 /// A layer's saved activations: the LayerNorms' outputs [n, ho] and row statistics [2 r],
-/// q, k, v and attention's output [n, hi], the MLP's hidden layer, GELU and tanh [n, f];
-/// attention's probabilities [sequences, heads, T, T] (without context parallelism).
+/// q, k, v and attention's output [n, hi], the MLP's hidden layer, GELU and tanh [n, f]
+/// (and attention's log-sum-exp, tp::attention_saved).
 constexpr std::string_view kLn1 = "ln1", kLn2 = "ln2", kLn1Stats = "ln1_stats",
                            kLn2Stats = "ln2_stats", kQ = "q", kK = "k", kV = "v", kAtt = "att",
-                           kHidden = "h", kGelu = "g", kTanh = "gelu_tanh", kProbs = "probs";
+                           kHidden = "h", kGelu = "g", kTanh = "gelu_tanh";
 /// The last stage's ln_f output [n, ho] and statistics [2 r].
 constexpr std::string_view kLnf = "ln_f", kLnfStats = "ln_f_stats";
 /// Recomputation: the re-run layer's two inner residual states [r, ho].
 constexpr std::string_view kRedoX1 = "redo_x1", kRedoX2 = "redo_x2";
 /// The backward's: the gradients of a LayerNorm output [n, ho], of the stream [r, ho], of q, k,
-/// v and attention's output [n, hi], of the MLP's hidden layer before and after GELU [n, f];
-/// attention's score gradients (like kProbs) and its head-major q, k, v, o (kernels::
-/// AttentionWorkspace) [sequences heads, T, head_dim], without context parallelism.
+/// v and attention's output [n, hi], of the MLP's hidden layer before and after GELU [n, f].
 constexpr std::string_view kDOuter = "d_outer", kDx = "dx", kDq = "dq", kDk = "dk", kDv = "dv",
-                           kDa = "da", kDh = "dh", kDg = "dg", kDScores = "dscores",
-                           kAttnQ = "attn_q", kAttnK = "attn_k", kAttnV = "attn_v",
-                           kAttnO = "attn_o";
+                           kDa = "da", kDh = "dh", kDg = "dg";
 } // namespace act
 
 /// \brief What stage `layout` of model `m` holds, for sizing, with the deck's expert and
@@ -52,15 +48,15 @@ constexpr std::string_view kDOuter = "d_outer", kDx = "dx", kDq = "dq", kDk = "d
 StageShape stage_shape(const ModelConfig& m, const StageLayout& layout, const comm::Layout& par);
 
 /// \brief The stage's activation buffers on one rank of `layout` for micro-batches of `micro`
-/// sequences, by name (the model's own; the tensor mode's are tp/buffers.hpp's). A layer in
-/// an MoE position saves tp::moe_saved's buffers, and with context parallelism
-/// tp::context_attention_saved's instead of the probabilities.
+/// sequences, by name (the model's own; the tensor mode's and attention's are tp/buffers.hpp's).
+/// A layer saves attention's log-sum-exp (tp::attention_saved) and, in an MoE position,
+/// tp::moe_saved's buffers.
 tp::BufferSizes stage_activations(const ModelConfig& m, const comm::Layout& layout, int micro,
                                   const StageShape& stage);
 
 /// \brief Activation bytes on one rank, values of `value_bytes`: stage_activations, the mode's
-/// own buffers and scratch (tp::stage_owned_sizes, tp::stage_scratch_sizes) and context-
-/// parallel attention's blocks (tp::context_attention_buffers).
+/// own buffers and scratch (tp::stage_owned_sizes, tp::stage_scratch_sizes) and attention's
+/// blocks (tp::attention_buffers).
 std::int64_t activation_bytes(const ModelConfig& m, const comm::Layout& layout, int micro,
                               const StageShape& stage, int value_bytes = 4);
 

@@ -5,8 +5,7 @@
 
 #include "cubelm/core/config.hpp"
 #include "cubelm/cost/shape.hpp"
-#include "cubelm/kernels/attention.hpp"
-#include "cubelm/tp/context.hpp"
+#include "cubelm/tp/attention.hpp"
 #include "cubelm/tp/mode.hpp"
 
 #include <cstdint>
@@ -146,12 +145,10 @@ private:
   Kokkos::View<double*, MemSpace>::host_mirror_type aux_host_; // its host copy
   Mat<T> d_outer_, dx_;
   Mat<T> dq_, dk_, dv_, da_, dh_, dg_;
-  kernels::Tensor4<T> dscratch_;
-  kernels::AttentionWorkspace<T> work_;
   int heads_;
-  // Context parallelism: the attention over the group's chunks (else null) and the
-  // local token ids of the micro-batch being run.
-  std::unique_ptr<tp::ContextAttention<T>> context_;
+  // Attention on the block kernels (over the group's chunks with context parallelism),
+  // and with context parallelism the local token ids of the micro-batch being run.
+  std::unique_ptr<tp::BlockAttention<T>> attention_;
   std::vector<std::int32_t> local_inputs_, local_targets_;
   // The activation buffers allocated, by name (cost/activations.hpp; the names' storage).
   tp::BufferSizes buffers_;

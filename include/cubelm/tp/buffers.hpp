@@ -79,14 +79,15 @@ Buffers moe_owned(const comm::Layout& layout, const MoeParts& moe);
 /// of the rows it routes, and its experts' activations of the rows they run on.
 Buffers moe_saved(const comm::Layout& layout, const MoeParts& moe);
 
-/// \brief The buffers context-parallel attention (tp::ContextAttention) shares between a
-/// stage's layers, on one of `cp` ranks holding `local` tokens of each of `sequences`
-/// sequences, `heads` heads of `head_dim` here: key and value chunks (this rank's, every
-/// rank's, their gradients), one query chunk's blocks, its scores and row statistics.
-Buffers context_attention_buffers(int cp, int sequences, int heads, int local, int head_dim);
+/// \brief The buffers attention (tp::BlockAttention) shares between a stage's layers, on
+/// one of `cp` ranks holding `local` tokens of each of `sequences` sequences, `heads` heads
+/// of `head_dim` here, in the blocks of tp::attention_blocks: key and value blocks (this
+/// rank's and, with context parallelism, every rank's, and their gradients), one query
+/// block's, its scores and row statistics.
+Buffers attention_buffers(int cp, int sequences, int heads, int local, int head_dim);
 /// \brief What it saves of a micro-batch for its backward, per layer: the log-sum-exp of its
-/// query rows (tp::ContextAttention::make_saved).
-Buffers context_attention_saved(int sequences, int heads, int local);
+/// query rows (tp::BlockAttention::make_saved).
+Buffers attention_saved(int cp, int sequences, int heads, int local);
 
 /// \brief The parts of one pipeline stage, as the model builds them: per layer ln1, qkv
 /// (three H -> H, first), proj (H -> H, second), ln2 and, in `layers - moe_layers` dense

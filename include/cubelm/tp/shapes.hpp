@@ -57,6 +57,16 @@ ParamSplit param_split(const comm::Layout& layout);
 /// loss) and never stored in checkpoints (docs/model.md).
 std::int64_t padded_vocab(const ModelConfig& model, const comm::Layout& layout);
 
+/// \brief How a rank's attention cuts the `local` tokens it holds of each sequence into the
+/// blocks its kernels run on (tp::BlockAttention): with context parallelism (cp > 1) its two
+/// chunks of the 2 cp (kernels::Positions); on one rank, blocks of at least 128 tokens,
+/// halved while the halves are whole and that long (one block for under 256 or an odd count).
+struct AttentionBlocks {
+  int per_rank = 1;        ///< blocks of each sequence on this rank
+  std::int64_t length = 0; ///< tokens of a block
+};
+AttentionBlocks attention_blocks(int cp, std::int64_t local);
+
 /// \brief The first rule `layout`'s tensor mode breaks for `model` with micro-batches of
 /// `micro` sequences, naming the deck key (e.g. "model.heads = 6 divisible by 4 (whole
 /// heads per rank)"), or "" when the model splits evenly. `layout` must be valid. The
