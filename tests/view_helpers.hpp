@@ -5,6 +5,7 @@
 #include "cubelm/core/types.hpp"
 
 #include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -68,6 +69,15 @@ template <class V>
 std::vector<double> host(const V& view) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
   return std::vector<double>(h.data(), h.data() + view.span());
+}
+
+/// The largest |a[i] - b[i]| / max(1, |b[i]|) (b the reference); the sizes must agree.
+inline double max_error(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / std::max(1.0, std::fabs(b[i])));
+  return worst;
 }
 
 /// The worst gradient error of fd_error, and where it is.

@@ -24,18 +24,10 @@
 using namespace cubelm;
 using namespace cubelm::kernels;
 using cubelm::testing::host;
+using cubelm::testing::max_error;
 using cubelm::testing::randomize;
 
 namespace {
-
-// Largest |a - b| / max(1, |b|).
-double max_error(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-    worst = std::max(worst, std::fabs(a[i] - b[i]) / std::max(1.0, std::fabs(b[i])));
-  return worst;
-}
 
 bool all_finite(const std::vector<double>& x) {
   return std::all_of(x.begin(), x.end(), [](double v) { return std::isfinite(v); });

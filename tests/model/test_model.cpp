@@ -255,15 +255,6 @@ TEST(Model, StagesAllocateTheActivationBuffersTheirDescriptionNames) {
 
 namespace {
 
-// Largest |a - b| / max(1, |b|).
-double worst(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double w = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-    w = std::max(w, std::fabs(a[i] - b[i]) / std::max(1.0, std::fabs(b[i])));
-  return w;
-}
-
 // The model's attention (tp::BlockAttention on one rank: blocks of the sequence, the
 // log-sum-exp saved) against the kernels that keep every probability (attention_forward
 // and attention_backward), output and gradients.
@@ -294,10 +285,11 @@ void expect_block_attention_equals_stored(int seq, double tolerance) {
   blocks.backward(exec, q, k, v, bout, saved, dout, bdq, bdk, bdv);
   exec.fence();
   using cubelm::testing::host;
-  EXPECT_LT(worst(host(bout), host(out)), tolerance);
-  EXPECT_LT(worst(host(bdq), host(dq)), tolerance);
-  EXPECT_LT(worst(host(bdk), host(dk)), tolerance);
-  EXPECT_LT(worst(host(bdv), host(dv)), tolerance);
+  using cubelm::testing::max_error;
+  EXPECT_LT(max_error(host(bout), host(out)), tolerance);
+  EXPECT_LT(max_error(host(bdq), host(dq)), tolerance);
+  EXPECT_LT(max_error(host(bdk), host(dk)), tolerance);
+  EXPECT_LT(max_error(host(bdv), host(dv)), tolerance);
 }
 
 } // namespace
