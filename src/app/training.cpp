@@ -17,8 +17,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace cubelm::app {
 
@@ -64,6 +66,23 @@ void admit_memory(const Deck& deck) {
 }
 
 namespace {
+
+// Test hook: CUBELM_TEST_STEP_PAUSE_MS=<ms> sleeps that long after every step, so that a
+// test of the batch system's signals gets a run that lasts without keeping the cores busy
+// (docs/reliability.md). 0 when unset; a value that is not a whole number from 0 to 60000
+// is an error naming the variable.
+int step_pause_ms() {
+  const char* env = std::getenv("CUBELM_TEST_STEP_PAUSE_MS");
+  if (env == nullptr || *env == '\0')
+    return 0;
+  char* end = nullptr;
+  const long ms = std::strtol(env, &end, 10);
+  if (*end != '\0' || ms < 0 || ms > 60000)
+    throw Error(std::string("CUBELM_TEST_STEP_PAUSE_MS = \"") + env +
+                    "\": not a whole number of milliseconds from 0 to 60000",
+                true);
+  return static_cast<int>(ms);
+}
 
 // "SIGUSR1 on 1 rank", "the time limit", ... for the stop message.
 std::string stop_reason(const train::StopVotes& votes) {
@@ -232,6 +251,10 @@ int run_training(const Deck& deck, std::ostream& out) {
   // The steps' time splits added up (means over ranks, and largest rank), for the summary.
   train::TimeSplit split_sum;
   const int first = trainer.steps_done();
+  const int pause_ms = step_pause_ms();
+  if (pause_ms > 0)
+    say << "test hook: pausing " << pause_ms
+        << " ms after every step (CUBELM_TEST_STEP_PAUSE_MS)\n";
   bool stopped = false;
   bool told_peak_raised = false;
   for (int s = first; s < steps && !stopped; ++s) {
@@ -271,6 +294,8 @@ int run_training(const Deck& deck, std::ostream& out) {
       else
         save(s + 1);
     }
+    if (pause_ms > 0 && !stopped)
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }
   if (steps > first) {
     if (saved != trainer.steps_done())
