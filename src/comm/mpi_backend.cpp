@@ -2,6 +2,7 @@
 
 #include "cubelm/core/error.hpp"
 
+#include <array>
 #include <climits>
 #include <string>
 #include <vector>
@@ -10,6 +11,8 @@ namespace cubelm::comm {
 
 std::size_t size_of(DataType type) {
   switch (type) {
+  case DataType::bf16:
+    return 2;
   case DataType::f32:
   case DataType::i32:
     return 4;
@@ -40,11 +43,56 @@ MPI_Datatype mpi_type(DataType type) {
     return MPI_UINT8_T;
   case DataType::u64:
     return MPI_UINT64_T;
+  case DataType::bf16: // two bytes; reduced by the operations of bf16_op
+    return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
 }
 
-MPI_Op mpi_op(ReduceOp op) {
+// MPI has no bfloat16: its elements travel as MPI_UINT16_T and are reduced by user
+// operations that compute in float and round the result to the nearest bfloat16, as
+// NCCL's ncclBfloat16 reductions do.
+template <class F>
+void bf16_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const bf16*>(in);
+  auto* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = bf16::from(F()(a[i].value(), b[i].value()));
+}
+
+struct Add {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct Larger {
+  float operator()(float a, float b) const { return a > b ? a : b; }
+};
+struct Smaller {
+  float operator()(float a, float b) const { return a < b ? a : b; }
+};
+
+MPI_Op bf16_op(ReduceOp op) {
+  // Created on first use (after MPI_Init; a thread-safe static); MPI_Finalize frees them.
+  static const std::array<MPI_Op, 3> ops = [] {
+    std::array<MPI_Op, 3> o{};
+    CUBELM_MPI_CHECK(MPI_Op_create(&bf16_reduce<Add>, 1, &o[0]));
+    CUBELM_MPI_CHECK(MPI_Op_create(&bf16_reduce<Larger>, 1, &o[1]));
+    CUBELM_MPI_CHECK(MPI_Op_create(&bf16_reduce<Smaller>, 1, &o[2]));
+    return o;
+  }();
+  switch (op) {
+  case ReduceOp::sum:
+    return ops[0];
+  case ReduceOp::max:
+    return ops[1];
+  case ReduceOp::min:
+    return ops[2];
+  }
+  return MPI_OP_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op, DataType type) {
+  if (type == DataType::bf16)
+    return bf16_op(op);
   switch (op) {
   case ReduceOp::sum:
     return MPI_SUM;
@@ -116,10 +164,10 @@ public:
     const int n = mpi_count(count, mode == Mode::blocking ? "all_reduce" : "iall_reduce");
     auto pending = start(mode);
     if (mode == Mode::blocking)
-      CUBELM_MPI_CHECK(MPI_Allreduce(in, recv, n, mpi_type(type), mpi_op(op), comm_.raw()));
+      CUBELM_MPI_CHECK(MPI_Allreduce(in, recv, n, mpi_type(type), mpi_op(op, type), comm_.raw()));
     else
-      CUBELM_MPI_CHECK(
-          MPI_Iallreduce(in, recv, n, mpi_type(type), mpi_op(op), comm_.raw(), pending->handle()));
+      CUBELM_MPI_CHECK(MPI_Iallreduce(in, recv, n, mpi_type(type), mpi_op(op, type), comm_.raw(),
+                                      pending->handle()));
     return pending;
   }
   std::unique_ptr<PendingOp> all_gather(const void* send, void* recv, std::size_t count_per_rank,
@@ -145,9 +193,9 @@ public:
     auto pending = start(mode);
     if (mode == Mode::blocking)
       CUBELM_MPI_CHECK(
-          MPI_Reduce_scatter_block(send, recv, c, mpi_type(type), mpi_op(op), comm_.raw()));
+          MPI_Reduce_scatter_block(send, recv, c, mpi_type(type), mpi_op(op, type), comm_.raw()));
     else
-      CUBELM_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, c, mpi_type(type), mpi_op(op),
+      CUBELM_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, c, mpi_type(type), mpi_op(op, type),
                                                  comm_.raw(), pending->handle()));
     return pending;
   }
@@ -242,8 +290,8 @@ public:
   void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
               void*) override {
     const void* in = send == recv && comm_.rank() == root ? MPI_IN_PLACE : send;
-    CUBELM_MPI_CHECK(MPI_Reduce(in, recv, mpi_count(count, "reduce"), mpi_type(type), mpi_op(op),
-                                root, comm_.raw()));
+    CUBELM_MPI_CHECK(MPI_Reduce(in, recv, mpi_count(count, "reduce"), mpi_type(type),
+                                mpi_op(op, type), root, comm_.raw()));
   }
   void barrier() override { CUBELM_MPI_CHECK(MPI_Barrier(comm_.raw())); }
 

@@ -59,6 +59,13 @@ ncclDataType_t nccl_type(DataType type) {
     return ncclUint8;
   case DataType::u64:
     return ncclUint64;
+  case DataType::bf16:
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+    return ncclBfloat16; // reduced in float, rounded to bfloat16 (as bf16_op for MPI)
+#else
+    throw Error("cubelm::comm: this NCCL (" + std::to_string(NCCL_VERSION_CODE) +
+                ") has no bfloat16; 2.10 or newer is needed for train.precision = \"bf16\"");
+#endif
   }
   return ncclFloat32;
 }

@@ -3,6 +3,7 @@
 // the non-blocking operations against their blocking twins.
 
 #include "cubelm/comm/grid.hpp"
+#include "cubelm/core/bf16.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/types.hpp"
 
@@ -97,6 +98,61 @@ TEST(Collectives, AllReduceSumMaxMinEveryType) {
     all_reduce_sum_max_min<std::int32_t>(g);
     all_reduce_sum_max_min<std::int64_t>(g);
   });
+}
+
+// bfloat16 travels as two bytes and is reduced in float, each result rounded to the
+// nearest bfloat16: sums of powers of two times small integers are exact at every
+// partial sum whatever the order, and in a group of two a tie rounds to even.
+TEST(Collectives, Bf16MovesTwoBytesAndReducesInFloat) {
+  const auto from = [](float x) { return bf16::from(x); };
+  for_each_group([&](const Group& g) {
+    const ExecSpace exec;
+    const int p = g.size();
+    const int r = g.rank();
+    for (std::size_t n : kLengths) {
+      const auto scale = [](std::size_t i) { return static_cast<float>(1 << (i % 5)); };
+      auto v = filled<bf16>(n, [&](std::size_t i) { return from((r + 1) * scale(i)); });
+      g.all_reduce(exec, v);
+      auto mx = filled<bf16>(n, [&](std::size_t i) { return from(-scale(i) * r); });
+      g.all_reduce(exec, mx, ReduceOp::max);
+      auto mn = filled<bf16>(n, [&](std::size_t i) { return from(-scale(i) * r); });
+      g.all_reduce(exec, mn, ReduceOp::min);
+      const auto sum = to_host(v), hi = to_host(mx), lo = to_host(mn);
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(sum[i].value(), scale(i) * p * (p + 1) / 2) << g.name() << " n=" << n;
+        ASSERT_EQ(hi[i].value(), 0.0f) << g.name();
+        ASSERT_EQ(lo[i].value(), -scale(i) * (p - 1)) << g.name();
+      }
+      // Bits, not values, are gathered: every pattern arrives as it was sent.
+      auto send = filled<bf16>(n, [&](std::size_t i) {
+        bf16 b;
+        b.bits = static_cast<std::uint16_t>(7919 * (r * n + i) + 1);
+        return b;
+      });
+      View1<bf16> all("all", n * p);
+      g.all_gather(exec, send, all);
+      const auto h = to_host(all);
+      for (std::size_t j = 0; j < n * p; ++j)
+        ASSERT_EQ(h[j].bits, static_cast<std::uint16_t>(7919 * j + 1)) << g.name();
+    }
+    if (p == 2) {
+      // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: even is 1. 1 + 3 x 2^-8 lies halfway
+      // between 1 + 2^-7 and 1 + 2^-6: even is 1 + 2^-6.
+      auto tie = filled<bf16>(
+          2, [&](std::size_t i) { return from(r == 0 ? 1.0f : (i == 0 ? 1.0f : 3.0f) / 256); });
+      g.all_reduce(exec, tie);
+      const auto t = to_host(tie);
+      EXPECT_EQ(t[0].value(), 1.0f) << g.name();
+      EXPECT_EQ(t[1].value(), 1.0f + 1.0f / 64) << g.name();
+    }
+  });
+  // The counters count two bytes an element.
+  const int p = world_size();
+  auto counters = std::make_shared<TrafficCounters>();
+  const Group g("probe", Communicator::world(), counters);
+  View1<bf16> v("v", 13);
+  g.all_reduce(ExecSpace(), v);
+  EXPECT_DOUBLE_EQ(counters->bytes("probe", Kind::all_reduce), 2.0 * (p - 1) * 13 * 2 / p);
 }
 
 TEST(Collectives, AllReduceOnARank2View) {

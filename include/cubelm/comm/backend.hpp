@@ -5,6 +5,8 @@
 /// Groups turn Kokkos Views into (pointer, count, type) and pick a backend by
 /// where the memory lives; backends know nothing of Views.
 
+#include "cubelm/core/bf16.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -13,8 +15,8 @@
 
 namespace cubelm::comm {
 
-/// \brief Element types the collectives move.
-enum class DataType { f32, f64, i32, i64, u8, u64 };
+/// \brief Element types the collectives move (bf16: cubelm::bf16, reduced in float).
+enum class DataType { f32, f64, i32, i64, u8, u64, bf16 };
 
 /// \brief Reductions the collectives apply.
 enum class ReduceOp { sum, max, min };
@@ -38,6 +40,8 @@ constexpr DataType data_type_of() {
     return DataType::u8;
   else if constexpr (std::is_same_v<U, std::uint64_t>)
     return DataType::u64;
+  else if constexpr (std::is_same_v<U, bf16>)
+    return DataType::bf16;
   else
     static_assert(sizeof(U) == 0, "cubelm::comm: unsupported element type for a collective");
 }
