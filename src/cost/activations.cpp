@@ -80,7 +80,7 @@ tp::BufferSizes stage_activations(const ModelConfig& m, const comm::Layout& give
     for (const auto& name : {kLn1, kLn2})
       add({name, n * ho}, count);
     for (const auto& name : {kLn1Stats, kLn2Stats})
-      add({name, 2 * r}, count);
+      add({name, 2 * r, tp::Holds::compute}, count);
     for (const auto& name : {kQ, kK, kV, kAtt})
       add({name, n * hi}, count);
     if (mlp)
@@ -108,7 +108,7 @@ tp::BufferSizes stage_activations(const ModelConfig& m, const comm::Layout& give
   }
   if (stage.last) {
     add({kLnf, n * ho}, slots);
-    add({kLnfStats, 2 * r}, slots);
+    add({kLnfStats, 2 * r, tp::Holds::compute}, slots);
   }
   // Recomputation: one layer's activations to re-run any layer of the stage in.
   if (stage.recompute && c > 0) {

@@ -84,7 +84,7 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
       if (times == 0 || (only && *only != pass))
         continue;
       for (const tp::Collective& c : tp::collectives(layout, cfg, n_tokens, r.piece, pass))
-        t.add(c.group, c.kind, times * c.calls, times * c.elements, c.bytes > 0 ? c.bytes : 4);
+        t.add(c.group, c.kind, times * c.calls, times * c.elements, tp::element_bytes(c, 4));
     }
 }
 

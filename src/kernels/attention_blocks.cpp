@@ -224,7 +224,7 @@ BlockMask attention_block_backward(const ExecSpace& exec, const Batch<T>& q, con
 
 template <class T>
 void gather_heads(const ExecSpace& exec, const Mat<T>& src, int heads, std::int64_t t_begin,
-                  const Batch<T>& dst) {
+                  const Batch<compute_t<T>>& dst) {
   const std::int64_t len = dst.extent(1), d = dst.extent(2);
   const std::int64_t batch = static_cast<std::int64_t>(dst.extent(0)) / heads;
   const std::int64_t seq = batch > 0 ? static_cast<std::int64_t>(src.extent(0)) / batch : 0;
@@ -243,8 +243,9 @@ void gather_heads(const ExecSpace& exec, const Mat<T>& src, int heads, std::int6
 }
 
 template <class T>
-void scatter_heads(const ExecSpace& exec, const Batch<T>& src, int heads, std::int64_t t_begin,
-                   const Mat<T>& dst, bool accumulate) {
+void scatter_heads(const ExecSpace& exec, const Batch<compute_t<T>>& src, int heads,
+                   std::int64_t t_begin, const Mat<T>& dst, bool accumulate) {
+  using C = compute_t<T>;
   const std::int64_t len = src.extent(1), d = src.extent(2);
   const std::int64_t batch = static_cast<std::int64_t>(src.extent(0)) / heads;
   const std::int64_t seq = batch > 0 ? static_cast<std::int64_t>(dst.extent(0)) / batch : 0;
@@ -259,9 +260,15 @@ void scatter_heads(const ExecSpace& exec, const Batch<T>& src, int heads, std::i
       KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t j) {
         const std::int64_t i = r / len, t = r % len;
         T& x = dst((i / heads) * seq + t_begin + t, (i % heads) * d + j);
-        x = accumulate ? x + src(i, t, j) : src(i, t, j);
+        x = accumulate ? C(x) + src(i, t, j) : src(i, t, j);
       });
 }
+
+#define CUBELM_INSTANTIATE_HEAD_BLOCKS(T)                                                          \
+  template void gather_heads<T>(const ExecSpace&, const Mat<T>&, int, std::int64_t,                \
+                                const Batch<compute_t<T>>&);                                       \
+  template void scatter_heads<T>(const ExecSpace&, const Batch<compute_t<T>>&, int, std::int64_t,  \
+                                 const Mat<T>&, bool);
 
 #define CUBELM_INSTANTIATE_ATTENTION_BLOCKS(T)                                                     \
   template BlockMask attention_block_forward<T>(                                                   \
@@ -275,12 +282,10 @@ void scatter_heads(const ExecSpace& exec, const Batch<T>& src, int heads, std::i
       const ExecSpace&, const Batch<T>&, const Batch<T>&, const Batch<T>&, const Batch<T>&,        \
       const Mat<T>&, const Mat<T>&, std::int64_t, std::int64_t, const Batch<T>&, const Batch<T>&,  \
       const Batch<T>&, const Batch<T>&, const Batch<T>&);                                          \
-  template void gather_heads<T>(const ExecSpace&, const Mat<T>&, int, std::int64_t,                \
-                                const Batch<T>&);                                                  \
-  template void scatter_heads<T>(const ExecSpace&, const Batch<T>&, int, std::int64_t,             \
-                                 const Mat<T>&, bool);
+  CUBELM_INSTANTIATE_HEAD_BLOCKS(T)
 
 CUBELM_INSTANTIATE_ATTENTION_BLOCKS(float)
 CUBELM_INSTANTIATE_ATTENTION_BLOCKS(double)
+CUBELM_INSTANTIATE_HEAD_BLOCKS(bf16)
 
 } // namespace cubelm::kernels

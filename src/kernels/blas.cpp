@@ -16,9 +16,10 @@
 
 namespace cubelm::kernels {
 
-template <class T>
-void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<T>& a,
-          const Mat<T>& b, T beta, const Mat<T>& c) {
+template <class TA, class TB, class TC>
+void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, compute_t<TC> alpha, const Mat<TA>& a,
+          const Mat<TB>& b, compute_t<TC> beta, const Mat<TC>& c) {
+  using C = compute_t<TC>;
   const auto m = trans_a ? a.extent(1) : a.extent(0);
   const auto k = trans_a ? a.extent(0) : a.extent(1);
   const auto kb = trans_b ? b.extent(1) : b.extent(0);
@@ -30,20 +31,26 @@ void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<
   if (m == 0 || n == 0)
     return;
   if (k == 0) { // BLAS would still scale C; do it explicitly for clarity
-    const Mat<T> cc = c;
+    const Mat<TC> cc = c;
     for_each_element(
         "cubelm::gemm_scale", exec, static_cast<std::int64_t>(m), static_cast<std::int64_t>(n),
-        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { cc(i, j) *= beta; });
+        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+          cc(i, j) = C(cc(i, j)) * beta;
+        });
     return;
   }
   static const std::string region("cubelm::gemm");
   const detail::ProfileRegion profile(region);
-  if constexpr (std::is_same_v<T, float>)
-    if (gemm_precision() == Precision::bf16) {
-      detail::bf16_gemm(exec, trans_a, trans_b, alpha, a, b, beta, c);
-      return;
-    }
-  detail::vendor_gemm(exec, trans_a, trans_b, alpha, a, b, beta, c);
+  if constexpr (std::is_same_v<TA, TB> && std::is_same_v<TA, TC> && !std::is_same_v<TA, bf16>) {
+    if constexpr (std::is_same_v<TA, float>)
+      if (gemm_precision() == Precision::bf16) {
+        detail::bf16_gemm(exec, trans_a, trans_b, alpha, a, b, beta, c);
+        return;
+      }
+    detail::vendor_gemm(exec, trans_a, trans_b, alpha, a, b, beta, c);
+  } else {
+    detail::bf16_storage_gemm(exec, trans_a, trans_b, alpha, a, b, beta, c);
+  }
 }
 
 template <class T>
@@ -57,10 +64,19 @@ void detail::vendor_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T al
 #endif
 }
 
-template void gemm<float>(const ExecSpace&, bool, bool, float, const Mat<float>&, const Mat<float>&,
-                          float, const Mat<float>&);
-template void gemm<double>(const ExecSpace&, bool, bool, double, const Mat<double>&,
-                           const Mat<double>&, double, const Mat<double>&);
+#define CUBELM_INSTANTIATE_GEMM(TA, TB, TC)                                                        \
+  template void gemm<TA, TB, TC>(const ExecSpace&, bool, bool, compute_t<TC>, const Mat<TA>&,      \
+                                 const Mat<TB>&, compute_t<TC>, const Mat<TC>&);
+CUBELM_INSTANTIATE_GEMM(float, float, float)
+CUBELM_INSTANTIATE_GEMM(double, double, double)
+// The products of a bf16 model: activations and weight copies in bf16, weight gradients
+// and the router's float outputs in float.
+CUBELM_INSTANTIATE_GEMM(bf16, bf16, bf16)
+CUBELM_INSTANTIATE_GEMM(bf16, bf16, float)
+CUBELM_INSTANTIATE_GEMM(float, bf16, bf16)
+CUBELM_INSTANTIATE_GEMM(bf16, float, bf16)
+CUBELM_INSTANTIATE_GEMM(float, bf16, float)
+CUBELM_INSTANTIATE_GEMM(bf16, float, float)
 template void detail::vendor_gemm<float>(const ExecSpace&, bool, bool, float, const Mat<float>&,
                                          const Mat<float>&, float, const Mat<float>&);
 template void detail::vendor_gemm<double>(const ExecSpace&, bool, bool, double, const Mat<double>&,

@@ -9,20 +9,24 @@ namespace cubelm::kernels {
 
 template <class T>
 void bias_add(const ExecSpace& exec, const Mat<T>& y, const Vec<T>& b) {
+  using C = compute_t<T>;
   for_each_element(
       "cubelm::bias_add", exec, y.extent(0), y.extent(1),
-      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) { y(n, j) += b(j); });
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
+        y(n, j) = C(y(n, j)) + C(b(j));
+      });
 }
 
 template <class T>
-void bias_backward(const ExecSpace& exec, const Mat<T>& dy, const Vec<T>& db) {
-  static detail::Scratch<T> partial("cubelm::bias_partial");
-  detail::column_sums<1, T>(
+void bias_backward(const ExecSpace& exec, const Mat<T>& dy, const Vec<compute_t<T>>& db) {
+  using C = compute_t<T>;
+  static detail::Scratch<C> partial("cubelm::bias_partial");
+  detail::column_sums<1, C>(
       exec, "cubelm::bias_backward", dy.extent(0), dy.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
-        return Kokkos::Array<T, 1>{dy(n, j)};
+        return Kokkos::Array<C, 1>{C(dy(n, j))};
       },
-      db, Vec<T>(), partial);
+      db, Vec<C>(), partial);
 }
 
 namespace {
@@ -33,40 +37,45 @@ constexpr double kGeluCubic = 0.044715;
 
 template <class T>
 void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, const Mat<T>& th) {
+  using C = compute_t<T>;
   for_each_element(
       "cubelm::gelu_forward", exec, x.extent(0), x.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
-        const T v = x(n, j);
-        const T t = tanh_of<T>(T(kGeluScale) * (v + T(kGeluCubic) * v * v * v));
+        const C v = x(n, j);
+        const C t = tanh_of<C>(C(kGeluScale) * (v + C(kGeluCubic) * v * v * v));
         th(n, j) = t;
-        y(n, j) = T(0.5) * v * (T(1) + t);
+        y(n, j) = C(0.5) * v * (C(1) + t);
       });
 }
 
 template <class T>
 void gelu_backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& th, const Mat<T>& dy,
                    const Mat<T>& dx) {
+  using C = compute_t<T>;
   for_each_element(
       "cubelm::gelu_backward", exec, x.extent(0), x.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
-        const T v = x(n, j);
-        const T t = th(n, j);
-        const T du = T(kGeluScale) * (T(1) + T(3 * kGeluCubic) * v * v);
-        const T grad = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du;
-        dx(n, j) = dy(n, j) * grad;
+        const C v = x(n, j);
+        const C t = th(n, j);
+        const C du = C(kGeluScale) * (C(1) + C(3 * kGeluCubic) * v * v);
+        const C grad = C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * du;
+        dx(n, j) = C(dy(n, j)) * grad;
       });
 }
 
 template <class T>
 void add_inplace(const ExecSpace& exec, const Mat<T>& y, const Mat<T>& x) {
+  using C = compute_t<T>;
   for_each_element(
       "cubelm::add_inplace", exec, y.extent(0), y.extent(1),
-      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) { y(n, j) += x(n, j); });
+      KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
+        y(n, j) = C(y(n, j)) + C(x(n, j));
+      });
 }
 
 #define CUBELM_INSTANTIATE_ELEMENTWISE(T)                                                          \
   template void bias_add<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                       \
-  template void bias_backward<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&);                  \
+  template void bias_backward<T>(const ExecSpace&, const Mat<T>&, const Vec<compute_t<T>>&);       \
   template void gelu_forward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&, const Mat<T>&);    \
   template void gelu_backward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&, const Mat<T>&,    \
                                  const Mat<T>&);                                                   \
@@ -74,5 +83,6 @@ void add_inplace(const ExecSpace& exec, const Mat<T>& y, const Mat<T>& x) {
 
 CUBELM_INSTANTIATE_ELEMENTWISE(float)
 CUBELM_INSTANTIATE_ELEMENTWISE(double)
+CUBELM_INSTANTIATE_ELEMENTWISE(bf16)
 
 } // namespace cubelm::kernels

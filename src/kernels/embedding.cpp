@@ -12,18 +12,19 @@ void embedding_lookup(const ExecSpace& exec, const Tokens& tok, const Mat<T>& wt
       "cubelm::embedding_lookup", exec, y.extent(0), y.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
         const std::int64_t r = tok(n) - first;
-        y(n, h) = (r >= 0 && r < rows) ? wte(r, h) : T(0);
+        y(n, h) = (r >= 0 && r < rows) ? wte(r, h) : T(compute_t<T>(0));
       });
 }
 
 template <class T>
 void position_add(const ExecSpace& exec, const Mat<T>& wpe, Positions pos, const Mat<T>& y,
                   std::int64_t first_row) {
+  using C = compute_t<T>;
   const std::int64_t local = pos.local;
   for_each_element(
       "cubelm::position_add", exec, y.extent(0), y.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t h) {
-        y(n, h) += wpe(pos.global(static_cast<int>((first_row + n) % local)), h);
+        y(n, h) = C(y(n, h)) + C(wpe(pos.global(static_cast<int>((first_row + n) % local)), h));
       });
 }
 
@@ -36,7 +37,8 @@ void embedding_forward(const ExecSpace& exec, const Tokens& tok, const Mat<T>& w
 
 template <class T>
 void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
-                    const Mat<T>& dwte) {
+                    const Mat<compute_t<T>>& dwte) {
+  using C = compute_t<T>;
   const auto offsets = index.offsets;
   const auto positions = index.positions;
   // Every element sums its token's rows of dy in row order, from 0, then adds the sum to
@@ -52,11 +54,11 @@ void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>
         KOKKOS_LAMBDA(const std::int64_t v) {
           const int begin = offsets(v), end = offsets(v + 1);
           auto chunk = [&](const std::int64_t j0, const std::int64_t width) {
-            T acc[kColumnChunk] = {};
+            C acc[kColumnChunk] = {};
             for (int i = begin; i < end; ++i) {
               const std::int64_t p = positions(i);
               for (std::int64_t jj = 0; jj < width; ++jj)
-                acc[jj] += dy(p, j0 + jj);
+                acc[jj] += C(dy(p, j0 + jj));
             }
             for (std::int64_t jj = 0; jj < width; ++jj)
               dwte(v, j0 + jj) += acc[jj];
@@ -71,32 +73,34 @@ void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>
     for_each_element(
         "cubelm::token_backward", exec, dwte.extent(0), dwte.extent(1),
         KOKKOS_LAMBDA(const std::int64_t v, const std::int64_t h) {
-          T acc = 0;
+          C acc = 0;
           for (int i = offsets(v); i < offsets(v + 1); ++i)
-            acc += dy(positions(i), h);
+            acc += C(dy(positions(i), h));
           dwte(v, h) += acc;
         });
   }
 }
 
 template <class T>
-void position_backward(const ExecSpace& exec, const Mat<T>& dy, Positions pos, const Mat<T>& dwpe) {
+void position_backward(const ExecSpace& exec, const Mat<T>& dy, Positions pos,
+                       const Mat<compute_t<T>>& dwpe) {
+  using C = compute_t<T>;
   const std::int64_t local = pos.local;
   const std::int64_t sequences = static_cast<std::int64_t>(dy.extent(0)) / local;
   // pos.global is one-to-one: each thread owns its row of dwpe.
   for_each_element(
       "cubelm::position_backward", exec, local, dwpe.extent(1),
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
-        T acc = 0;
+        C acc = 0;
         for (std::int64_t b = 0; b < sequences; ++b)
-          acc += dy(b * local + t, h);
+          acc += C(dy(b * local + t, h));
         dwpe(pos.global(static_cast<int>(t)), h) += acc;
       });
 }
 
 template <class T>
 void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
-                        int seq_len, const Mat<T>& dwte, const Mat<T>& dwpe) {
+                        int seq_len, const Mat<compute_t<T>>& dwte, const Mat<compute_t<T>>& dwpe) {
   token_backward<T>(exec, index, dy, dwte);
   position_backward<T>(exec, dy, seq_len, dwpe);
 }
@@ -107,14 +111,16 @@ void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Ma
   template void position_add<T>(const ExecSpace&, const Mat<T>&, Positions, const Mat<T>&,         \
                                 std::int64_t);                                                     \
   template void token_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&,              \
-                                  const Mat<T>&);                                                  \
-  template void position_backward<T>(const ExecSpace&, const Mat<T>&, Positions, const Mat<T>&);   \
+                                  const Mat<compute_t<T>>&);                                       \
+  template void position_backward<T>(const ExecSpace&, const Mat<T>&, Positions,                   \
+                                     const Mat<compute_t<T>>&);                                    \
   template void embedding_forward<T>(const ExecSpace&, const Tokens&, const Mat<T>&,               \
                                      const Mat<T>&, int, const Mat<T>&);                           \
   template void embedding_backward<T>(const ExecSpace&, const TokenIndex&, const Mat<T>&, int,     \
-                                      const Mat<T>&, const Mat<T>&);
+                                      const Mat<compute_t<T>>&, const Mat<compute_t<T>>&);
 
 CUBELM_INSTANTIATE_EMBEDDING(float)
 CUBELM_INSTANTIATE_EMBEDDING(double)
+CUBELM_INSTANTIATE_EMBEDDING(bf16)
 
 } // namespace cubelm::kernels

@@ -57,6 +57,13 @@ void host_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, T alph
 void bf16_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha, const Mat<float>& a,
                const Mat<float>& b, float beta, const Mat<float>& c);
 
+/// C = alpha op(A) op(B) + beta C with a bf16 matrix among A, B and C (kernels::gemm):
+/// bfloat16 inputs (float ones rounded), float accumulation, C stored as TC. Shapes are
+/// checked by the caller; k > 0.
+template <class TA, class TB, class TC>
+void bf16_storage_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha,
+                       const Mat<TA>& a, const Mat<TB>& b, float beta, const Mat<TC>& c);
+
 /// The same for every matrix of a batch of shape `s` (checked by the caller).
 void bf16_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha,
                        const Batch<float>& a, const Batch<float>& b, float beta,

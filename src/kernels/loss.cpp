@@ -9,30 +9,35 @@
 namespace cubelm::kernels {
 
 template <class T>
-void row_max(const ExecSpace& exec, const Mat<T>& logits, std::int64_t valid, const Vec<T>& mx) {
+void row_max(const ExecSpace& exec, const Mat<T>& logits, std::int64_t valid,
+             const Vec<compute_t<T>>& mx) {
+  using C = compute_t<T>;
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
       "cubelm::row_max", per_row(exec, logits.extent(0), cols), KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t n = team.league_rank();
-        const T m = team_max<T>(team, 0, valid, [&](const std::int64_t v) { return logits(n, v); });
+        const C m =
+            team_max<C>(team, 0, valid, [&](const std::int64_t v) { return C(logits(n, v)); });
         team_once(team, [&]() { mx(n) = m; });
       });
 }
 
 template <class T>
-void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>& mx,
-                       const Tokens& targets, int first, std::int64_t valid, const Mat<T>& stats) {
+void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<compute_t<T>>& mx,
+                       const Tokens& targets, int first, std::int64_t valid,
+                       const Mat<compute_t<T>>& stats) {
+  using C = compute_t<T>;
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
       "cubelm::row_sumexp_target", per_row(exec, logits.extent(0), cols),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t n = team.league_rank();
-        const T m = mx(n);
+        const C m = mx(n);
         const std::int64_t t = targets(n) - first; // outside [0, cols): not in this slice
-        const T target = (t >= 0 && t < valid) ? logits(n, t) - m : T(0);
+        const C target = (t >= 0 && t < valid) ? C(logits(n, t)) - m : C(0);
         team_sync(team); // every thread has read the target logit before it is replaced
-        const T sum = team_sum<T>(team, 0, valid, [&](const std::int64_t v) {
-          const T e = exp_of<T>(logits(n, v) - m);
+        const C sum = team_sum<C>(team, 0, valid, [&](const std::int64_t v) {
+          const C e = exp_of<C>(C(logits(n, v)) - m);
           logits(n, v) = e;
           return e;
         });
@@ -44,30 +49,35 @@ void row_sumexp_target(const ExecSpace& exec, const Mat<T>& logits, const Vec<T>
 }
 
 template <class T>
-void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Mat<T>& stats,
-                         const Tokens& targets, int first, std::int64_t valid, const Vec<T>& losses,
-                         T grad_scale) {
+void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits,
+                         const Mat<compute_t<T>>& stats, const Tokens& targets, int first,
+                         std::int64_t valid, const Vec<compute_t<T>>& losses,
+                         compute_t<T> grad_scale) {
+  using C = compute_t<T>;
   const std::int64_t cols = logits.extent(1);
   Kokkos::parallel_for(
       "cubelm::vocab_cross_entropy", per_row(exec, logits.extent(0), cols),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t n = team.league_rank();
         team_once(team, [&]() { losses(n) = kmath::log(stats(n, 0)) - stats(n, 1); });
-        if (grad_scale == T(0))
+        if (grad_scale == C(0))
           return;
-        const T factor = grad_scale / stats(n, 0); // the exponentials are in place already
-        team_for(team, 0, valid, [&](const std::int64_t v) { logits(n, v) *= factor; });
-        team_for(team, valid, cols, [&](const std::int64_t v) { logits(n, v) = T(0); });
+        const C factor = grad_scale / stats(n, 0); // the exponentials are in place already
+        team_for(team, 0, valid,
+                 [&](const std::int64_t v) { logits(n, v) = C(logits(n, v)) * factor; });
+        team_for(team, valid, cols, [&](const std::int64_t v) { logits(n, v) = C(0); });
         team_sync(team);
         const std::int64_t t = targets(n) - first; // outside [0, valid): not in this slice
         if (t >= 0 && t < valid)
-          team_once(team, [&]() { logits(n, t) -= grad_scale; });
+          team_once(team, [&]() { logits(n, t) = C(logits(n, t)) - grad_scale; });
       });
 }
 
 template <class T>
 void whole_vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
-                               std::int64_t valid, const Vec<T>& losses, T grad_scale) {
+                               std::int64_t valid, const Vec<compute_t<T>>& losses,
+                               compute_t<T> grad_scale) {
+  using C = compute_t<T>;
   // The three steps above, each row start to finish in one team: the same operations on
   // the same team, so the same bits, while the row stays in cache (one read and one write
   // of the logits instead of three of each).
@@ -76,46 +86,53 @@ void whole_vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, cons
       "cubelm::cross_entropy_rows", per_row(exec, logits.extent(0), cols),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t n = team.league_rank();
-        const T m = team_max<T>(team, 0, valid, [&](const std::int64_t v) { return logits(n, v); });
+        const C m =
+            team_max<C>(team, 0, valid, [&](const std::int64_t v) { return C(logits(n, v)); });
         const std::int64_t t = targets(n); // outside [0, valid): no loss term of its own
         const bool inside = t >= 0 && t < valid;
-        const T target = inside ? logits(n, t) - m : T(0);
+        const C target = inside ? C(logits(n, t)) - m : C(0);
         team_sync(team); // every thread has read the target logit before it is replaced
-        const T sum = team_sum<T>(team, 0, valid, [&](const std::int64_t v) {
-          const T e = exp_of<T>(logits(n, v) - m);
+        const C sum = team_sum<C>(team, 0, valid, [&](const std::int64_t v) {
+          const C e = exp_of<C>(C(logits(n, v)) - m);
           logits(n, v) = e;
           return e;
         });
         team_once(team, [&]() { losses(n) = kmath::log(sum) - target; });
-        if (grad_scale == T(0))
+        if (grad_scale == C(0))
           return;
-        const T factor = grad_scale / sum;
+        const C factor = grad_scale / sum;
         team_sync(team); // the exponentials of the whole row are written
-        team_for(team, 0, valid, [&](const std::int64_t v) { logits(n, v) *= factor; });
-        team_for(team, valid, cols, [&](const std::int64_t v) { logits(n, v) = T(0); });
+        team_for(team, 0, valid,
+                 [&](const std::int64_t v) { logits(n, v) = C(logits(n, v)) * factor; });
+        team_for(team, valid, cols, [&](const std::int64_t v) { logits(n, v) = C(0); });
         team_sync(team);
         if (inside)
-          team_once(team, [&]() { logits(n, t) -= grad_scale; });
+          team_once(team, [&]() { logits(n, t) = C(logits(n, t)) - grad_scale; });
       });
 }
 
 template <class T>
 void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
-                   const Vec<T>& losses, T grad_scale) {
+                   const Vec<compute_t<T>>& losses, compute_t<T> grad_scale) {
   whole_vocab_cross_entropy<T>(exec, logits, targets, logits.extent(1), losses, grad_scale);
 }
 
 #define CUBELM_INSTANTIATE_LOSS(T)                                                                 \
-  template void row_max<T>(const ExecSpace&, const Mat<T>&, std::int64_t, const Vec<T>&);          \
-  template void row_sumexp_target<T>(const ExecSpace&, const Mat<T>&, const Vec<T>&,               \
-                                     const Tokens&, int, std::int64_t, const Mat<T>&);             \
-  template void vocab_cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&,             \
-                                       const Tokens&, int, std::int64_t, const Vec<T>&, T);        \
+  template void row_max<T>(const ExecSpace&, const Mat<T>&, std::int64_t,                          \
+                           const Vec<compute_t<T>>&);                                              \
+  template void row_sumexp_target<T>(const ExecSpace&, const Mat<T>&, const Vec<compute_t<T>>&,    \
+                                     const Tokens&, int, std::int64_t, const Mat<compute_t<T>>&);  \
+  template void vocab_cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Mat<compute_t<T>>&,  \
+                                       const Tokens&, int, std::int64_t, const Vec<compute_t<T>>&, \
+                                       compute_t<T>);                                              \
   template void whole_vocab_cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&,       \
-                                             std::int64_t, const Vec<T>&, T);                      \
-  template void cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&, const Vec<T>&, T);
+                                             std::int64_t, const Vec<compute_t<T>>&,               \
+                                             compute_t<T>);                                        \
+  template void cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&,                   \
+                                 const Vec<compute_t<T>>&, compute_t<T>);
 
 CUBELM_INSTANTIATE_LOSS(float)
 CUBELM_INSTANTIATE_LOSS(double)
+CUBELM_INSTANTIATE_LOSS(bf16)
 
 } // namespace cubelm::kernels

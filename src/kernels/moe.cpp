@@ -27,13 +27,13 @@ MoeSaved<T> MoeSaved<T>::make(std::int64_t n, int experts, int k, std::int64_t r
                               std::int64_t received) {
   MoeSaved s;
   const std::int64_t run = peers > 1 ? received : rows;
-  s.probs = matrix<T>("cubelm::moe/probs", n, experts);
+  s.probs = matrix<compute_t<T>>("cubelm::moe/probs", n, experts);
   s.choice = IntMat("cubelm::moe/choice", n, k);
-  s.gate = matrix<T>("cubelm::moe/gate", n, k);
+  s.gate = matrix<compute_t<T>>("cubelm::moe/gate", n, k);
   s.slot = IntMat("cubelm::moe/slot", n, k);
   s.pairs = IntVec("cubelm::moe/pairs", rows);
   s.offsets = IntVec("cubelm::moe/offsets", experts + 1);
-  s.fraction = Vec<T>("cubelm::moe/fraction", experts);
+  s.fraction = Vec<compute_t<T>>("cubelm::moe/fraction", experts);
   s.h = matrix<T>("cubelm::moe/h", run, ffn);
   s.g = matrix<T>("cubelm::moe/g", run, ffn);
   s.th = matrix<T>("cubelm::moe/gelu_tanh", run, ffn);
@@ -155,43 +155,45 @@ namespace {
 template <class T, class Weight>
 void sum_kept_choices(const char* name, const ExecSpace& exec, const Mat<T>& rows,
                       const IntMat& slot, Weight weight, bool add, const Mat<T>& y) {
+  using C = compute_t<T>;
   const std::int64_t k = slot.extent(1);
   for_each_element(
       name, exec, y.extent(0), y.extent(1),
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t c) {
-        T sum = 0;
+        C sum = 0;
         for (std::int64_t j = 0; j < k; ++j)
           if (slot(t, j) >= 0)
-            sum += weight(t, j) * rows(slot(t, j), c);
-        y(t, c) = add ? y(t, c) + sum : sum;
+            sum += C(weight(t, j)) * C(rows(slot(t, j), c));
+        y(t, c) = add ? C(y(t, c)) + sum : sum;
       });
 }
 
 } // namespace
 
 template <class T>
-void moe_combine(const ExecSpace& exec, const Mat<T>& out, const IntMat& slot, const Mat<T>& gate,
-                 const Mat<T>& y) {
+void moe_combine(const ExecSpace& exec, const Mat<T>& out, const IntMat& slot,
+                 const Mat<compute_t<T>>& gate, const Mat<T>& y) {
   sum_kept_choices<T>("cubelm::moe_combine", exec, out, slot, gate, false, y);
 }
 
 template <class T>
 void moe_combine_backward(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& out,
-                          const IntMat& slot, const Mat<T>& gate, const IntVec& pairs,
-                          std::int64_t rows, const Mat<T>& dout, const Mat<T>& dgate) {
+                          const IntMat& slot, const Mat<compute_t<T>>& gate, const IntVec& pairs,
+                          std::int64_t rows, const Mat<T>& dout, const Mat<compute_t<T>>& dgate) {
+  using C = compute_t<T>;
   const std::int64_t n = dy.extent(0), k = slot.extent(1), cols = dy.extent(1);
   for_each_element(
       "cubelm::moe_dout", exec, rows, cols,
       KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t c) {
         const std::int64_t t = pairs(r) % n, j = pairs(r) / n;
-        dout(r, c) = gate(t, j) * dy(t, c);
+        dout(r, c) = gate(t, j) * C(dy(t, c));
       });
   Kokkos::parallel_for(
       "cubelm::moe_dgate", per_row(exec, n * k, cols), KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t i = team.league_rank(), t = i / k, j = i % k;
         const int r = slot(t, j);
-        const T dot = r < 0 ? T(0) : team_sum<T>(team, 0, cols, [&](const std::int64_t c) {
-          return dy(t, c) * out(r, c);
+        const C dot = r < 0 ? C(0) : team_sum<C>(team, 0, cols, [&](const std::int64_t c) {
+          return C(dy(t, c)) * C(out(r, c));
         });
         team_once(team, [&]() { dgate(t, j) = dot; });
       });
@@ -202,7 +204,7 @@ void moe_scatter_add(const ExecSpace& exec, const Mat<T>& dxin, const IntMat& sl
                      const Mat<T>& dx) {
   sum_kept_choices<T>(
       "cubelm::moe_scatter_add", exec, dxin, slot,
-      KOKKOS_LAMBDA(const std::int64_t, const std::int64_t) { return T(1); }, true, dx);
+      KOKKOS_LAMBDA(const std::int64_t, const std::int64_t) { return compute_t<T>(1); }, true, dx);
 }
 
 template <class T>
@@ -260,20 +262,13 @@ void moe_aux_loss(const ExecSpace& exec, const Mat<T>& probs, const Vec<T>& frac
       });
 }
 
-#define CUBELM_INSTANTIATE_MOE(T)                                                                  \
-  template struct MoeSaved<T>;                                                                     \
+// The routing (router probabilities, gates, fractions) is computed and kept in float or
+// double only: a bf16 model's routes in float.
+#define CUBELM_INSTANTIATE_MOE_ROUTING(T)                                                          \
   template void moe_route<T>(const ExecSpace&, const Mat<T>&, const IntMat&, const Mat<T>&);       \
   template void moe_dispatch<T>(const ExecSpace&, const IntMat&, std::int64_t, const Tokens&,      \
                                 TokenIndexer&, const IntMat&, const IntVec&, const IntVec&,        \
                                 const Vec<T>&);                                                    \
-  template void moe_gather<T>(const ExecSpace&, const Mat<T>&, const IntVec&, std::int64_t,        \
-                              const Mat<T>&);                                                      \
-  template void moe_combine<T>(const ExecSpace&, const Mat<T>&, const IntMat&, const Mat<T>&,      \
-                               const Mat<T>&);                                                     \
-  template void moe_combine_backward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&,            \
-                                        const IntMat&, const Mat<T>&, const IntVec&, std::int64_t, \
-                                        const Mat<T>&, const Mat<T>&);                             \
-  template void moe_scatter_add<T>(const ExecSpace&, const Mat<T>&, const IntMat&, const Mat<T>&); \
   template void moe_route_backward<T>(const ExecSpace&, const Mat<T>&, const IntMat&,              \
                                       const Mat<T>&, const Mat<T>&, const Vec<T>&, T,              \
                                       const Mat<T>&);                                              \
@@ -281,7 +276,21 @@ void moe_aux_loss(const ExecSpace& exec, const Mat<T>& probs, const Vec<T>& frac
                                 const Kokkos::View<double*, MemSpace>&,                            \
                                 const Kokkos::View<double*, MemSpace>&);
 
-CUBELM_INSTANTIATE_MOE(float)
-CUBELM_INSTANTIATE_MOE(double)
+#define CUBELM_INSTANTIATE_MOE_ROWS(T)                                                             \
+  template struct MoeSaved<T>;                                                                     \
+  template void moe_gather<T>(const ExecSpace&, const Mat<T>&, const IntVec&, std::int64_t,        \
+                              const Mat<T>&);                                                      \
+  template void moe_combine<T>(const ExecSpace&, const Mat<T>&, const IntMat&,                     \
+                               const Mat<compute_t<T>>&, const Mat<T>&);                           \
+  template void moe_combine_backward<T>(const ExecSpace&, const Mat<T>&, const Mat<T>&,            \
+                                        const IntMat&, const Mat<compute_t<T>>&, const IntVec&,    \
+                                        std::int64_t, const Mat<T>&, const Mat<compute_t<T>>&);    \
+  template void moe_scatter_add<T>(const ExecSpace&, const Mat<T>&, const IntMat&, const Mat<T>&);
+
+CUBELM_INSTANTIATE_MOE_ROUTING(float)
+CUBELM_INSTANTIATE_MOE_ROUTING(double)
+CUBELM_INSTANTIATE_MOE_ROWS(float)
+CUBELM_INSTANTIATE_MOE_ROWS(double)
+CUBELM_INSTANTIATE_MOE_ROWS(bf16)
 
 } // namespace cubelm::kernels

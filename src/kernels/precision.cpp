@@ -11,6 +11,7 @@
 #endif
 
 #include <string>
+#include <type_traits>
 
 namespace cubelm::kernels {
 
@@ -106,6 +107,52 @@ void bf16_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha, c
                     single(trans_a, trans_b, a, b, c));
 }
 
+namespace {
+
+// The bfloat16 elements of `m` for cuBLAS: a bf16 matrix itself, a float one rounded
+// into `scratch`; `ld` gets its leading dimension.
+template <class T>
+const void* bf16_operand(const ExecSpace& exec, const Mat<T>& m, Scratch<std::uint16_t>& scratch,
+                         int& ld) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    CUBELM_ASSERT(m.extent(0) <= 1 || m.stride(0) >= m.extent(1), "bf16 gemm: a matrix view");
+    ld = static_cast<int>(m.extent(0) <= 1 ? m.extent(1) : m.stride(0));
+    return m.data();
+  } else {
+    const auto buf = scratch.get(m.extent(0) * m.extent(1));
+    const std::int64_t cols = m.extent(1);
+    for_each_element(
+        "cubelm::to_bf16", exec, m.extent(0), m.extent(1),
+        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+          buf(i * cols + j) = bf16_bits(m(i, j));
+        });
+    ld = static_cast<int>(cols);
+    return buf.data();
+  }
+}
+
+} // namespace
+
+template <class TA, class TB, class TC>
+void bf16_storage_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha,
+                       const Mat<TA>& a, const Mat<TB>& b, float beta, const Mat<TC>& c) {
+  static Scratch<std::uint16_t> scratch_a("cubelm::bf16_scratch"),
+      scratch_b("cubelm::bf16_scratch");
+  int lda = 0, ldb = 0;
+  const void* a16 = bf16_operand(exec, a, scratch_a, lda);
+  const void* b16 = bf16_operand(exec, b, scratch_b, ldb);
+  const int m = static_cast<int>(c.extent(0)), n = static_cast<int>(c.extent(1));
+  const int k = static_cast<int>(trans_a ? a.extent(0) : a.extent(1));
+  const int ldc = static_cast<int>(c.extent(0) <= 1 ? c.extent(1) : c.stride(0));
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+  cublas_check(cublasGemmEx(cublas_on(exec), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16, CUDA_R_16BF,
+                            ldb, a16, CUDA_R_16BF, lda, &beta, c.data(),
+                            std::is_same_v<TC, bf16> ? CUDA_R_16BF : CUDA_R_32F, ldc,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+}
+
 #else
 
 namespace {
@@ -135,7 +182,98 @@ void bf16_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, float 
   host_gemm_batched(exec, trans_a, trans_b, alpha, ra.data(), rb.data(), beta, c.data(), s);
 }
 
+namespace {
+
+// The float a bf16 product reads for an element: a bfloat16 exactly, a float rounded.
+template <class T>
+KOKKOS_INLINE_FUNCTION float bf16_input(T x) {
+  if constexpr (std::is_same_v<T, bf16>)
+    return x.value();
+  else
+    return bf16_round(x);
+}
+
+// dst (rows x cols, row-major) = the block of src at (r0, c0) as bf16 inputs.
+template <class T>
+void input_block(const ExecSpace& exec, const Mat<T>& src, std::int64_t r0, std::int64_t rows,
+                 std::int64_t c0, std::int64_t cols, float* dst) {
+  for_each_element(
+      "cubelm::bf16_tile", exec, rows, cols,
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        dst[i * cols + j] = bf16_input(src(r0 + i, c0 + j));
+      });
+}
+
+constexpr std::int64_t kTile = 1024; // rows and columns of C per sgemm (blas.hpp)
+
+} // namespace
+
+template <class TA, class TB, class TC>
+void bf16_storage_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha,
+                       const Mat<TA>& a, const Mat<TB>& b, float beta, const Mat<TC>& c) {
+  static Scratch<float> scratch_a("cubelm::bf16_tile"), scratch_b("cubelm::bf16_tile"),
+      scratch_c("cubelm::bf16_tile");
+  const std::int64_t m = c.extent(0), n = c.extent(1);
+  const std::int64_t k = trans_a ? a.extent(0) : a.extent(1);
+  const std::int64_t ldc = c.extent(0) <= 1 ? n : static_cast<std::int64_t>(c.stride(0));
+  const std::int64_t tm = m < kTile ? m : kTile, tn = n < kTile ? n : kTile;
+  float* const pa = scratch_a.get(static_cast<std::size_t>(tm * k)).data();
+  float* const pb = scratch_b.get(static_cast<std::size_t>(k * tn)).data();
+  float* const pc =
+      std::is_same_v<TC, float> ? nullptr : scratch_c.get(static_cast<std::size_t>(tm * tn)).data();
+  for (std::int64_t i0 = 0; i0 < m; i0 += kTile) {
+    const std::int64_t rows = m - i0 < kTile ? m - i0 : kTile;
+    // op(A)'s rows i0.. as stored: A's rows, or with trans_a its columns.
+    if (trans_a)
+      input_block(exec, a, 0, k, i0, rows, pa);
+    else
+      input_block(exec, a, i0, rows, 0, k, pa);
+    for (std::int64_t j0 = 0; j0 < n; j0 += kTile) {
+      const std::int64_t cols = n - j0 < kTile ? n - j0 : kTile;
+      if (trans_b)
+        input_block(exec, b, j0, cols, 0, k, pb);
+      else
+        input_block(exec, b, 0, k, j0, cols, pb);
+      const int lda = static_cast<int>(trans_a ? rows : k),
+                ldb = static_cast<int>(trans_b ? k : cols);
+      if constexpr (std::is_same_v<TC, float>) {
+        exec.fence();
+        host_gemm<float>(trans_a, trans_b, static_cast<int>(rows), static_cast<int>(cols),
+                         static_cast<int>(k), alpha, pa, lda, pb, ldb, beta,
+                         c.data() + i0 * ldc + j0, static_cast<int>(ldc));
+      } else {
+        const Mat<TC> cc = c;
+        if (beta != 0.0f)
+          for_each_element(
+              "cubelm::bf16_tile", exec, rows, cols,
+              KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+                pc[i * cols + j] = cc(i0 + i, j0 + j);
+              });
+        exec.fence();
+        host_gemm<float>(trans_a, trans_b, static_cast<int>(rows), static_cast<int>(cols),
+                         static_cast<int>(k), alpha, pa, lda, pb, ldb, beta, pc,
+                         static_cast<int>(cols));
+        for_each_element(
+            "cubelm::bf16_tile", exec, rows, cols,
+            KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+              cc(i0 + i, j0 + j) = pc[i * cols + j];
+            });
+      }
+    }
+  }
+}
+
 #endif
+
+#define CUBELM_INSTANTIATE_BF16_GEMM(TA, TB, TC)                                                   \
+  template void bf16_storage_gemm<TA, TB, TC>(const ExecSpace&, bool, bool, float, const Mat<TA>&, \
+                                              const Mat<TB>&, float, const Mat<TC>&);
+CUBELM_INSTANTIATE_BF16_GEMM(bf16, bf16, bf16)
+CUBELM_INSTANTIATE_BF16_GEMM(bf16, bf16, float)
+CUBELM_INSTANTIATE_BF16_GEMM(float, bf16, bf16)
+CUBELM_INSTANTIATE_BF16_GEMM(bf16, float, bf16)
+CUBELM_INSTANTIATE_BF16_GEMM(float, bf16, float)
+CUBELM_INSTANTIATE_BF16_GEMM(bf16, float, float)
 
 } // namespace detail
 } // namespace cubelm::kernels

@@ -70,7 +70,7 @@ void CollectiveCheck::end(std::initializer_list<std::pair<tp::Piece, tp::Pass>> 
       Count& d = described[{c.group, c.kind}];
       d.calls += static_cast<std::uint64_t>(std::llround(c.calls));
       d.bytes += comm::modeled_bytes_sent(c.kind, groups_.at(c.group),
-                                          c.elements * (c.bytes > 0 ? c.bytes : element_bytes_));
+                                          c.elements * tp::element_bytes(c, element_bytes_));
     }
   }
   for (const Counts* side : {&issued, &described})

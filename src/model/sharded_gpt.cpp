@@ -30,8 +30,8 @@ struct ShardedGPT<T>::Layer {
 template <class T>
 struct ShardedGPT<T>::Acts {
   Mat<T> ln1_out, q, k, v, att, ln2_out, h, g, th;
-  Vec<T> ln1, ln2;
-  kernels::Batch<T> lse; // attention's log-sum-exp of its query rows
+  Vec<compute_t<T>> ln1, ln2;
+  kernels::Batch<compute_t<T>> lse; // attention's log-sum-exp of its query rows
   kernels::MoeSaved<T> moe;
 };
 
@@ -43,7 +43,7 @@ struct ShardedGPT<T>::SlotBuffers {
   std::vector<Mat<T>> stream;
   std::vector<Acts> acts;
   Mat<T> lnf_out;
-  Vec<T> lnf;
+  Vec<compute_t<T>> lnf;
 };
 
 namespace {
@@ -82,8 +82,8 @@ typename ShardedGPT<T>::Acts ShardedGPT<T>::make_acts(bool mlp, bool moe) const 
         break;
       }
   }
-  a.ln1 = vector<T>(act::kLn1Stats, 2 * stream_rows_);
-  a.ln2 = vector<T>(act::kLn2Stats, 2 * stream_rows_);
+  a.ln1 = vector<compute_t<T>>(act::kLn1Stats, 2 * stream_rows_);
+  a.ln2 = vector<compute_t<T>>(act::kLn2Stats, 2 * stream_rows_);
   a.lse = attention_->make_saved();
   return a;
 }
@@ -179,7 +179,7 @@ ShardedGPT<T>::ShardedGPT(const ModelConfig& config, int batch, std::uint64_t se
         slot->acts.push_back(make_acts(mlp_at[i], moe_at[i]));
     if (stage_.last) {
       slot->lnf_out = matrix<T>(act::kLnf, rows_, outer_);
-      slot->lnf = vector<T>(act::kLnfStats, 2 * stream_rows_);
+      slot->lnf = vector<compute_t<T>>(act::kLnfStats, 2 * stream_rows_);
     }
     slots_.push_back(std::move(slot));
   }
@@ -214,10 +214,12 @@ void ShardedGPT<T>::check_buffers() {
     CUBELM_ASSERT(name.compare(0, prefix.size(), prefix) == 0,
                   "an activation buffer without a cubelm label: '" + name + "'");
     const std::string_view key = *buffer_names_.insert(name.substr(prefix.size())).first;
-    const tp::Holds holds = std::is_integral_v<Value> ? tp::Holds::ids
-                            : std::is_same_v<Value, double> && !std::is_same_v<T, double>
-                                ? tp::Holds::sums
-                                : tp::Holds::values;
+    // What a buffer holds follows from its type; in a float model the compute type's
+    // buffers are the values' (the same bytes).
+    const tp::Holds holds = std::is_integral_v<Value>             ? tp::Holds::ids
+                            : std::is_same_v<Value, T>            ? tp::Holds::values
+                            : std::is_same_v<Value, compute_t<T>> ? tp::Holds::compute
+                                                                  : tp::Holds::sums;
     buffers_.try_emplace(key, tp::Buffer{key, 0, holds}).first->second.elements +=
         static_cast<std::int64_t>(view.span());
   };
@@ -265,9 +267,14 @@ tp::Param<T>& ShardedGPT<T>::param(const std::string& name) {
 template <class T>
 cost::Memory ShardedGPT<T>::memory() const {
   cost::Memory mem;
+  // The master weights and the gradients in the compute type; a bf16 model also keeps
+  // the bf16 copy of the weights its kernels read.
+  using G = compute_t<T>;
+  const std::int64_t weight_bytes =
+      static_cast<std::int64_t>(sizeof(G) + (std::is_same_v<T, G> ? 0 : sizeof(T)));
   for (const auto& p : params_) {
-    mem.parameters += p.size() * static_cast<std::int64_t>(sizeof(T));
-    mem.gradients += p.size() * static_cast<std::int64_t>(sizeof(T));
+    mem.parameters += p.size() * weight_bytes;
+    mem.gradients += p.size() * static_cast<std::int64_t>(sizeof(G));
   }
   mem.activations = tp::bytes_of(buffers_, static_cast<int>(sizeof(T))) + mode_.workspace_bytes() +
                     attention_->bytes();
@@ -277,7 +284,16 @@ cost::Memory ShardedGPT<T>::memory() const {
 template <class T>
 void ShardedGPT<T>::zero_grad() {
   for (auto& p : params_)
-    Kokkos::deep_copy(p.grad, T(0));
+    Kokkos::deep_copy(p.grad, compute_t<T>(0));
+}
+
+template <class T>
+void ShardedGPT<T>::refresh_weights(const ExecSpace& exec) {
+  if constexpr (!std::is_same_v<T, compute_t<T>>)
+    for (auto& p : params_)
+      tp::refresh_weights(exec, p);
+  else
+    (void)exec;
 }
 
 template <class T>
@@ -382,7 +398,7 @@ void ShardedGPT<T>::backward_layer(const ExecSpace& exec, Layer& y, Acts& a, con
   using tp::Piece;
   check_->begin();
   if (y.moe) {
-    y.moe->backward(exec, a.ln2_out, dx_, d_outer_, a.moe, T(grad_scale));
+    y.moe->backward(exec, a.ln2_out, dx_, d_outer_, a.moe, compute_t<T>(grad_scale));
   } else {
     y.fc2->backward(exec, a.g, {dx_}, dg_);
     gelu_backward<T>(exec, a.h, a.th, dg_, dh_);
@@ -450,8 +466,8 @@ double ShardedGPT<T>::backward(const ExecSpace& exec, int chunk, int slot,
   double sum = 0;
   if (head) {
     check_->begin();
-    sum =
-        embedding_->loss(exec, s.lnf_out, local(targets, local_targets_), T(grad_scale), d_outer_);
+    sum = embedding_->loss(exec, s.lnf_out, local(targets, local_targets_),
+                           compute_t<T>(grad_scale), d_outer_);
     Kokkos::deep_copy(exec, dx_, T(0));
     lnf_->backward(exec, output(chunk, slot), d_outer_, dx_, s.lnf);
     // A stage without the lookup gathers the tied table and reduce-scatters its gradient here.
@@ -531,7 +547,9 @@ GridModel<T> GridModel<T>::single(const ModelConfig& config, int batch, std::uin
 
 template class ShardedGPT<float>;
 template class ShardedGPT<double>;
+template class ShardedGPT<bf16>;
 template struct GridModel<float>;
 template struct GridModel<double>;
+template struct GridModel<bf16>;
 
 } // namespace cubelm::model

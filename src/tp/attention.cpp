@@ -48,28 +48,28 @@ BlockAttention<T>::BlockAttention(const comm::Group* group, int sequences, int h
   chunk_ = cut.length;
   using namespace detail::attn;
   const std::int64_t kv = 2LL * per_rank_;
-  mine_ = blocks<T>(kKv, kv, n_, chunk_, d_);
-  dmine_ = blocks<T>(kDkv, kv, n_, chunk_, d_);
+  mine_ = blocks<G>(kKv, kv, n_, chunk_, d_);
+  dmine_ = blocks<G>(kDkv, kv, n_, chunk_, d_);
   if (cp_ > 1) {
-    all_ = blocks<T>(kKvAll, kv * cp_, n_, chunk_, d_);
-    dall_ = blocks<T>(kDkvAll, kv * cp_, n_, chunk_, d_);
+    all_ = blocks<G>(kKvAll, kv * cp_, n_, chunk_, d_);
+    dall_ = blocks<G>(kDkvAll, kv * cp_, n_, chunk_, d_);
   } else { // the gathered blocks are this rank's own
     all_ = mine_;
     dall_ = dmine_;
   }
-  q_ = batch<T>(kQ, n_, chunk_, d_);
-  o_ = batch<T>(kOut, n_, chunk_, d_);
-  part_ = batch<T>(kPart, n_, chunk_, d_);
-  dout_ = batch<T>(kDout, n_, chunk_, d_);
-  dq_ = batch<T>(kDq, n_, chunk_, d_);
-  scores_ = batch<T>(kScores, n_, chunk_, chunk_);
-  dscores_ = batch<T>(kDscores, n_, chunk_, chunk_);
-  part_lse_ = kernels::Mat<T>(label(kPartLse), n_, chunk_);
-  delta_ = kernels::Mat<T>(label(kDelta), n_, chunk_);
+  q_ = batch<G>(kQ, n_, chunk_, d_);
+  o_ = batch<G>(kOut, n_, chunk_, d_);
+  part_ = batch<G>(kPart, n_, chunk_, d_);
+  dout_ = batch<G>(kDout, n_, chunk_, d_);
+  dq_ = batch<G>(kDq, n_, chunk_, d_);
+  scores_ = batch<G>(kScores, n_, chunk_, chunk_);
+  dscores_ = batch<G>(kDscores, n_, chunk_, chunk_);
+  part_lse_ = kernels::Mat<G>(label(kPartLse), n_, chunk_);
+  delta_ = kernels::Mat<G>(label(kDelta), n_, chunk_);
   // What was allocated is what the memory estimate reads (tp/buffers.hpp).
   BufferSizes allocated;
   auto add = [&](std::string_view name, std::size_t span) {
-    allocated.emplace(name, Buffer{name, static_cast<std::int64_t>(span)});
+    allocated.emplace(name, Buffer{name, static_cast<std::int64_t>(span), Holds::compute});
   };
   add(kKv, mine_.span());
   add(kDkv, dmine_.span());
@@ -95,8 +95,8 @@ BlockAttention<T>::BlockAttention(const comm::Group* group, int sequences, int h
 }
 
 template <class T>
-kernels::Batch<T> BlockAttention<T>::make_saved() const {
-  return batch<T>(detail::attn::kLse, per_rank_, n_, chunk_);
+kernels::Batch<compute_t<T>> BlockAttention<T>::make_saved() const {
+  return batch<G>(detail::attn::kLse, per_rank_, n_, chunk_);
 }
 
 template <class T>
@@ -107,7 +107,8 @@ int BlockAttention<T>::mine(int j) const {
 }
 
 template <class T>
-kernels::Batch<T> BlockAttention<T>::block(const kernels::Tensor4<T>& blocks, int g, int kv) const {
+kernels::Batch<compute_t<T>> BlockAttention<T>::block(const kernels::Tensor4<G>& blocks, int g,
+                                                      int kv) const {
   // With context parallelism chunk g < cp is rank g's first, chunk g >= cp rank
   // 2 cp - 1 - g's second; on one rank block g is the rank's g-th.
   const int r = cp_ == 1 ? 0 : g < cp_ ? g : 2 * cp_ - 1 - g;
@@ -131,20 +132,20 @@ void BlockAttention<T>::gather_keys(const ExecSpace& exec, const kernels::Mat<T>
 template <class T>
 void BlockAttention<T>::forward(const ExecSpace& exec, const kernels::Mat<T>& q,
                                 const kernels::Mat<T>& k, const kernels::Mat<T>& v,
-                                const kernels::Batch<T>& saved, const kernels::Mat<T>& out) const {
+                                const kernels::Batch<G>& saved, const kernels::Mat<T>& out) const {
   gather_keys(exec, k, v);
   for (int j = 0; j < per_rank_; ++j) {
     const int m = mine(j);
-    const kernels::Mat<T> lse = Kokkos::subview(saved, j, Kokkos::ALL, Kokkos::ALL);
+    const kernels::Mat<G> lse = Kokkos::subview(saved, j, Kokkos::ALL, Kokkos::ALL);
     kernels::gather_heads<T>(exec, q, heads_, j * chunk_, q_);
     // Key blocks in order of position, 0 to m: the later ones are all masked.
     for (int g = 0; g <= m; ++g) {
       const bool first = g == 0;
-      kernels::attention_block_forward<T>(exec, q_, block(all_, g, 0), block(all_, g, 1),
+      kernels::attention_block_forward<G>(exec, q_, block(all_, g, 0), block(all_, g, 1),
                                           m * chunk_, g * chunk_, scores_, first ? o_ : part_,
                                           first ? lse : part_lse_);
       if (!first)
-        kernels::attention_combine<T>(exec, o_, lse, part_, part_lse_);
+        kernels::attention_combine<G>(exec, o_, lse, part_, part_lse_);
     }
     kernels::scatter_heads<T>(exec, o_, heads_, j * chunk_, out);
   }
@@ -153,21 +154,21 @@ void BlockAttention<T>::forward(const ExecSpace& exec, const kernels::Mat<T>& q,
 template <class T>
 void BlockAttention<T>::backward(const ExecSpace& exec, const kernels::Mat<T>& q,
                                  const kernels::Mat<T>& k, const kernels::Mat<T>& v,
-                                 const kernels::Mat<T>& out, const kernels::Batch<T>& saved,
+                                 const kernels::Mat<T>& out, const kernels::Batch<G>& saved,
                                  const kernels::Mat<T>& dout, const kernels::Mat<T>& dq,
                                  const kernels::Mat<T>& dk, const kernels::Mat<T>& dv) const {
   gather_keys(exec, k, v);
-  Kokkos::deep_copy(exec, dall_, T(0));
+  Kokkos::deep_copy(exec, dall_, G(0));
   for (int j = 0; j < per_rank_; ++j) {
     const int m = mine(j);
-    const kernels::Mat<T> lse = Kokkos::subview(saved, j, Kokkos::ALL, Kokkos::ALL);
+    const kernels::Mat<G> lse = Kokkos::subview(saved, j, Kokkos::ALL, Kokkos::ALL);
     kernels::gather_heads<T>(exec, q, heads_, j * chunk_, q_);
     kernels::gather_heads<T>(exec, out, heads_, j * chunk_, o_);
     kernels::gather_heads<T>(exec, dout, heads_, j * chunk_, dout_);
-    kernels::attention_block_delta<T>(exec, o_, dout_, delta_);
-    Kokkos::deep_copy(exec, dq_, T(0));
+    kernels::attention_block_delta<G>(exec, o_, dout_, delta_);
+    Kokkos::deep_copy(exec, dq_, G(0));
     for (int g = 0; g <= m; ++g)
-      kernels::attention_block_backward<T>(exec, q_, block(all_, g, 0), block(all_, g, 1), dout_,
+      kernels::attention_block_backward<G>(exec, q_, block(all_, g, 0), block(all_, g, 1), dout_,
                                            lse, delta_, m * chunk_, g * chunk_, scores_, dscores_,
                                            dq_, block(dall_, g, 0), block(dall_, g, 1));
     kernels::scatter_heads<T>(exec, dq_, heads_, j * chunk_, dq);
@@ -184,5 +185,6 @@ void BlockAttention<T>::backward(const ExecSpace& exec, const kernels::Mat<T>& q
 
 template class BlockAttention<float>;
 template class BlockAttention<double>;
+template class BlockAttention<bf16>;
 
 } // namespace cubelm::tp

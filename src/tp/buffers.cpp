@@ -31,14 +31,16 @@ void add_vector(Buffers& out, const comm::Layout& layout, std::int64_t n, bool c
   case TensorMode::none:
   case TensorMode::d1:
     if (!column && sequence_parallel(layout))
-      out.push_back({kPartial, n});
+      out.push_back({kPartial, n, Holds::compute});
     return;
   case TensorMode::d2:
-    out.insert(out.end(), {{kGathered, n / q}, {kPartial, n / q}, {kPiece, n / (q * q)}});
+    out.insert(out.end(), {{kGathered, n / q},
+                           {kPartial, n / q, Holds::compute},
+                           {kPiece, n / (q * q), Holds::compute}});
     return;
   case TensorMode::d3:
     if (q > 1)
-      out.push_back({kPartial, n / q});
+      out.push_back({kPartial, n / q, Holds::compute});
     return;
   }
 }
@@ -60,15 +62,18 @@ Buffers linear_scratch(const comm::Layout& layout, std::int64_t in, std::int64_t
     return {{kAct, rows * bi},
             {kWeight, bi * bo},
             {kPartial, rows * bi},
-            {kWeightPartial, bi * bo},
-            {kWeightSum, bi * bo}};
+            {kWeightPartial, bi * bo, Holds::compute},
+            {kWeightSum, bi * bo, Holds::compute}};
   }
   case TensorMode::d3: {
     const std::int64_t wr = in / (q * q), wc = out / q;
     using namespace detail::d3;
-    return {{kInput, rows * q * (in / q)}, {kWeight, (in / q) * wc},
-            {kOutput, rows * q * wc},      {kInputGrad, rows * q * (in / q)},
-            {kWeightGrad, (in / q) * wc},  {kWeightBlock, wr * wc}};
+    return {{kInput, rows * q * (in / q)},
+            {kWeight, (in / q) * wc},
+            {kOutput, rows * q * wc},
+            {kInputGrad, rows * q * (in / q)},
+            {kWeightGrad, (in / q) * wc, Holds::compute},
+            {kWeightBlock, wr * wc, Holds::compute}};
   }
   }
   return {};
@@ -100,15 +105,15 @@ Buffers embedding_scratch(const comm::Layout& layout, bool lookup, bool head, in
       out.insert(out.end(), {{kPartial, rows * bv},
                              {kWeight, bv * bh},
                              {kAct, rows * bv},
-                             {kWeightPartial, bv * bh},
-                             {kWeightSum, bv * bh}});
+                             {kWeightPartial, bv * bh, Holds::compute},
+                             {kWeightSum, bv * bh, Holds::compute}});
     break;
   }
   case TensorMode::d3: {
     using namespace detail::d3;
     const std::int64_t bv = padded / q, bh = hidden / q;
     const std::int64_t rows = static_cast<std::int64_t>(batch / (q * q)) * positions;
-    out.push_back({kWeightBlock, (bv / q) * bh});
+    out.push_back({kWeightBlock, (bv / q) * bh, Holds::compute});
     if (lookup)
       out.insert(out.end(), {{kInput, rows * q * bh}, {kOutput, rows * q * bh}});
     if (head)
@@ -128,7 +133,7 @@ Buffers linear_owned(const comm::Layout& layout, std::int64_t out, int biases, b
 }
 
 Buffers layernorm_owned(const comm::Layout& layout, std::int64_t features, std::int64_t rows) {
-  Buffers owned{{detail::own::kLnSums, 2 * rows}};
+  Buffers owned{{detail::own::kLnSums, 2 * rows, Holds::compute}};
   add_vector(owned, layout, features, false); // beta
   add_vector(owned, layout, features, false); // gamma
   return owned;
@@ -149,21 +154,21 @@ Buffers embedding_owned(const comm::Layout& layout, bool lookup, bool head, int 
   Buffers owned;
   if (layout.mode == TensorMode::d3)
     owned.insert(owned.end(), {{kWteGathered, (padded / q) * (hidden / q)},
-                               {kWteGrad, (padded / q) * (hidden / q)}});
+                               {kWteGrad, (padded / q) * (hidden / q), Holds::compute}});
   if (lookup) {
     // The ids each rank looks up: all of the micro-batch's (1d, 2d), or its rows' for
     // every feature block (3d). 3d sums the gradient of its block of wpe (every position,
     // hidden / q features) over the q ranks of an axis.
     owned.push_back({kTokens, layout.mode == TensorMode::d3 ? rows * q : all, Holds::ids});
     if (layout.mode == TensorMode::d3 && q > 1)
-      owned.push_back({kPartial, seq_len * (hidden / q)});
+      owned.push_back({kPartial, seq_len * (hidden / q), Holds::compute});
   }
   if (head)
     owned.insert(owned.end(), {{kLogits, rows * slice},
                                {kTargets, rows, Holds::ids},
-                               {kLossStats, 2 * rows},
-                               {kLossMax, rows},
-                               {kLosses, rows}});
+                               {kLossStats, 2 * rows, Holds::compute},
+                               {kLossMax, rows, Holds::compute},
+                               {kLosses, rows, Holds::compute}});
   return owned;
 }
 
@@ -210,8 +215,8 @@ Buffers moe_scratch(const comm::Layout& layout, const MoeParts& m) {
   const MoeArrangement a = arrange(layout, m);
   const std::int64_t h = m.hidden,
                      expert_rows = moe_rows(m.capacity_factor, a.routed, m.top_k, m.experts);
-  Buffers out{{kLogitGrad, a.routed * m.experts},
-              {kGateGrad, a.routed * m.top_k},
+  Buffers out{{kLogitGrad, a.routed * m.experts, Holds::compute},
+              {kGateGrad, a.routed * m.top_k, Holds::compute},
               {kExpertIn, expert_rows * h},
               {kExpertGrad, expert_rows * h}};
   const bool spread = layout.ep > 1 || a.router_summed;
@@ -245,7 +250,7 @@ Buffers moe_owned(const comm::Layout& layout, const MoeParts& m) {
   const MoeArrangement a = arrange(layout, m);
   Buffers out{{kKeys, a.routed * m.top_k, Holds::ids}, {kProbMeans, m.experts, Holds::sums}};
   if (a.router_summed)
-    out.push_back({kRouterPartial, m.hidden * m.experts});
+    out.push_back({kRouterPartial, m.hidden * m.experts, Holds::compute});
   return out;
 }
 
@@ -258,13 +263,13 @@ Buffers moe_saved(const comm::Layout& layout, const MoeParts& m) {
   const bool moved = layout.ep > 1;
   const std::int64_t run =
       moved ? moe_received_rows(m.capacity_factor, a.routed, m.top_k, m.experts, layout.ep) : rows;
-  Buffers out{{kProbs, n * m.experts},
+  Buffers out{{kProbs, n * m.experts, Holds::compute},
               {kChoice, pairs, Holds::ids},
-              {kGate, pairs},
+              {kGate, pairs, Holds::compute},
               {kSlot, pairs, Holds::ids},
               {kPairs, rows, Holds::ids},
               {kOffsets, m.experts + 1, Holds::ids},
-              {kFraction, m.experts},
+              {kFraction, m.experts, Holds::compute},
               {kHidden, run * a.ffn},
               {kGelu, run * a.ffn},
               {kTanh, run * a.ffn},
@@ -277,7 +282,8 @@ Buffers moe_saved(const comm::Layout& layout, const MoeParts& m) {
 Buffers attention_saved(int cp, int sequences, int heads, int local) {
   const AttentionBlocks cut = attention_blocks(cp, local);
   return {{detail::attn::kLse,
-           cut.per_rank * static_cast<std::int64_t>(sequences) * heads * cut.length}};
+           cut.per_rank * static_cast<std::int64_t>(sequences) * heads * cut.length,
+           Holds::compute}};
 }
 
 Buffers attention_buffers(int cp, int sequences, int heads, int local, int head_dim) {
@@ -285,6 +291,7 @@ Buffers attention_buffers(int cp, int sequences, int heads, int local, int head_
   const AttentionBlocks cut = attention_blocks(cp, local);
   const std::int64_t n = static_cast<std::int64_t>(sequences) * heads, chunk = cut.length,
                      block = n * chunk * head_dim, kv = 2LL * cut.per_rank * block;
+  // Attention computes on float blocks whatever the model stores (kernels/attention_blocks.hpp).
   Buffers out{{kKv, kv}, {kDkv, kv}};
   if (cp > 1) // every rank's blocks, gathered; on one rank they are its own
     out.insert(out.end(), {{kKvAll, cp * kv}, {kDkvAll, cp * kv}});
@@ -297,6 +304,8 @@ Buffers attention_buffers(int cp, int sequences, int heads, int local, int head_
                          {kDscores, n * chunk * chunk},
                          {kPartLse, n * chunk},
                          {kDelta, n * chunk}});
+  for (Buffer& b : out)
+    b.holds = Holds::compute;
   return out;
 }
 

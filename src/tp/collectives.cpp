@@ -28,7 +28,7 @@ void describe_moe(const detail::Sizes& s, Pass pass, const detail::Describe& add
     return;
   const bool fwd = pass == Pass::forward;
   if (l.etp == 1) {
-    add("tp", Kind::all_reduce, 1, fwd ? s.E : s.H * s.E);
+    add("tp", Kind::all_reduce, 1, fwd ? s.E : s.H * s.E, kComputeElement);
     return;
   }
   const bool replicated =
@@ -40,8 +40,8 @@ void describe_moe(const detail::Sizes& s, Pass pass, const detail::Describe& add
     add("tp", Kind::all_gather, fwd ? 1 : 2, (fwd ? 1 : 2) * share);
     add("tp", Kind::reduce_scatter, 1, share);
   }
-  if (!fwd)
-    add("tp", Kind::all_reduce, 1, s.N * s.k);
+  if (!fwd) // the gates' gradient
+    add("tp", Kind::all_reduce, 1, s.N * s.k, kComputeElement);
 }
 
 } // namespace

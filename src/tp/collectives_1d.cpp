@@ -34,19 +34,19 @@ void describe_1d(const Sizes& s, Piece piece, Pass pass, const Describe& add) {
     case Piece::mlp:       // LayerNorm 2 and W2 (b2)
       add("tp", Kind::all_gather, 1, block);
       add("tp", Kind::reduce_scatter, 1, block);
-      if (!fwd)
-        add("tp", Kind::all_reduce, 3, 3 * H);
+      if (!fwd) // the gradients of the LayerNorm's vectors and of the bias
+        add("tp", Kind::all_reduce, 3, 3 * H, kComputeElement);
       break;
     case Piece::moe: // LayerNorm 2 only
       add("tp", fwd ? Kind::all_gather : Kind::reduce_scatter, 1, block);
       if (!fwd)
-        add("tp", Kind::all_reduce, 2, 2 * H);
+        add("tp", Kind::all_reduce, 2, 2 * H, kComputeElement);
       break;
     case Piece::head: // ln_f's output gathered; backward (the loss runs there) the loss's
                       // row statistics, ln_f's gamma and beta, its gradient reduce-scattered
       add("tp", fwd ? Kind::all_gather : Kind::reduce_scatter, 1, block);
       if (!fwd)
-        add("tp", Kind::all_reduce, 4, 3 * N + 2 * H);
+        add("tp", Kind::all_reduce, 4, 3 * N + 2 * H, kComputeElement);
       break;
     case Piece::table:
       break;
@@ -67,8 +67,11 @@ void describe_1d(const Sizes& s, Piece piece, Pass pass, const Describe& add) {
       add("tp", Kind::all_gather, 1, N * H / p);
     break;
   case Piece::head: // the loss runs in the backward: its statistics, the input's gradient
-    if (!fwd)
-      add("tp", Kind::all_reduce, s.layout.tp > 1 ? 3 : 1, N * H + (s.layout.tp > 1 ? 3 * N : 0));
+    if (!fwd) {
+      add("tp", Kind::all_reduce, 1, N * H);
+      if (s.layout.tp > 1) // the row maxima and the sums (statistics)
+        add("tp", Kind::all_reduce, 2, 3 * N, kComputeElement);
+    }
     break;
   case Piece::table:
     break;

@@ -26,9 +26,12 @@ void describe_2d(const Sizes& s, Piece piece, Pass pass, const Describe& add) {
   const bool fwd = pass == Pass::forward;
   const double H = s.H, V = s.V, q = s.q(), R = s.N / q;
   // A LayerNorm: its statistics summed over the row, its vectors over the column.
+  // Forward weights travel as the model stores them, backward their gradients in the
+  // compute type.
+  const double vectors_bytes = fwd ? 0 : kComputeElement;
   const auto layernorm = [&] {
-    add("tp.row", Kind::all_reduce, fwd ? 2 : 1, 2 * R);
-    add("tp.col", fwd ? Kind::all_gather : Kind::reduce_scatter, 2, 2 * H / (q * q));
+    add("tp.row", Kind::all_reduce, fwd ? 2 : 1, 2 * R, kComputeElement);
+    add("tp.col", fwd ? Kind::all_gather : Kind::reduce_scatter, 2, 2 * H / (q * q), vectors_bytes);
   };
   // `count` linears with `inputs` input features in all, `matrices` weight matrices of
   // `weights` elements in all, and `biases` bias vectors of `vectors` elements in all.
@@ -38,9 +41,10 @@ void describe_2d(const Sizes& s, Piece piece, Pass pass, const Describe& add) {
     add("tp.col", Kind::broadcast, matrices * q, weights / q);
     if (!fwd) {
       add("tp.row", Kind::reduce, count * q, R * inputs);
-      add("tp.col", Kind::reduce, matrices * q, weights / q);
+      add("tp.col", Kind::reduce, matrices * q, weights / q, kComputeElement);
     }
-    add("tp.col", fwd ? Kind::all_gather : Kind::reduce_scatter, biases, vectors / (q * q));
+    add("tp.col", fwd ? Kind::all_gather : Kind::reduce_scatter, biases, vectors / (q * q),
+        vectors_bytes);
   };
   switch (piece) {
   case Piece::lookup:
@@ -65,8 +69,8 @@ void describe_2d(const Sizes& s, Piece piece, Pass pass, const Describe& add) {
       add("tp.row", Kind::broadcast, q, R * V);
       add("tp.col", Kind::broadcast, 2 * q, 2 * V * H / q);
       add("tp.row", Kind::reduce, q, R * V);
-      add("tp.col", Kind::reduce, q, V * H / q);
-      add("tp.row", Kind::all_reduce, 2, 3 * R);
+      add("tp.col", Kind::reduce, q, V * H / q, kComputeElement);
+      add("tp.row", Kind::all_reduce, 2, 3 * R, kComputeElement);
       add("tp.col", Kind::all_reduce, 1, 1, 8); // the loss sum, a double
     }
     break;

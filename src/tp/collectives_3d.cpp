@@ -24,12 +24,15 @@ void describe_3d(const Sizes& s, Piece piece, Pass pass, const Describe& add) {
   const bool fwd = pass == Pass::forward;
   const double H = s.H, V = s.V, q = s.q(), R = s.N / (q * q), X = R * H / q,
                W = H * H / (q * q * q);
-  const auto layernorm_stats = [&] { add("tp.c", Kind::all_reduce, fwd ? 2 : 1, 2 * R); };
+  const auto layernorm_stats = [&] {
+    add("tp.c", Kind::all_reduce, fwd ? 2 : 1, 2 * R, kComputeElement);
+  };
+  const double C = kComputeElement; // gradients and statistics
   switch (piece) {
   case Piece::lookup:
     add("tp.a", fwd ? Kind::reduce_scatter : Kind::all_gather, 1, X);
     if (!fwd)
-      add("tp.b", Kind::all_reduce, 1, s.T * H / q); // wpe's gradient
+      add("tp.b", Kind::all_reduce, 1, s.T * H / q, C); // wpe's gradient
     break;
   case Piece::attention: // LayerNorm 1, QKV, the projection
     layernorm_stats();
@@ -43,11 +46,11 @@ void describe_3d(const Sizes& s, Piece piece, Pass pass, const Describe& add) {
       add("tp.a", Kind::all_gather, 2, 2 * X);
       add("tp.a", Kind::reduce_scatter, 1, X);
       add("tp.b", Kind::all_gather, 4, 4 * W);
-      add("tp.b", Kind::reduce_scatter, 4, 4 * W);
+      add("tp.b", Kind::reduce_scatter, 4, 4 * W, C);
       add("tp.c", Kind::all_gather, 4, 4 * X);
       add("tp.c", Kind::reduce_scatter, 1, X);
-      add("tp.bc", Kind::all_reduce, 3, 3 * H / q); // bq, bk, bv
-      add("tp.ab", Kind::all_reduce, 3, 3 * H / q); // bo, LayerNorm 1's gamma and beta
+      add("tp.bc", Kind::all_reduce, 3, 3 * H / q, C); // bq, bk, bv
+      add("tp.ab", Kind::all_reduce, 3, 3 * H / q, C); // bo, LayerNorm 1's gamma and beta
     }
     break;
   case Piece::mlp: // LayerNorm 2, W1, W2
@@ -62,17 +65,17 @@ void describe_3d(const Sizes& s, Piece piece, Pass pass, const Describe& add) {
       add("tp.a", Kind::all_gather, 2, 2 * X);
       add("tp.a", Kind::reduce_scatter, 1, X);
       add("tp.b", Kind::all_gather, 2, 8 * W);
-      add("tp.b", Kind::reduce_scatter, 2, 8 * W);
+      add("tp.b", Kind::reduce_scatter, 2, 8 * W, C);
       add("tp.c", Kind::all_gather, 2, 8 * X);
       add("tp.c", Kind::reduce_scatter, 1, 4 * X);
-      add("tp.bc", Kind::all_reduce, 1, 4 * H / q); // b1
-      add("tp.ab", Kind::all_reduce, 3, 3 * H / q); // b2, LayerNorm 2's gamma and beta
+      add("tp.bc", Kind::all_reduce, 1, 4 * H / q, C); // b1
+      add("tp.ab", Kind::all_reduce, 3, 3 * H / q, C); // b2, LayerNorm 2's gamma and beta
     }
     break;
   case Piece::moe: // LayerNorm 2 and the rows' exchanges
     layernorm_stats();
     if (!fwd)
-      add("tp.ab", Kind::all_reduce, 2, 2 * H / q);
+      add("tp.ab", Kind::all_reduce, 2, 2 * H / q, C);
     if (s.layout.tp > 1)
       add("tp.c", Kind::all_to_all, fwd ? 2 : 3, (fwd ? 2 : 3) * (q - 1) * X / q);
     break;
@@ -83,13 +86,13 @@ void describe_3d(const Sizes& s, Piece piece, Pass pass, const Describe& add) {
       add("tp.a", Kind::reduce_scatter, 1, X);
       add("tp.c", Kind::all_gather, 1, R * V / q);
       add("tp.c", Kind::reduce_scatter, 1, R * V / q);
-      add("tp.a", Kind::all_reduce, 2, 3 * R);
-      add("tp.bc", Kind::all_reduce, 1, 1, 8);      // the loss sum, a double
-      add("tp.ab", Kind::all_reduce, 2, 2 * H / q); // ln_f's gamma and beta
+      add("tp.a", Kind::all_reduce, 2, 3 * R, C);
+      add("tp.bc", Kind::all_reduce, 1, 1, 8);         // the loss sum, a double
+      add("tp.ab", Kind::all_reduce, 2, 2 * H / q, C); // ln_f's gamma and beta
     }
     break;
   case Piece::table:
-    add("tp.b", fwd ? Kind::all_gather : Kind::reduce_scatter, 1, V * H / (q * q * q));
+    add("tp.b", fwd ? Kind::all_gather : Kind::reduce_scatter, 1, V * H / (q * q * q), fwd ? 0 : C);
     break;
   }
 }

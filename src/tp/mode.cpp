@@ -20,5 +20,6 @@ std::unique_ptr<Mode<T>> make_mode(const comm::ProcessGrid& grid) {
 
 template std::unique_ptr<Mode<float>> make_mode<float>(const comm::ProcessGrid&);
 template std::unique_ptr<Mode<double>> make_mode<double>(const comm::ProcessGrid&);
+template std::unique_ptr<Mode<bf16>> make_mode<bf16>(const comm::ProcessGrid&);
 
 } // namespace cubelm::tp

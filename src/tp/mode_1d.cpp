@@ -128,13 +128,13 @@ public:
                     std::int64_t rows, std::int64_t features, Workspace<T>& ws)
       : local_(std::move(local)), group_(group), rows_(rows), features_(features), ws_(ws) {}
   void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y,
-               const Vec<T>& saved) override {
+               const Vec<compute_t<T>>& saved) override {
     const Mat<T> mine = ws_.scratch(kLocal, rows_, features_);
     local_->forward(exec, x, mine, saved);
     group_.all_gather(exec, mine, y);
   }
   void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
-                const Vec<T>& saved) override {
+                const Vec<compute_t<T>>& saved) override {
     // dy: the ranks' partial gradients of the gathered output; summed, this rank's rows.
     const Mat<T> mine = ws_.scratch(kLocal, rows_, features_);
     group_.reduce_scatter(exec, dy, mine);
@@ -197,11 +197,11 @@ public:
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
-              T grad_scale, const Mat<T>& dh) override {
+              compute_t<T> grad_scale, const Mat<T>& dh) override {
     const Mat<T>& logits = ends_.logits;
     kernels::gemm<T>(exec, false, true, T(1), h, wte_.param().mat(), T(0), logits);
     const double sum = (*ends_.loss)(exec, logits, static_cast<int>(first_), targets, grad_scale);
-    if (grad_scale != T(0)) {
+    if (grad_scale != compute_t<T>(0)) {
       kernels::gemm<T>(exec, true, false, T(1), logits, h, T(1), wte_.param().grad_mat());
       kernels::gemm<T>(exec, false, false, T(1), logits, wte_.param().mat(), T(0), dh);
       // Partial over the vocabulary slices; with sequence parallelism ln_f reduce-scatters.
@@ -295,5 +295,6 @@ std::unique_ptr<Mode<T>> make_1d(const comm::ProcessGrid& grid) {
 
 template std::unique_ptr<Mode<float>> make_1d<float>(const comm::ProcessGrid&);
 template std::unique_ptr<Mode<double>> make_1d<double>(const comm::ProcessGrid&);
+template std::unique_ptr<Mode<bf16>> make_1d<bf16>(const comm::ProcessGrid&);
 
 } // namespace cubelm::tp::detail

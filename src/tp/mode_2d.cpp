@@ -86,13 +86,15 @@ struct Grid2D {
     g.broadcast(exec, buf, k);
     return buf;
   }
-  // Sums `partial` over `g` on group rank k and adds the sum to `target` there.
-  void reduce_add(const ExecSpace& exec, const comm::Group& g, const Mat<T>& partial, int k,
-                  const Mat<T>& target) const {
-    const Mat<T> sum = ws.scratch(kWeightSum, partial.extent(0), partial.extent(1));
+  // Sums the weight gradient `partial` over `g` on group rank k and adds the sum to
+  // `target` there.
+  void reduce_add(const ExecSpace& exec, const comm::Group& g, const Mat<compute_t<T>>& partial,
+                  int k, const Mat<compute_t<T>>& target) const {
+    const Mat<compute_t<T>> sum =
+        ws.compute_scratch(kWeightSum, partial.extent(0), partial.extent(1));
     g.reduce(exec, partial, sum, k);
     if (g.rank() == k)
-      kernels::add_inplace<T>(exec, target, sum);
+      kernels::add_inplace<compute_t<T>>(exec, target, sum);
   }
 };
 
@@ -138,7 +140,8 @@ public:
       // dW_kj = sum_i X_ik^T dY_ij, reduced along the column to row k.
       const Mat<T> xk = g_.broadcast(exec, g_.row, x, k, kAct);
       for (std::size_t n = 0; n < w_.size(); ++n) {
-        const Mat<T> dw = g_.ws.scratch(kWeightPartial, xk.extent(1), dy[n].extent(1));
+        const Mat<compute_t<T>> dw =
+            g_.ws.compute_scratch(kWeightPartial, xk.extent(1), dy[n].extent(1));
         kernels::gemm<T>(exec, true, false, T(1), xk, dy[n], T(0), dw);
         g_.reduce_add(exec, g_.col, dw, k, w_[n].param().grad_mat());
       }
@@ -196,7 +199,7 @@ public:
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
-              T grad_scale, const Mat<T>& dh) override {
+              compute_t<T> grad_scale, const Mat<T>& dh) override {
     const Mat<T>& logits = ends_.logits;
     // logits_im = sum_k h_ik wte_mk^T: reduced along row i to column m.
     for (int m = 0; m < g_.q; ++m) {
@@ -208,14 +211,14 @@ public:
     const int per = batch_ / g_.q;
     const double sum = (*ends_.loss)(exec, logits, static_cast<int>(g_.j * bv_),
                                      sequences(targets, seq_, g_.i * per, per), grad_scale);
-    if (grad_scale == T(0))
+    if (grad_scale == compute_t<T>(0))
       return sum;
     // dh_ik = sum_m dlogits_im wte_mk; dwte_mk = sum_i dlogits_im^T h_ik.
     for (int m = 0; m < g_.q; ++m) {
       const Mat<T> dm = g_.broadcast(exec, g_.row, logits, m, kAct);
       const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, kWeight);
       kernels::gemm<T>(exec, false, false, T(1), dm, wm, m == 0 ? T(0) : T(1), dh);
-      const Mat<T> dw = g_.ws.scratch(kWeightPartial, bv_, bh_);
+      const Mat<compute_t<T>> dw = g_.ws.compute_scratch(kWeightPartial, bv_, bh_);
       kernels::gemm<T>(exec, true, false, T(1), dm, h, T(0), dw);
       g_.reduce_add(exec, g_.col, dw, m, wte_.param().grad_mat());
     }
@@ -295,5 +298,6 @@ std::unique_ptr<Mode<T>> make_2d(const comm::ProcessGrid& grid) {
 
 template std::unique_ptr<Mode<float>> make_2d<float>(const comm::ProcessGrid&);
 template std::unique_ptr<Mode<double>> make_2d<double>(const comm::ProcessGrid&);
+template std::unique_ptr<Mode<bf16>> make_2d<bf16>(const comm::ProcessGrid&);
 
 } // namespace cubelm::tp::detail

@@ -120,6 +120,7 @@ void add_to(const ExecSpace& exec, const Mat<T>& sum, const Mat<T>& target) {
 template <class T>
 class Linear3D final : public Linear<T> {
 public:
+  using G = compute_t<T>;
   Linear3D(const Cube<T>& cube, Direction d, Params<T>& params,
            const std::vector<std::string>& weights, const std::vector<std::string>& biases,
            std::int64_t in, std::int64_t out, double std_dev, std::uint64_t seed)
@@ -156,11 +157,11 @@ public:
       d_.out->all_gather(exec, dy[n], dyg);
       kernels::gemm<T>(exec, false, true, T(1), dyg, gather_weight(exec, n), n == 0 ? T(0) : T(1),
                        dxg);
-      const Mat<T> dw = ws_.scratch(kWeightGrad, xg.extent(1), dy[n].extent(1));
+      const Mat<G> dw = ws_.compute_scratch(kWeightGrad, xg.extent(1), dy[n].extent(1));
       kernels::gemm<T>(exec, true, false, T(1), xg, dyg, T(0), dw);
-      const Mat<T> block = ws_.scratch(kWeightBlock, dw.extent(0) / q_, dw.extent(1));
+      const Mat<G> block = ws_.compute_scratch(kWeightBlock, dw.extent(0) / q_, dw.extent(1));
       d_.w->reduce_scatter(exec, dw, block);
-      add_to<T>(exec, block, w_[n].param().grad_mat());
+      add_to<G>(exec, block, w_[n].param().grad_mat());
       kernels::bias_backward<T>(exec, dy[n], b_[n].grad(exec));
       b_[n].reduce(exec);
     }
@@ -189,6 +190,7 @@ private:
 template <class T>
 class Embedding3D final : public Embedding<T> {
 public:
+  using G = compute_t<T>;
   Embedding3D(const Cube<T>& cube, Params<T>& params, int vocab, int padded, kernels::Positions pos,
               std::int64_t hidden, int batch, std::uint64_t seed, Ends ends)
       : cube_(cube), pos_(pos), seq_(pos.local), per_(batch / (cube.q * cube.q)),
@@ -200,9 +202,9 @@ public:
                                    cube.c->rank() * bh_},
                                   {bv_ / cube.q, bh_}, 0.02, 0, seed, vocab))),
         wte_gathered_(cube.ws.matrix(own::kWteGathered, bv_, bh_)),
-        wte_grad_(cube.ws.matrix(own::kWteGrad, bv_, bh_)) {
+        wte_grad_(cube.ws.compute_matrix(own::kWteGrad, bv_, bh_)) {
     const std::int64_t q = cube.q;
-    Kokkos::deep_copy(wte_grad_, T(0));
+    Kokkos::deep_copy(wte_grad_, G(0));
     if (lookup_) {
       ends_.lookup(params, pos.total(), hidden, cube.c->rank() * bh_, bh_, seed, *cube.ab, cube.b,
                    rows_ * q, cube.ws);
@@ -241,7 +243,7 @@ public:
   }
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
-              T grad_scale, const Mat<T>& dh) override {
+              compute_t<T> grad_scale, const Mat<T>& dh) override {
     const int q = cube_.q;
     if (!lookup_) // no forward here has gathered wte
       cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
@@ -254,7 +256,7 @@ public:
     const int block = cube_.b->rank() * q + cube_.c->rank();
     const double sum = (*ends_.loss)(exec, logits, static_cast<int>(cube_.a->rank() * bv_),
                                      sequences(targets, seq_, block * per_, per_), grad_scale);
-    if (grad_scale == T(0))
+    if (grad_scale == compute_t<T>(0))
       return sum;
     const Mat<T> dl = cube_.ws.scratch(kOutput, rows_ * q, bv_);
     cube_.c->all_gather(exec, logits, dl);
@@ -275,10 +277,10 @@ private:
   }
   // The gathered-shape wte gradient, reduce-scattered over B into this rank's block.
   void reduce_wte_grad(const ExecSpace& exec) {
-    const Mat<T> block = cube_.ws.scratch(kWeightBlock, bv_ / cube_.q, bh_);
+    const Mat<G> block = cube_.ws.compute_scratch(kWeightBlock, bv_ / cube_.q, bh_);
     cube_.b->reduce_scatter(exec, wte_grad_, block);
-    add_to<T>(exec, block, wte_.param().grad_mat());
-    Kokkos::deep_copy(exec, wte_grad_, T(0));
+    add_to<G>(exec, block, wte_.param().grad_mat());
+    Kokkos::deep_copy(exec, wte_grad_, G(0));
   }
 
   Cube<T> cube_;
@@ -287,7 +289,8 @@ private:
   std::int64_t bv_, bh_, rows_;
   bool lookup_;
   Shared<T> wte_;
-  Mat<T> wte_gathered_, wte_grad_;
+  Mat<T> wte_gathered_;
+  Mat<G> wte_grad_;
   EmbeddingEnds<T> ends_;
 };
 
@@ -360,5 +363,6 @@ std::unique_ptr<Mode<T>> make_3d(const comm::ProcessGrid& grid) {
 
 template std::unique_ptr<Mode<float>> make_3d<float>(const comm::ProcessGrid&);
 template std::unique_ptr<Mode<double>> make_3d<double>(const comm::ProcessGrid&);
+template std::unique_ptr<Mode<bf16>> make_3d<bf16>(const comm::ProcessGrid&);
 
 } // namespace cubelm::tp::detail

@@ -74,6 +74,9 @@ std::unique_ptr<MoE<T>> make_moe(Params<T>& params, Workspace<T>& ws, const MoeN
 template std::unique_ptr<MoE<float>> make_moe<float>(Params<float>&, Workspace<float>&,
                                                      const MoeNames&, const MoeShape&,
                                                      const MoeSizes&, const MoePlacement&);
+template std::unique_ptr<MoE<bf16>> make_moe<bf16>(Params<bf16>&, Workspace<bf16>&, const MoeNames&,
+                                                   const MoeShape&, const MoeSizes&,
+                                                   const MoePlacement&);
 template std::unique_ptr<MoE<double>> make_moe<double>(Params<double>&, Workspace<double>&,
                                                        const MoeNames&, const MoeShape&,
                                                        const MoeSizes&, const MoePlacement&);

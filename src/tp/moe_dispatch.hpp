@@ -49,12 +49,12 @@ public:
   }
 
   void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
-                kernels::MoeSaved<T>& s, T grad_scale) override {
+                kernels::MoeSaved<T>& s, compute_t<T> grad_scale) override {
     const std::int64_t used = s.host_offsets(shape_.experts);
     const Mat<T> xin = ws_.scratch(kExpertIn, expert_rows_, hidden_);
     const Mat<T> dout = ws_.scratch(kExpertGrad, expert_rows_, hidden_);
     const Mat<T> dhid = ws_.scratch(kHiddenGrad, expert_rows_, ffn_);
-    const Mat<T> dgate = router_.dgate();
+    const auto dgate = router_.dgate();
     kernels::moe_combine_backward<T>(exec, dy, s.out, s.slot, s.gate, s.pairs, used, dout, dgate);
     kernels::moe_gather<T>(exec, x, s.pairs, used, xin); // re-gathered, not kept
     experts_.backward(exec, segments(s), xin, s.h, s.g, s.th, dout, dhid, used);
@@ -135,13 +135,13 @@ public:
   }
 
   void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
-                kernels::MoeSaved<T>& s, T grad_scale) override {
+                kernels::MoeSaved<T>& s, compute_t<T> grad_scale) override {
     const std::int64_t used = s.host_offsets(shape_.experts);
     const std::int64_t got = counts(s);
     const Mat<T> dout = ws_.scratch(kExpertGrad, expert_rows_, hidden_);
     const Mat<T> dreceived = ws_.scratch(kReceived, received_, hidden_);
     const Mat<T> dhid = ws_.scratch(kHiddenGrad, received_, ffn_);
-    const Mat<T> dgate = router_.dgate();
+    const auto dgate = router_.dgate();
     kernels::moe_combine_backward<T>(exec, dy, s.out, s.slot, s.gate, s.pairs, used, dout, dgate);
     ep_.all_to_all_v(exec, dout, to_, dreceived, from_);
     experts_.backward(exec, segments_, s.xr, s.h, s.g, s.th, dreceived, dhid, got);

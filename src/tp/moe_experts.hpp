@@ -77,14 +77,14 @@ public:
     for (const ExpertRows& r : segments) {
       const Mat<T> hr = rows(h, r);
       gemm<T>(exec, false, false, T(1), rows(xin, r), w1(r)->mat(), T(0), hr);
-      bias_add<T>(exec, hr, b1_[idx(r)]->value);
+      bias_add<T>(exec, hr, b1_[idx(r)]->weights());
     }
     gelu_forward<T>(exec, head(h, used), head(g, used), head(th, used));
     for (const ExpertRows& r : segments) {
       const Mat<T> o = rows(out, r);
       gemm<T>(exec, false, false, T(1), rows(g, r), w2_[idx(r)]->mat(), T(0), o);
       if (leader_)
-        bias_add<T>(exec, o, b2_[idx(r)]->value);
+        bias_add<T>(exec, o, b2_[idx(r)]->weights());
     }
   }
 

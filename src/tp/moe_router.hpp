@@ -32,6 +32,7 @@ using moe::kRouterPartial;
 template <class T>
 class Router {
 public:
+  using G = compute_t<T>; // the routing's type (probabilities, gates and their gradients)
   Router(Params<T>& params, Workspace<T>& ws, const MoeNames& names, const MoeShape& shape,
          const MoeSizes& sizes, const comm::Group* tensor, const comm::Group* context,
          const comm::Group* etp)
@@ -63,8 +64,8 @@ public:
     capacity_ = moe_capacity(shape.capacity_factor, rows, shape.top_k, shape.experts);
     keys_ = ws.tokens(kKeys, rows * shape.top_k);
     means_ = ws.doubles(kProbMeans, e);
-    ws.reserve(kLogitGrad, rows * e);
-    ws.reserve(kGateGrad, rows * shape.top_k);
+    ws.reserve(kLogitGrad, rows * e, Holds::compute);
+    ws.reserve(kGateGrad, rows * shape.top_k, Holds::compute);
   }
 
   // Routes x: probabilities, choices, gates, slots, the pairs sorted by expert and their
@@ -72,8 +73,8 @@ public:
   std::int64_t route(const ExecSpace& exec, const Mat<T>& x, kernels::MoeSaved<T>& s) {
     using namespace kernels;
     gemm<T>(exec, false, false, T(1), x, router_->param().mat(), T(0), s.probs);
-    moe_route<T>(exec, s.probs, s.choice, s.gate);
-    moe_dispatch<T>(exec, s.choice, capacity_, keys_, sorter_, s.slot, s.pairs, s.offsets,
+    moe_route<G>(exec, s.probs, s.choice, s.gate);
+    moe_dispatch<G>(exec, s.choice, capacity_, keys_, sorter_, s.slot, s.pairs, s.offsets,
                     s.fraction);
     for (const comm::Group* g : shares_groups_)
       g->all_reduce(exec, s.fraction);
@@ -85,7 +86,7 @@ public:
   void aux_loss(const ExecSpace& exec, const kernels::MoeSaved<T>& s,
                 const Kokkos::View<double*, MemSpace>& aux) {
     if (aux.extent(0) > 0 && shape_.aux_loss > 0 && leader_)
-      kernels::moe_aux_loss<T>(
+      kernels::moe_aux_loss<G>(
           exec, s.probs, s.fraction,
           shape_.aux_loss * shape_.experts * static_cast<double>(rows_) / shares_, means_, aux);
   }
@@ -93,23 +94,23 @@ public:
   // The router's part of backward: from the gates' gradient (and the load-balancing
   // loss), the router's gradient and dx = dlogits Wr^T (assigned).
   void backward(const ExecSpace& exec, const Mat<T>& x, const kernels::MoeSaved<T>& s,
-                const Mat<T>& dgate, const Mat<T>& dx, T grad_scale) {
+                const Mat<G>& dgate, const Mat<T>& dx, G grad_scale) {
     using namespace kernels;
-    const Mat<T> dlogits = ws_.scratch(kLogitGrad, rows_, shape_.experts);
+    const Mat<G> dlogits = ws_.compute_scratch(kLogitGrad, rows_, shape_.experts);
     if (etp_ != nullptr)
       etp_->all_reduce(exec, dgate);
     // d(N aux)/d p[t,e] = aux_loss E f_e (docs/model.md), scaled like the loss sum.
-    const T aux_scale = static_cast<T>(shape_.aux_loss * shape_.experts / shares_) * grad_scale;
-    moe_route_backward<T>(exec, s.probs, s.choice, s.gate, dgate, s.fraction, aux_scale, dlogits);
+    const G aux_scale = static_cast<G>(shape_.aux_loss * shape_.experts / shares_) * grad_scale;
+    moe_route_backward<G>(exec, s.probs, s.choice, s.gate, dgate, s.fraction, aux_scale, dlogits);
     gemm<T>(exec, true, false, T(1), x, dlogits, T(1), router_->grad_mat(exec));
     router_->reduce(exec);
     if (leader_)
-      gemm<T>(exec, false, true, T(1), dlogits, router_->param().mat(), T(0), dx);
+      gemm(exec, false, true, G(1), dlogits, router_->param().mat(), G(0), dx);
     else
-      Kokkos::deep_copy(exec, dx, T(0));
+      Kokkos::deep_copy(exec, dx, T(G(0)));
   }
 
-  Mat<T> dgate() const { return ws_.scratch(kGateGrad, rows_, shape_.top_k); }
+  Mat<G> dgate() const { return ws_.compute_scratch(kGateGrad, rows_, shape_.top_k); }
 
 private:
   Workspace<T>& ws_;

@@ -65,7 +65,7 @@ public:
   }
 
   void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
-                kernels::MoeSaved<T>& s, T grad_scale) override {
+                kernels::MoeSaved<T>& s, compute_t<T> grad_scale) override {
     const Mat<T> xa = ws_.scratch(kGroupIn, all_, hidden_);
     const Mat<T> dya = ws_.scratch(kGroupOut, all_, hidden_);
     const Mat<T> dxa = ws_.scratch(kGroupGrad, all_, hidden_);
@@ -100,7 +100,7 @@ public:
   }
 
   void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
-                kernels::MoeSaved<T>& s, T grad_scale) override {
+                kernels::MoeSaved<T>& s, compute_t<T> grad_scale) override {
     inner_->backward(exec, x, dy, dx, s, grad_scale);
     tensor_.all_reduce(exec, dx);
   }
@@ -143,7 +143,7 @@ public:
   }
 
   void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
-                kernels::MoeSaved<T>& s, T grad_scale) override {
+                kernels::MoeSaved<T>& s, compute_t<T> grad_scale) override {
     const Mat<T> part = ws_.scratch(kShareGrad, share_, hidden_);
     inner_->backward(exec, mine(x), sequence_parallel_ ? dy : mine(dy), part, s, grad_scale);
     if (!sequence_parallel_) {
@@ -199,7 +199,7 @@ public:
   }
 
   void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
-                kernels::MoeSaved<T>& s, T grad_scale) override {
+                kernels::MoeSaved<T>& s, compute_t<T> grad_scale) override {
     const Mat<T> xs = ws_.scratch(kShareIn, share_, hidden_);
     const Mat<T> dys = ws_.scratch(kShareOut, share_, hidden_);
     const Mat<T> dxs = ws_.scratch(kShareGrad, share_, hidden_);

@@ -55,8 +55,9 @@ Param<T> make_param(const std::string& name, const std::vector<std::int64_t>& sh
   p.decay = shape.size() >= 2;
   const std::int64_t rows = stored_rows >= 0 && stored_rows < shape[0] ? stored_rows : shape[0];
   p.padding_rows = shape[0] - rows;
-  p.value = Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::" + name), n);
-  p.grad = Vec<T>("cubelm::grad::" + name, n);
+  using M = compute_t<T>;
+  p.value = Vec<M>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::" + name), n);
+  p.grad = Vec<M>("cubelm::grad::" + name, n);
   auto h = Kokkos::create_mirror_view(p.value);
   const std::int64_t cols = shape.size() == 2 ? shape[1] : 1;
   const std::int64_t local_cols = shape.size() == 2 ? local[1] : 1;
@@ -65,17 +66,42 @@ Param<T> make_param(const std::string& name, const std::vector<std::int64_t>& sh
     const std::int64_t row = row0 + i / local_cols;
     const std::int64_t global = row * cols + col0 + i % local_cols;
     h(i) = row >= rows
-               ? T(0)
-               : static_cast<T>(std_dev > 0 ? std_dev * init_normal(seed, name, global) : fill);
+               ? M(0)
+               : static_cast<M>(std_dev > 0 ? std_dev * init_normal(seed, name, global) : fill);
   }
   Kokkos::deep_copy(p.value, h);
+  refresh_weights(ExecSpace(), p);
   return p;
+}
+
+template <class T>
+void refresh_weights(const ExecSpace& exec, Param<T>& p) {
+  if constexpr (!std::is_same_v<T, compute_t<T>>) {
+    if (p.copy.extent(0) != p.value.extent(0))
+      p.copy = Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::copy::" + p.name),
+                      p.value.extent(0));
+    const Vec<T> copy = p.copy;
+    const Vec<compute_t<T>> value = p.value;
+    Kokkos::parallel_for(
+        "cubelm::refresh_weights", Kokkos::RangePolicy<ExecSpace>(exec, 0, value.extent(0)),
+        KOKKOS_LAMBDA(const std::size_t i) { copy(i) = value(i); });
+  } else {
+    (void)exec;
+    (void)p;
+  }
 }
 
 template Param<float> make_param<float>(const std::string&, const std::vector<std::int64_t>&,
                                         const std::vector<std::int64_t>&,
                                         const std::vector<std::int64_t>&, double, double,
                                         std::uint64_t, std::int64_t);
+template Param<bf16> make_param<bf16>(const std::string&, const std::vector<std::int64_t>&,
+                                      const std::vector<std::int64_t>&,
+                                      const std::vector<std::int64_t>&, double, double,
+                                      std::uint64_t, std::int64_t);
+template void refresh_weights<float>(const ExecSpace&, Param<float>&);
+template void refresh_weights<double>(const ExecSpace&, Param<double>&);
+template void refresh_weights<bf16>(const ExecSpace&, Param<bf16>&);
 template Param<double> make_param<double>(const std::string&, const std::vector<std::int64_t>&,
                                           const std::vector<std::int64_t>&,
                                           const std::vector<std::int64_t>&, double, double,

@@ -36,17 +36,26 @@ using ScratchName = std::string_view;
 
 /// Buffers of a mode: those its parts keep (tp/buffers.hpp's "own" buffers, recorded by
 /// name so that the mode can compare them with their description), and scratch buffers
-/// shared by all layers (each is sized at construction to the largest request).
+/// shared by all layers (each is sized at construction to the largest request). Values
+/// are the model's storage type T; the compute_ ones compute_t<T> (statistics, loss rows,
+/// gradients: Holds::compute), float in a bf16 model.
 template <class T>
 class Workspace {
 public:
+  using G = compute_t<T>;
   Mat<T> matrix(ScratchName name, std::int64_t rows, std::int64_t cols) {
-    own(name, rows * cols, Holds::values);
-    return Mat<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label(name)), rows, cols);
+    return owned_matrix<T>(name, rows, cols, Holds::values);
   }
   Vec<T> vector(ScratchName name, std::int64_t n) {
     own(name, n, Holds::values);
     return Vec<T>(label(name), n);
+  }
+  Mat<G> compute_matrix(ScratchName name, std::int64_t rows, std::int64_t cols) {
+    return owned_matrix<G>(name, rows, cols, Holds::compute);
+  }
+  Vec<G> compute_vector(ScratchName name, std::int64_t n) {
+    own(name, n, Holds::compute);
+    return Vec<G>(label(name), n);
   }
   Kokkos::View<double*, MemSpace> doubles(ScratchName name, std::int64_t n) {
     own(name, n, Holds::sums);
@@ -56,30 +65,27 @@ public:
     own(name, n, Holds::ids);
     return Tokens(label(name), n);
   }
-  /// Makes scratch buffer `name` hold at least `elements` (construction time only:
-  /// views handed out earlier would dangle after a reallocation).
-  void reserve(ScratchName name, std::int64_t elements) {
-    auto it = scratch_.find(name);
-    if (it == scratch_.end())
-      it = scratch_.emplace(std::string(name), Vec<T>()).first;
-    if (static_cast<std::int64_t>(it->second.extent(0)) < elements)
-      it->second = Vec<T>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::scratch/" + std::string(name)),
-          elements);
+  /// Makes scratch buffer `name` hold at least `elements` of what it `holds` (values or
+  /// compute; construction time only: views handed out earlier would dangle after a
+  /// reallocation).
+  void reserve(ScratchName name, std::int64_t elements, Holds holds = Holds::values) {
+    if (holds == Holds::compute)
+      grow(compute_scratch_, name, elements);
+    else
+      grow(scratch_, name, elements);
   }
   /// Every request of a part (tp/buffers.hpp), at construction time as reserve().
   void reserve_all(const Buffers& requests) {
     for (const Buffer& r : requests)
-      reserve(r.name, r.elements);
+      reserve(r.name, r.elements, r.holds);
   }
-  /// A rows x cols matrix over scratch buffer `name`.
+  /// A rows x cols matrix over scratch buffer `name` of values.
   Mat<T> scratch(ScratchName name, std::int64_t rows, std::int64_t cols) const {
-    const auto it = scratch_.find(name);
-    CUBELM_ASSERT(it != scratch_.end() &&
-                      static_cast<std::int64_t>(it->second.extent(0)) >= rows * cols,
-                  "scratch buffer " + std::string(name) + " was not reserved for " +
-                      std::to_string(rows) + " x " + std::to_string(cols));
-    return Mat<T>(it->second.data(), rows, cols);
+    return over(scratch_, name, rows, cols);
+  }
+  /// A rows x cols matrix over scratch buffer `name` of the compute type.
+  Mat<G> compute_scratch(ScratchName name, std::int64_t rows, std::int64_t cols) const {
+    return over(compute_scratch_, name, rows, cols);
   }
   std::int64_t bytes() const {
     std::int64_t total = 0;
@@ -87,6 +93,8 @@ public:
       total += bytes_of(b, static_cast<int>(sizeof(T)));
     for (const auto& [name, s] : scratch_)
       total += static_cast<std::int64_t>(s.extent(0) * sizeof(T));
+    for (const auto& [name, s] : compute_scratch_)
+      total += static_cast<std::int64_t>(s.extent(0) * sizeof(G));
     return total;
   }
   /// What the parts allocated, summed by name.
@@ -96,19 +104,49 @@ public:
     BufferSizes sizes;
     for (const auto& [name, s] : scratch_)
       sizes.emplace(name, Buffer{name, static_cast<std::int64_t>(s.extent(0)), Holds::values});
+    for (const auto& [name, s] : compute_scratch_)
+      sizes.emplace(name, Buffer{name, static_cast<std::int64_t>(s.extent(0)), Holds::compute});
     return sizes;
   }
 
 private:
+  template <class E>
+  using Scratches = std::map<std::string, Vec<E>, std::less<>>;
+
   static std::string label(ScratchName name) { return "cubelm::" + std::string(name); }
+  template <class E>
+  Mat<E> owned_matrix(ScratchName name, std::int64_t rows, std::int64_t cols, Holds holds) {
+    own(name, rows * cols, holds);
+    return Mat<E>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label(name)), rows, cols);
+  }
   void own(ScratchName name, std::int64_t elements, Holds holds) {
     Buffer& b = owned_.try_emplace(name, Buffer{name, 0, holds}).first->second;
     CUBELM_ASSERT(b.holds == holds, "buffer " + std::string(name) + " allocated as two types");
     b.elements += elements;
   }
+  template <class E>
+  static void grow(Scratches<E>& map, ScratchName name, std::int64_t elements) {
+    auto it = map.find(name);
+    if (it == map.end())
+      it = map.emplace(std::string(name), Vec<E>()).first;
+    if (static_cast<std::int64_t>(it->second.extent(0)) < elements)
+      it->second = Vec<E>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::scratch/" + std::string(name)),
+          elements);
+  }
+  template <class E>
+  static Mat<E> over(const Scratches<E>& map, ScratchName name, std::int64_t rows,
+                     std::int64_t cols) {
+    const auto it = map.find(name);
+    CUBELM_ASSERT(it != map.end() && static_cast<std::int64_t>(it->second.extent(0)) >= rows * cols,
+                  "scratch buffer " + std::string(name) + " was not reserved for " +
+                      std::to_string(rows) + " x " + std::to_string(cols));
+    return Mat<E>(it->second.data(), rows, cols);
+  }
 
   BufferSizes owned_; // names are the string constants of buffer_names.hpp and moe_*.hpp
-  std::map<std::string, Vec<T>, std::less<>> scratch_;
+  Scratches<T> scratch_;
+  Scratches<G> compute_scratch_;
 };
 
 /// What every mode has: the workspace its layers allocate from, and its byte count.
@@ -147,7 +185,8 @@ protected:
   bool expert_tensor_;        // MoE layers' experts split over tensor_ (expert_tensor_size)
 };
 
-/// A parameter block as a tensor-parallel layer uses it. Three sharings:
+/// A parameter block as a tensor-parallel layer uses it (its weights as the kernels read
+/// them, its gradient in the compute type). Three sharings:
 ///  - owned: no other rank of the group holds it;
 ///  - replicated over `replicas` (rank 0 of it writes and counts it); when `sum_over`
 ///    is given each rank computes a partial gradient that is all-reduced over it;
@@ -156,6 +195,7 @@ protected:
 template <class T>
 class Shared {
 public:
+  using G = compute_t<T>;
   static Shared owned(Params<T>& params, Param<T> p) {
     params.push_back(std::move(p));
     return Shared(&params.back());
@@ -169,7 +209,7 @@ public:
     Shared s(&params.back());
     if (sum_over != nullptr && sum_over->size() > 1) {
       s.sum_ = sum_over;
-      s.partial_ = ws.vector(partial, s.p_->size());
+      s.partial_ = ws.compute_vector(partial, s.p_->size());
     }
     return s;
   }
@@ -184,30 +224,30 @@ public:
     Shared s(&params.back());
     s.split_ = &group;
     s.full_ = ws.vector(own::kGathered, n);
-    s.partial_ = ws.vector(own::kPartial, n);
-    s.piece_ = ws.vector(own::kPiece, piece);
+    s.partial_ = ws.compute_vector(own::kPartial, n);
+    s.piece_ = ws.compute_vector(own::kPiece, piece);
     return s;
   }
 
   Param<T>& param() const { return *p_; }
-  /// Gathers the values if split; returns the whole block.
-  const Vec<T>& gather(const ExecSpace& exec) {
+  /// Gathers the weights if split; returns the whole block.
+  Vec<T> gather(const ExecSpace& exec) {
     if (split_ == nullptr)
-      return p_->value;
-    split_->all_gather(exec, p_->value, full_);
+      return p_->weights();
+    split_->all_gather(exec, p_->weights(), full_);
     return full_;
   }
   /// The whole block as last gathered.
-  const Vec<T>& values() const { return split_ == nullptr ? p_->value : full_; }
+  Vec<T> values() const { return split_ == nullptr ? p_->weights() : full_; }
   /// Where this call's gradient accumulates; finish with reduce().
-  const Vec<T>& grad(const ExecSpace& exec) {
+  const Vec<G>& grad(const ExecSpace& exec) {
     if (partial_.extent(0) == 0)
       return p_->grad;
-    Kokkos::deep_copy(exec, partial_, T(0));
+    Kokkos::deep_copy(exec, partial_, G(0));
     return partial_;
   }
-  Mat<T> grad_mat(const ExecSpace& exec) {
-    return Mat<T>(grad(exec).data(), p_->local[0], p_->local[1]);
+  Mat<G> grad_mat(const ExecSpace& exec) {
+    return Mat<G>(grad(exec).data(), p_->local[0], p_->local[1]);
   }
   /// Adds this call's gradient to the parameter's.
   void reduce(const ExecSpace& exec) {
@@ -222,15 +262,16 @@ public:
 
 private:
   explicit Shared(Param<T>* p) : p_(p) {}
-  static void add(const ExecSpace& exec, const Vec<T>& from, const Vec<T>& to) {
-    kernels::add_inplace<T>(exec, Mat<T>(to.data(), to.extent(0), 1),
-                            Mat<T>(from.data(), from.extent(0), 1));
+  static void add(const ExecSpace& exec, const Vec<G>& from, const Vec<G>& to) {
+    kernels::add_inplace<G>(exec, Mat<G>(to.data(), to.extent(0), 1),
+                            Mat<G>(from.data(), from.extent(0), 1));
   }
 
   Param<T>* p_;
   const comm::Group* sum_ = nullptr;
   const comm::Group* split_ = nullptr;
-  Vec<T> full_, partial_, piece_;
+  Vec<T> full_;            // the gathered weights
+  Vec<G> partial_, piece_; // gradients
 };
 
 /// LayerNorm of rows whose `features` columns may be split over the ranks of
@@ -240,14 +281,15 @@ private:
 template <class T>
 class SplitLayerNorm final : public LayerNorm<T> {
 public:
+  using G = compute_t<T>;
   SplitLayerNorm(Shared<T> gamma, Shared<T> beta, const comm::Group* stats, std::int64_t features,
                  std::int64_t rows, Workspace<T>& ws)
       : gamma_(gamma), beta_(beta), stats_(stats != nullptr && stats->size() > 1 ? stats : nullptr),
-        features_(features), rows_(rows), sums_(ws.matrix(own::kLnSums, rows, 2)) {}
+        features_(features), rows_(rows), sums_(ws.compute_matrix(own::kLnSums, rows, 2)) {}
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y,
-               const Vec<T>& saved) override {
-    const Vec<T> mean = part(saved, 0), rstd = part(saved, 1);
+               const Vec<G>& saved) override {
+    const Vec<G> mean = part(saved, 0), rstd = part(saved, 1);
     kernels::row_sum<T>(exec, x, mean);
     if (stats_ != nullptr)
       stats_->all_reduce(exec, mean);
@@ -258,8 +300,8 @@ public:
                                     mean, rstd);
   }
   void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
-                const Vec<T>& saved) override {
-    const Vec<T> mean = part(saved, 0), rstd = part(saved, 1);
+                const Vec<G>& saved) override {
+    const Vec<G> mean = part(saved, 0), rstd = part(saved, 1);
     kernels::layernorm_backward_sums<T>(exec, dy, x, gamma_.values(), mean, rstd, sums_);
     if (stats_ != nullptr)
       stats_->all_reduce(exec, sums_);
@@ -273,17 +315,17 @@ public:
 
 private:
   // Means (k = 0) or reciprocal standard deviations (k = 1) of the caller's buffer.
-  Vec<T> part(const Vec<T>& saved, int k) const {
+  Vec<G> part(const Vec<G>& saved, int k) const {
     CUBELM_ASSERT(saved.extent_int(0) == 2 * rows_,
                   "LayerNorm statistics buffer of " + std::to_string(saved.extent(0)) +
                       " elements, expected 2 x " + std::to_string(rows_));
-    return Vec<T>(saved.data() + k * rows_, rows_);
+    return Vec<G>(saved.data() + k * rows_, rows_);
   }
 
   Shared<T> gamma_, beta_;
   const comm::Group* stats_;
   std::int64_t features_, rows_;
-  Mat<T> sums_;
+  Mat<G> sums_;
 };
 
 /// Token ids on the device, filled from host vectors through a host buffer kept
@@ -331,14 +373,15 @@ private:
 template <class T>
 class VocabLoss {
 public:
+  using G = compute_t<T>;
   VocabLoss(const comm::Group* vocab, const comm::Group* rows, std::int64_t n, int tokens,
             Workspace<T>& ws)
       : vocab_(vocab), rows_(rows), tokens_(tokens), targets_(ws.tokens(own::kTargets, n)),
-        stats_(ws.matrix(own::kLossStats, n, 2)), mx_(ws.vector(own::kLossMax, n)),
-        losses_(ws.vector(own::kLosses, n)) {}
+        stats_(ws.compute_matrix(own::kLossStats, n, 2)), mx_(ws.compute_vector(own::kLossMax, n)),
+        losses_(ws.compute_vector(own::kLosses, n)) {}
 
   double operator()(const ExecSpace& exec, const Mat<T>& logits, int first,
-                    const std::vector<std::int32_t>& targets, T grad_scale) {
+                    const std::vector<std::int32_t>& targets, G grad_scale) {
     const Tokens& tgt = targets_.set(exec, targets);
     const std::int64_t cols = logits.extent(1);
     const std::int64_t valid = std::clamp<std::int64_t>(tokens_ - first, 0, cols);
@@ -352,7 +395,7 @@ public:
       vocab_->all_reduce(exec, stats_);
       kernels::vocab_cross_entropy<T>(exec, logits, stats_, tgt, first, valid, losses_, grad_scale);
     }
-    double sum = kernels::sum<T>(exec, losses_);
+    double sum = kernels::sum<G>(exec, losses_);
     if (rows_ != nullptr && rows_->size() > 1) {
       sum_(0) = sum;
       rows_->all_reduce(HostExecSpace(), sum_);
@@ -366,8 +409,8 @@ private:
   int tokens_; // the vocabulary without its padding
   DeviceTokens targets_;
   Kokkos::View<double*, Kokkos::HostSpace> sum_{"cubelm::loss_sum", 1};
-  Mat<T> stats_;
-  Vec<T> mx_, losses_;
+  Mat<G> stats_;
+  Vec<G> mx_, losses_;
 };
 
 /// The members of an Embedding that depend on its ends (Mode::embedding): wpe and the

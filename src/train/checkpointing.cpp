@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // The stored shape: without the rows that pad the tensor (wte's padded vocabulary).
-std::vector<std::uint64_t> shape_of(const tp::Param<real>& p) {
+std::vector<std::uint64_t> shape_of(const tp::ParamBlock<real>& p) {
   std::vector<std::uint64_t> shape(p.shape.begin(), p.shape.end());
   shape[0] -= static_cast<std::uint64_t>(p.padding_rows);
   return shape;
@@ -26,7 +26,7 @@ std::vector<std::uint64_t> shape_of(const tp::Param<real>& p) {
 
 // This rank's block of the parameter's stored tensor: its rows up to the padding, the
 // first rows of the block in memory (blocks are row-major).
-io::Block block_of(const tp::Param<real>& p) {
+io::Block block_of(const tp::ParamBlock<real>& p) {
   io::Block b{std::vector<std::uint64_t>(p.offset.begin(), p.offset.end()),
               std::vector<std::uint64_t>(p.local.begin(), p.local.end())};
   const std::int64_t stored = p.shape[0] - p.padding_rows;
@@ -59,7 +59,7 @@ std::vector<std::pair<int, std::string>> checkpoints_in(const std::string& dir) 
 }
 
 // Replicas write nothing: each element of the global tensor is written once.
-void write_tensor(io::CheckpointWriter& w, const std::string& path, const tp::Param<real>& p,
+void write_tensor(io::CheckpointWriter& w, const std::string& path, const tp::ParamBlock<real>& p,
                   const kernels::Vec<real>* data) {
   const io::Block block = p.writer ? block_of(p) : io::Block::none();
   if (data) {
@@ -72,8 +72,8 @@ void write_tensor(io::CheckpointWriter& w, const std::string& path, const tp::Pa
 }
 
 // Every rank reads its own block, whatever layout wrote the file.
-void read_tensor(const io::CheckpointReader& r, const std::string& path, const tp::Param<real>& p,
-                 const kernels::Vec<real>& dst) {
+void read_tensor(const io::CheckpointReader& r, const std::string& path,
+                 const tp::ParamBlock<real>& p, const kernels::Vec<real>& dst) {
   r.expect_shape(path, shape_of(p));
   auto host = Kokkos::create_mirror_view(dst);
   const io::Block block = block_of(p);
@@ -263,7 +263,8 @@ all_tensors(const ModelConfig& config) {
 }
 
 // Index of each of this rank's parameters by name.
-std::map<std::string, std::size_t> local_indices(const model::ShardedGPT<real>& model) {
+template <class T>
+std::map<std::string, std::size_t> local_indices(const model::ShardedGPT<T>& model) {
   std::map<std::string, std::size_t> index;
   const auto& params = model.params();
   for (std::size_t i = 0; i < params.size(); ++i)
@@ -273,8 +274,9 @@ std::map<std::string, std::size_t> local_indices(const model::ShardedGPT<real>& 
 
 } // namespace
 
-void save_checkpoint(const std::string& path, const Deck& deck,
-                     const model::ShardedGPT<real>& model, const std::vector<kernels::Vec<real>>* m,
+template <class T>
+void save_checkpoint(const std::string& path, const Deck& deck, const model::ShardedGPT<T>& model,
+                     const std::vector<kernels::Vec<real>>* m,
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm, int optimizer_step) {
   const fs::path parent = fs::path(path).parent_path();
@@ -321,7 +323,8 @@ void save_checkpoint(const std::string& path, const Deck& deck,
   w.close();
 }
 
-int load_checkpoint(const std::string& path, model::ShardedGPT<real>& model,
+template <class T>
+int load_checkpoint(const std::string& path, model::ShardedGPT<T>& model,
                     std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
                     const comm::Communicator& comm, int* optimizer_step) {
   const io::CheckpointReader r(path, comm);
@@ -353,9 +356,21 @@ int load_checkpoint(const std::string& path, model::ShardedGPT<real>& model,
     read_tensor(r, "/optimizer/m/" + name, params[k], m[k]);
     read_tensor(r, "/optimizer/v/" + name, params[k], v[k]);
   }
+  model.refresh_weights(ExecSpace()); // a bf16 model's weights follow what was read
   if (optimizer_step)
     *optimizer_step = static_cast<int>(r.int_attribute("/optimizer", "step"));
   return static_cast<int>(r.int_attribute("/", "step"));
 }
+
+#define CUBELM_INSTANTIATE_CHECKPOINTS(T)                                                          \
+  template void save_checkpoint<T>(const std::string&, const Deck&, const model::ShardedGPT<T>&,   \
+                                   const std::vector<kernels::Vec<real>>*,                         \
+                                   const std::vector<kernels::Vec<real>>*, int,                    \
+                                   const comm::Communicator&, int);                                \
+  template int load_checkpoint<T>(                                                                 \
+      const std::string&, model::ShardedGPT<T>&, std::vector<kernels::Vec<real>>&,                 \
+      std::vector<kernels::Vec<real>>&, const comm::Communicator&, int*);
+CUBELM_INSTANTIATE_CHECKPOINTS(real)
+CUBELM_INSTANTIATE_CHECKPOINTS(bf16)
 
 } // namespace cubelm::train

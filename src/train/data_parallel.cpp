@@ -29,25 +29,39 @@ struct DataParallel::Segment {
   bool decay, counted;
 };
 
-DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGrid& grid,
+template <class T>
+DataParallel::DataParallel(model::ShardedGPT<T>& model, const comm::ProcessGrid& grid,
                            double bucket_bytes, bool zero)
-    : model_(model), grid_(grid), zero_(zero) {
-  auto& params = model.params();
-  const bool lookup = model.stage().first;
+    : grid_(grid), zero_(zero),
+      refresh_([&model](const ExecSpace& exec) { model.refresh_weights(exec); }) {
+  for (auto& p : model.params())
+    params_.push_back(&p);
+  build(model.config(), model.stage().first, bucket_bytes);
+}
+
+template DataParallel::DataParallel(model::ShardedGPT<real>&, const comm::ProcessGrid&, double,
+                                    bool);
+template DataParallel::DataParallel(model::ShardedGPT<bf16>&, const comm::ProcessGrid&, double,
+                                    bool);
+
+void DataParallel::build(const ModelConfig& config, bool lookup, double bucket_bytes) {
+  const comm::ProcessGrid& grid = grid_;
+  const bool zero = zero_;
+  const Blocks& params = params_;
   // Order: wte alone first, then units in the order backward completes them.
   std::map<std::string, cost::BucketUnit> units;
-  for (const cost::ParamEntry& e : cost::parameter_table(model.config()))
-    units[e.name] = cost::bucket_unit(e, model.config(), lookup);
+  for (const cost::ParamEntry& e : cost::parameter_table(config))
+    units[e.name] = cost::bucket_unit(e, config, lookup);
   auto unit = [&](std::size_t i) -> const cost::BucketUnit& {
-    const auto u = units.find(params[i].name);
-    CUBELM_ASSERT(u != units.end(), "parameter '" + params[i].name + "' belongs to no unit");
+    const auto u = units.find(params[i]->name);
+    CUBELM_ASSERT(u != units.end(), "parameter '" + params[i]->name + "' belongs to no unit");
     return u->second;
   };
   std::vector<std::size_t> order(params.size());
   for (std::size_t i = 0; i < order.size(); ++i)
     order[i] = i;
   const auto item = [&](std::size_t i) {
-    return cost::BucketItem{unit(i).key, unit(i).alone, params[i].size(), params[i].expert};
+    return cost::BucketItem{unit(i).key, unit(i).alone, params[i]->size(), params[i]->expert};
   };
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return cost::bucket_before(item(a), item(b));
@@ -83,7 +97,7 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
   values_ = Vec<real>("cubelm::values", total);
   grads_ = Vec<real>("cubelm::grads", total);
   for (std::size_t i = 0; i < params.size(); ++i) {
-    auto& p = params[i];
+    auto& p = *params[i];
     const auto r = std::make_pair(offset_[i], offset_[i] + p.size());
     Kokkos::deep_copy(Kokkos::subview(values_, r), p.value);
     Kokkos::deep_copy(Kokkos::subview(grads_, r), p.grad);
@@ -103,10 +117,10 @@ DataParallel::DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGr
       b.piece = Vec<real>("cubelm::grad_piece", piece);
     for (const std::size_t i : members[bi]) {
       const std::int64_t a = std::max(lo, offset_[i]);
-      const std::int64_t e = std::min(hi, offset_[i] + params[i].size());
+      const std::int64_t e = std::min(hi, offset_[i] + params[i]->size());
       if (a < e)
         segments_.push_back(
-            {a, e - a, moments + (a - lo), params[i].decay, params[i].counted && counts});
+            {a, e - a, moments + (a - lo), params[i]->decay, params[i]->counted && counts});
     }
     moments += piece;
   }
@@ -227,7 +241,8 @@ void DataParallel::update(const kernels::AdamW& hp, real clip) {
     for (auto& b : buckets_)
       b.request.wait_on(exec);
   }
-  exec.fence(); // a step ends with its update: its time includes the update's
+  refresh_(exec); // a bf16 model's weights follow the master weights
+  exec.fence();   // a step ends with its update: its time includes the update's
 }
 
 std::vector<Vec<real>> DataParallel::moments(int which) const {
@@ -245,10 +260,10 @@ std::vector<Vec<real>> DataParallel::moments(int which) const {
         Kokkos::deep_copy(exec, range(full, b.first, b.size), range(mine, b.moment_first, b.size));
   }
   std::vector<Vec<real>> out;
-  const auto& params = model_.params();
+  const Blocks& params = params_;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    Vec<real> copy("cubelm::moment", params[i].size());
-    Kokkos::deep_copy(exec, copy, range(full, offset_[i], params[i].size()));
+    Vec<real> copy("cubelm::moment", params[i]->size());
+    Kokkos::deep_copy(exec, copy, range(full, offset_[i], params[i]->size()));
     out.push_back(copy);
   }
   exec.fence();
@@ -257,14 +272,14 @@ std::vector<Vec<real>> DataParallel::moments(int which) const {
 
 void DataParallel::set_moments(const std::vector<Vec<real>>& m, const std::vector<Vec<real>>& v) {
   const ExecSpace exec;
-  const auto& params = model_.params();
+  const Blocks& params = params_;
   CUBELM_ASSERT(m.size() == params.size() && v.size() == params.size(),
                 "set_moments needs one block per parameter");
   for (int which = 0; which < 2; ++which) {
     const auto& from = which == 0 ? m : v;
     Vec<real> full("cubelm::moments_whole", values_.extent(0));
     for (std::size_t i = 0; i < params.size(); ++i)
-      Kokkos::deep_copy(exec, range(full, offset_[i], params[i].size()), from[i]);
+      Kokkos::deep_copy(exec, range(full, offset_[i], params[i]->size()), from[i]);
     const Vec<real>& mine = which == 0 ? m_ : v_;
     for (const auto& b : buckets_) {
       const std::int64_t piece = b.size / b.shards;

@@ -36,17 +36,19 @@ int PipelineStage::tag(const pipeline::Message& m) const {
 
 namespace {
 
-using Mat = kernels::Mat<real>;
-
 // The messages of one step on one stage. Before an action the stage posts the plan's next
 // exchange, if it comes before that action: one comm::Batch of the sends that are due and
 // the receive the action needs. The requests of the sends are kept per slot: the send of a
 // slot's output (received before the slot's backward, so waiting for it never blocks for
 // long) and of its input gradient (in flight until the previous stage reaches that
 // backward: never waited for, the slot takes another input buffer instead and the request,
-// retired, keeps the old one until it completes).
+// retired, keeps the old one until it completes). Messages are the model's storage
+// type: bfloat16 in a bf16 model.
+template <class T>
 class StepMessages {
 public:
+  using Mat = kernels::Mat<T>;
+
   StepMessages(const comm::Group& pp, comm::Matching matching,
                const std::vector<pipeline::Exchange>& exchanges, int slots,
                std::function<int(const pipeline::Message&)> tag)
@@ -155,23 +157,26 @@ private:
 
 } // namespace
 
-void PipelineStage::detach_input(model::ShardedGPT<real>& model, int slot) {
+template <class T>
+void PipelineStage::detach_input(model::ShardedGPT<T>& model, int slot) {
+  auto& pool = spares(T());
   // A pooled buffer that only the pool holds is free: swap it in, the busy one out.
-  for (Mat& spare : spare_inputs_)
+  for (kernels::Mat<T>& spare : pool)
     if (spare.use_count() == 1) {
       spare = model.replace_input(slot, spare);
       return;
     }
-  spare_inputs_.push_back(model.replace_input(slot, Mat()));
+  pool.push_back(model.replace_input(slot, kernels::Mat<T>()));
 }
 
-PipelineStage::Result PipelineStage::run(const ExecSpace& exec, model::ShardedGPT<real>& model,
+template <class T>
+PipelineStage::Result PipelineStage::run(const ExecSpace& exec, model::ShardedGPT<T>& model,
                                          const comm::ProcessGrid& grid,
                                          const std::vector<io::Batch>& batches, double grad_scale,
-                                         const model::ShardedGPT<real>::UnitDone& done) {
-  StepMessages messages(grid.pp(), untagged_ ? comm::Matching::in_order : comm::Matching::by_tag,
-                        exchanges_, plan_.slots[static_cast<std::size_t>(stage_)],
-                        [this](const pipeline::Message& m) { return tag(m); });
+                                         const typename model::ShardedGPT<T>::UnitDone& done) {
+  StepMessages<T> messages(grid.pp(), untagged_ ? comm::Matching::in_order : comm::Matching::by_tag,
+                           exchanges_, plan_.slots[static_cast<std::size_t>(stage_)],
+                           [this](const pipeline::Message& m) { return tag(m); });
   Result r;
   auto wait_for = [&](comm::Request& request) {
     Kokkos::Timer timer;
@@ -216,5 +221,14 @@ PipelineStage::Result PipelineStage::run(const ExecSpace& exec, model::ShardedGP
   exec.fence();
   return r;
 }
+
+template PipelineStage::Result PipelineStage::run<real>(const ExecSpace&, model::ShardedGPT<real>&,
+                                                        const comm::ProcessGrid&,
+                                                        const std::vector<io::Batch>&, double,
+                                                        const model::ShardedGPT<real>::UnitDone&);
+template PipelineStage::Result PipelineStage::run<bf16>(const ExecSpace&, model::ShardedGPT<bf16>&,
+                                                        const comm::ProcessGrid&,
+                                                        const std::vector<io::Batch>&, double,
+                                                        const model::ShardedGPT<bf16>::UnitDone&);
 
 } // namespace cubelm::train

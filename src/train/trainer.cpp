@@ -34,10 +34,18 @@ double watchdog_timeout(const Deck& deck) {
 Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
     : deck_(deck), comm_(comm), watchdog_(watchdog_timeout(deck)),
       plan_(pipeline::make_plan(deck.parallel, deck.model)), timeline_(pipeline::simulate(plan_)),
-      stage_(plan_, stage_of(deck, comm)),
-      net_(deck.model, deck.micro_batch(), static_cast<std::uint64_t>(deck.train.seed),
-           comm::layout_of(deck.parallel), comm,
-           stage_.layout(deck.parallel.recompute == Recompute::full)) {
+      stage_(plan_, stage_of(deck, comm)) {
+  {
+    const auto seed = static_cast<std::uint64_t>(deck.train.seed);
+    const comm::Layout layout = comm::layout_of(deck.parallel);
+    const cost::StageLayout stage = stage_.layout(deck.parallel.recompute == Recompute::full);
+    if (deck.train.precision == Precision::bf16)
+      net16_ = std::make_unique<model::GridModel<bf16>>(deck.model, deck.micro_batch(), seed,
+                                                        layout, comm, stage);
+    else
+      net_ = std::make_unique<model::GridModel<real>>(deck.model, deck.micro_batch(), seed, layout,
+                                                      comm, stage);
+  }
   const DataConfig& d = deck.data;
   const ModelConfig& m = deck.model;
   if (d.format == "synthetic") {
@@ -52,20 +60,22 @@ Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
                               static_cast<std::uint64_t>(deck.train.seed));
   // Data-parallel replicas hold the same blocks: the first writes them (for the experts,
   // the first of the ranks that hold the same experts).
-  for (auto& p : net_.model->params())
-    if ((p.expert ? net_.grid->expert_dp() : net_.grid->dp()).rank() != 0)
-      p.writer = false;
-  dp_ = std::make_unique<DataParallel>(*net_.model, *net_.grid, deck.parallel.bucket_mb * 1e6,
-                                       deck.parallel.zero == 1);
+  with_model([&](auto& model) {
+    for (auto& p : model.params())
+      if ((p.expert ? grid().expert_dp() : grid().dp()).rank() != 0)
+        p.writer = false;
+    dp_ = std::make_unique<DataParallel>(model, grid(), deck.parallel.bucket_mb * 1e6,
+                                         deck.parallel.zero == 1);
+  });
   batches_.resize(static_cast<std::size_t>(deck.parallel.microbatches));
   peak_gflops_ = deck.log.peak_gflops;
-  for (const std::string& g : net_.grid->group_names())
+  for (const std::string& g : grid().group_names())
     if (g != "pp")
       comm_groups_.push_back(g);
   const std::size_t n = 3 + comm_groups_.size();
   split_mine_ = Kokkos::View<double*, Kokkos::HostSpace>("cubelm::time_split", n);
-  split_all_ = Kokkos::View<double*, Kokkos::HostSpace>("cubelm::time_splits",
-                                                        n * net_.grid->world().size());
+  split_all_ =
+      Kokkos::View<double*, Kokkos::HostSpace>("cubelm::time_splits", n * grid().world().size());
 }
 
 TimeSplit Trainer::split(double ms,
@@ -86,8 +96,8 @@ TimeSplit Trainer::split(double ms,
     waits += split_mine_(3 + g);
   }
   split_mine_(1) = ms - waits - split_mine_(2);
-  net_.grid->metrics().all_gather(HostExecSpace(), split_mine_, split_all_);
-  const int ranks = net_.grid->world().size();
+  grid().metrics().all_gather(HostExecSpace(), split_mine_, split_all_);
+  const int ranks = grid().world().size();
   const auto spread = [&](std::size_t k) {
     Spread s{0, split_all_(k)};
     for (int r = 0; r < ranks; ++r) {
@@ -108,15 +118,32 @@ TimeSplit Trainer::split(double ms,
 
 Trainer::~Trainer() = default;
 
+model::ShardedGPT<real>& Trainer::model() {
+  CUBELM_ASSERT(net_ != nullptr, "Trainer::model(): this run's model stores bfloat16 "
+                                 "(train.precision = \"bf16\"); its parameters are params()");
+  return *net_->model;
+}
+
+std::vector<const tp::ParamBlock<real>*> Trainer::params() const {
+  std::vector<const tp::ParamBlock<real>*> out;
+  with_model([&](const auto& model) {
+    for (const auto& p : model.params())
+      out.push_back(&p);
+  });
+  return out;
+}
+
 cost::Memory Trainer::memory() const {
-  cost::Memory mem = net_.model->memory();
+  cost::Memory mem = with_model([](const auto& model) { return model.memory(); });
   mem.optimizer = dp_->optimizer_bytes();
   return mem;
 }
 
 void Trainer::save(const std::string& path) const {
   const auto m = dp_->moments(0), v = dp_->moments(1);
-  save_checkpoint(path, deck_, *net_.model, &m, &v, step_, comm_, updates_);
+  with_model([&](const auto& model) {
+    save_checkpoint(path, deck_, model, &m, &v, step_, comm_, updates_);
+  });
 }
 
 void Trainer::resume(const std::string& path) {
@@ -138,11 +165,12 @@ void Trainer::resume(const std::string& path) {
   }
   // Whole blocks for the reader; each rank then keeps its own part.
   std::vector<kernels::Vec<real>> m, v;
-  for (const auto& p : net_.model->params()) {
-    m.emplace_back("cubelm::moment", p.size());
-    v.emplace_back("cubelm::moment", p.size());
+  for (const auto* p : params()) {
+    m.emplace_back("cubelm::moment", p->size());
+    v.emplace_back("cubelm::moment", p->size());
   }
-  step_ = load_checkpoint(path, *net_.model, m, v, comm_, &updates_);
+  step_ =
+      with_model([&](auto& model) { return load_checkpoint(path, model, m, v, comm_, &updates_); });
   bad_ = 0;
   dp_->set_moments(m, v);
 }
@@ -185,8 +213,7 @@ StepMetrics Trainer::step() {
   const int seq = deck_.model.seq_len;
   const int count = deck_.parallel.microbatches;
   const double tokens = static_cast<double>(deck_.train.global_batch) * seq;
-  model::ShardedGPT<real>& model = *net_.model;
-  const comm::ProcessGrid& grid = *net_.grid;
+  const comm::ProcessGrid& grid = this->grid();
   const comm::TrafficCounters& traffic = grid.traffic();
   const std::vector<comm::TrafficEntry> before = traffic.entries();
   const std::vector<std::pair<std::string, double>> waits_before = comm::wait_time::all();
@@ -199,13 +226,16 @@ StepMetrics Trainer::step() {
                         batches_[static_cast<std::size_t>(k)]);
   dp_->zero_grad();
   dp_->start_step();
-  const PipelineStage::Result run = stage_.run(ExecSpace(), model, grid, batches_, 1.0 / tokens,
-                                               [&](int unit) { dp_->unit_done(unit); });
+  const PipelineStage::Result run = with_model([&](auto& model) {
+    return stage_.run(ExecSpace(), model, grid, batches_, 1.0 / tokens,
+                      [&](int unit) { dp_->unit_done(unit); });
+  });
+  const bool last_stage = with_model([](const auto& model) { return model.stage().last; });
   dp_->finish();
   // The loss (from the last stage, once per tensor-parallel group) and the squared
   // gradient norm (each element once), summed over the world.
   cost::StepSums sums;
-  sums.loss = model.stage().last && grid.tp().rank() == 0 ? run.loss_sum : 0.0;
+  sums.loss = last_stage && grid.tp().rank() == 0 ? run.loss_sum : 0.0;
   sums.grad_squares = dp_->sum_squares();
   // Requests to stop after this step ride on the same reduction: no extra collective.
   sums.sigterm = vote_.sigterm ? 1.0 : 0.0;
@@ -213,7 +243,7 @@ StepMetrics Trainer::step() {
   sums.deadline = vote_.deadline ? 1.0 : 0.0;
   // The MoE layers' load-balancing loss (trained on, reported apart from the loss): each
   // rank's share of the tokens (the tensor-parallel ranks route a share each).
-  sums.aux = model.take_aux_sum();
+  sums.aux = with_model([](auto& model) { return model.take_aux_sum(); });
   vote_ = StopVotes{};
   const int n = cost::StepSums::count(deck_.model);
   sums.pack(sums_.data(), n);

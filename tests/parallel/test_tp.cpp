@@ -4,6 +4,7 @@
 // single-process model's (the same code on MPI_COMM_SELF, itself checked against
 // finite differences in test_model; double precision, and float within 1e-5).
 
+#include "cubelm/cost/activations.hpp"
 #include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/memory.hpp"
 #include "cubelm/cost/traffic.hpp"
@@ -395,6 +396,56 @@ TEST(TensorParallel, ModesAllocateTheBuffersTheirDescriptionNames) {
   EXPECT_EQ(tp::compare_buffers(a, d), "");
   d.emplace("ln/sums", tp::Buffer{"ln/sums", 4});
   EXPECT_EQ(tp::compare_buffers(a, d), "ln/sums: allocated 0 elements, described 4");
+}
+
+// bf16 storage (train.precision = "bf16"): activations, their gradients and the weights
+// the kernels read in bfloat16, statistics, gradients and master weights in float. Every
+// layout computes what the single-process bf16 model computes up to where partial sums
+// are rounded (a row-parallel output is summed from bf16 partials, the single process
+// rounds the whole sum once).
+TEST(TensorParallel, Bf16ModelMatchesTheSingleProcessBf16Model) {
+  for (const auto& layout : layouts())
+    check_equivalence<bf16>(layout, 2e-3, 2e-2);
+}
+
+// The bf16 model near the fp32 model on one process, and its buffers: what each layout
+// allocates is what the description (the memory estimate's, 2-byte values and 4-byte
+// statistics and gradients) says, and the activations take less than 0.65 of the fp32
+// model's bytes even in this tiny model, whose float attention blocks and statistics
+// weigh more than in a real one.
+TEST(TensorParallel, Bf16ModelIsNearTheFp32ModelInLessMemory) {
+  const ModelConfig c = tiny();
+  const int batch = 4, n = batch * c.seq_len;
+  const auto in = random_tokens(n, c.vocab_size, 1), tgt = random_tokens(n, c.vocab_size, 2);
+  auto f = model::GridModel<float>::single(c, batch, 9);
+  auto b = model::GridModel<bf16>::single(c, batch, 9);
+  const double lf = f.model->forward_backward(ExecSpace(), in, tgt, 1.0 / n);
+  const double lb = b.model->forward_backward(ExecSpace(), in, tgt, 1.0 / n);
+  EXPECT_NEAR(lb, lf, 5e-3 * lf);
+  double gmax = 0, worst = 0;
+  for (const auto& p : f.model->params())
+    for (const double g : host(p.grad))
+      gmax = std::max(gmax, std::fabs(g));
+  for (const auto& p : f.model->params()) {
+    const auto gf = host(p.grad), gb = host(b.model->param(p.name).grad);
+    for (std::size_t i = 0; i < gf.size(); ++i)
+      worst = std::max(worst, std::fabs(gb[i] - gf[i]));
+  }
+  EXPECT_LT(worst, 5e-2 * gmax);
+  EXPECT_GT(worst, 0.0); // the bf16 model does round
+  const double ratio = static_cast<double>(b.model->memory().activations) /
+                       static_cast<double>(f.model->memory().activations);
+  EXPECT_LT(ratio, 0.65);
+  EXPECT_GT(ratio, 0.5);
+  for (const auto& layout : layouts()) {
+    SCOPED_TRACE(layout.describe());
+    std::unique_ptr<model::GridModel<bf16>> m;
+    ASSERT_NO_THROW(m = std::make_unique<model::GridModel<bf16>>(c, batch, 9, layout,
+                                                                 comm::Communicator::world()));
+    const cost::StageLayout stage = cost::StageLayout::whole(c.layers);
+    EXPECT_EQ(m->model->memory().activations,
+              cost::activation_bytes(c, layout, batch, cost::stage_shape(c, stage, layout), 2));
+  }
 }
 
 // Per-rank parameters: under 1D only LayerNorms, wpe and a few biases are replicated;

@@ -80,14 +80,17 @@ BlockMask attention_block_backward(const ExecSpace& exec, const Batch<T>& q, con
 /// \brief Copies positions [t_begin, t_begin + len) of every sequence of the token-major
 /// src [B * seq, heads * d] into the head-major block dst [B * heads, len, d]:
 /// dst(b * heads + h, t, j) = src(b * seq + t_begin + t, h * d + j), B = dst.extent(0) / heads.
+/// The blocks are compute_t<T> whatever src stores (a bf16 model's attention computes on
+/// float blocks: the block pairs above run on float and double only).
 template <class T>
 void gather_heads(const ExecSpace& exec, const Mat<T>& src, int heads, std::int64_t t_begin,
-                  const Batch<T>& dst);
+                  const Batch<compute_t<T>>& dst);
 
 /// \brief The inverse of gather_heads: writes (or, with `accumulate`, adds) the block src
-/// [B * heads, len, d] into positions [t_begin, t_begin + len) of every sequence of dst.
+/// [B * heads, len, d] into positions [t_begin, t_begin + len) of every sequence of dst
+/// (rounded to T where it stores).
 template <class T>
-void scatter_heads(const ExecSpace& exec, const Batch<T>& src, int heads, std::int64_t t_begin,
-                   const Mat<T>& dst, bool accumulate = false);
+void scatter_heads(const ExecSpace& exec, const Batch<compute_t<T>>& src, int heads,
+                   std::int64_t t_begin, const Mat<T>& dst, bool accumulate = false);
 
 } // namespace cubelm::kernels

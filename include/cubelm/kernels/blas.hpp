@@ -11,12 +11,19 @@ namespace cubelm::kernels {
 
 /// \brief C = alpha op(A) op(B) + beta C, op = transpose when the flag is set.
 ///
-/// Dispatches to the vendor BLAS (OpenBLAS, cuBLAS) through Kokkos Kernels, on
-/// `exec` where Kokkos Kernels takes an execution space instance (3.6 and later);
-/// Kokkos Kernels 3.4 and 3.5 run it on the default instance (core/compat.hpp).
-template <class T>
-void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T alpha, const Mat<T>& a,
-          const Mat<T>& b, T beta, const Mat<T>& c);
+/// On float or double matrices (TA = TB = TC): the vendor BLAS (OpenBLAS, cuBLAS)
+/// through Kokkos Kernels, on `exec` where Kokkos Kernels takes an execution space
+/// instance (3.6 and later); Kokkos Kernels 3.4 and 3.5 run it on the default instance
+/// (core/compat.hpp). Float products follow the gemm precision (kernels/precision.hpp).
+///
+/// With a bf16 matrix among them (a bf16 model: each of A, B and C bf16 or float): a
+/// product of bfloat16 inputs (float inputs rounded to bfloat16) accumulated in float,
+/// C stored as TC. cublasGemmEx in CUDA builds; on CPUs, whose BLAS has no bfloat16
+/// product, sgemm on float copies of tiles of at most 1024 x 1024 of C and their panels
+/// of A and B (the tiles' scratch: at most 2 x 1024 x k + 1024^2 floats).
+template <class TA, class TB = TA, class TC = TA>
+void gemm(const ExecSpace& exec, bool trans_a, bool trans_b, compute_t<TC> alpha, const Mat<TA>& a,
+          const Mat<TB>& b, compute_t<TC> beta, const Mat<TC>& c);
 
 /// \brief A stack of `count` row-major matrices [count, rows, cols], one after the other.
 template <class T>

@@ -7,6 +7,10 @@
 /// micro-batches add up; activation gradients are assigned unless a function
 /// says it accumulates. Every reduction runs in a fixed order, so results are
 /// bitwise reproducible for a given thread count.
+///
+/// `T` is the storage type of activations and weights (float, double, or bf16 under
+/// train.precision = "bf16"): every kernel computes and sums in compute_t<T> (float
+/// for bf16) and rounds only where it stores; parameter gradients are compute_t<T>.
 
 #include "cubelm/kernels/views.hpp"
 
@@ -16,9 +20,9 @@ namespace cubelm::kernels {
 template <class T>
 void bias_add(const ExecSpace& exec, const Mat<T>& y, const Vec<T>& b);
 
-/// \brief db += column sums of dy.
+/// \brief db += column sums of dy (summed in compute_t<T>, the gradient's type).
 template <class T>
-void bias_backward(const ExecSpace& exec, const Mat<T>& dy, const Vec<T>& db);
+void bias_backward(const ExecSpace& exec, const Mat<T>& dy, const Vec<compute_t<T>>& db);
 
 /// \brief y = gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); keeps the
 /// tanh values in `th` for the backward pass (tanh is the costly part of both).

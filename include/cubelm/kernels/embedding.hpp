@@ -82,10 +82,11 @@ void position_add(const ExecSpace& exec, const Mat<T>& wpe, Positions pos, const
 /// \brief dwte[v,:] += sum of dy over the rows that hold token v (index of make_token_index).
 template <class T>
 void token_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
-                    const Mat<T>& dwte);
+                    const Mat<compute_t<T>>& dwte);
 /// \brief dwpe[pos.global(t),:] += sum over sequences of dy at their t-th token here.
 template <class T>
-void position_backward(const ExecSpace& exec, const Mat<T>& dy, Positions pos, const Mat<T>& dwpe);
+void position_backward(const ExecSpace& exec, const Mat<T>& dy, Positions pos,
+                       const Mat<compute_t<T>>& dwpe);
 
 /// \brief y[n,:] = wte[tok[n],:] + wpe[n mod seq_len,:].
 template <class T>
@@ -96,6 +97,6 @@ void embedding_forward(const ExecSpace& exec, const Tokens& tok, const Mat<T>& w
 /// of dy at position t.
 template <class T>
 void embedding_backward(const ExecSpace& exec, const TokenIndex& index, const Mat<T>& dy,
-                        int seq_len, const Mat<T>& dwte, const Mat<T>& dwpe);
+                        int seq_len, const Mat<compute_t<T>>& dwte, const Mat<compute_t<T>>& dwpe);
 
 } // namespace cubelm::kernels

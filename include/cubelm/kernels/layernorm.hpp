@@ -7,7 +7,9 @@
 /// sequences). Conventions: parameter gradients accumulate (+=) so that
 /// micro-batches add up; activation gradients are assigned unless a function
 /// says it accumulates. Every reduction runs in a fixed order, so results are
-/// bitwise reproducible for a given thread count.
+/// bitwise reproducible for a given thread count. `T` stores the activations and
+/// gamma and beta; the row statistics, the row sums and the parameter gradients are
+/// compute_t<T> (elementwise.hpp).
 
 #include "cubelm/kernels/views.hpp"
 
@@ -23,45 +25,48 @@ constexpr double kLayerNormEps = 1e-5;
 /// that share the rows, and `features` is the row's whole width.
 /// \brief s[n] = sum of row n.
 template <class T>
-void row_sum(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& s);
+void row_sum(const ExecSpace& exec, const Mat<T>& x, const Vec<compute_t<T>>& s);
 /// \brief v[n] = sum over row n of (x - s[n] / features)^2 (s: the whole row's sum).
 template <class T>
-void row_centered_squares(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& s,
-                          std::int64_t features, const Vec<T>& v);
+void row_centered_squares(const ExecSpace& exec, const Mat<T>& x, const Vec<compute_t<T>>& s,
+                          std::int64_t features, const Vec<compute_t<T>>& v);
 /// \brief Called with mean = whole-row sums and rstd = whole-row centred squares, which it
 /// turns into the mean and 1/sqrt(var + eps); y = (x - mean) * rstd * gamma + beta.
 template <class T>
 void layernorm_normalize(const ExecSpace& exec, const Mat<T>& x, std::int64_t features,
                          const Vec<T>& gamma, const Vec<T>& beta, const Mat<T>& y,
-                         const Vec<T>& mean, const Vec<T>& rstd);
+                         const Vec<compute_t<T>>& mean, const Vec<compute_t<T>>& rstd);
 /// \brief sums(n,0) = sum of dy gamma over row n, sums(n,1) = sum of dy gamma xhat.
 template <class T>
 void layernorm_backward_sums(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
-                             const Vec<T>& gamma, const Vec<T>& mean, const Vec<T>& rstd,
-                             const Mat<T>& sums);
+                             const Vec<T>& gamma, const Vec<compute_t<T>>& mean,
+                             const Vec<compute_t<T>>& rstd, const Mat<compute_t<T>>& sums);
 /// \brief dx += rstd (dy gamma - sums(n,0) / features - xhat sums(n,1) / features), with the
 /// whole-row sums.
 template <class T>
 void layernorm_backward_input(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
-                              const Vec<T>& gamma, const Vec<T>& mean, const Vec<T>& rstd,
-                              const Mat<T>& sums, std::int64_t features, const Mat<T>& dx);
+                              const Vec<T>& gamma, const Vec<compute_t<T>>& mean,
+                              const Vec<compute_t<T>>& rstd, const Mat<compute_t<T>>& sums,
+                              std::int64_t features, const Mat<T>& dx);
 /// \brief dgamma += column sums of dy xhat; dbeta += column sums of dy.
 template <class T>
 void layernorm_backward_params(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
-                               const Vec<T>& mean, const Vec<T>& rstd, const Vec<T>& dgamma,
-                               const Vec<T>& dbeta);
+                               const Vec<compute_t<T>>& mean, const Vec<compute_t<T>>& rstd,
+                               const Vec<compute_t<T>>& dgamma, const Vec<compute_t<T>>& dbeta);
 
 /// \brief The pieces above on whole rows:
 /// y = (x - mean) * rstd * gamma + beta per row; keeps mean and rstd for backward.
 template <class T>
 void layernorm_forward(const ExecSpace& exec, const Mat<T>& x, const Vec<T>& gamma,
-                       const Vec<T>& beta, const Mat<T>& y, const Vec<T>& mean, const Vec<T>& rstd);
+                       const Vec<T>& beta, const Mat<T>& y, const Vec<compute_t<T>>& mean,
+                       const Vec<compute_t<T>>& rstd);
 
 /// \brief dx += LayerNorm input gradient; dgamma += sum dy * xhat; dbeta += sum dy
 /// (whole rows; allocates its row buffer on every call).
 template <class T>
 void layernorm_backward(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& x,
-                        const Vec<T>& gamma, const Vec<T>& mean, const Vec<T>& rstd,
-                        const Mat<T>& dx, const Vec<T>& dgamma, const Vec<T>& dbeta);
+                        const Vec<T>& gamma, const Vec<compute_t<T>>& mean,
+                        const Vec<compute_t<T>>& rstd, const Mat<T>& dx,
+                        const Vec<compute_t<T>>& dgamma, const Vec<compute_t<T>>& dbeta);
 
 } // namespace cubelm::kernels

@@ -21,18 +21,19 @@ namespace cubelm::kernels {
 using IntVec = Kokkos::View<int*, MemSpace>;
 using IntMat = Kokkos::View<int**, Kokkos::LayoutRight, MemSpace>;
 
-/// \brief What an MoE layer keeps of one micro-batch from forward to backward.
+/// \brief What an MoE layer keeps of one micro-batch from forward to backward: the routing
+/// in compute_t<T> (a bf16 model routes in float), the rows in T.
 template <class T>
 struct MoeSaved {
-  Mat<T> probs;    ///< [N, E] router probabilities
-  IntMat choice;   ///< [N, k] chosen experts, most probable first
-  Mat<T> gate;     ///< [N, k] their probabilities renormalised to sum 1
-  IntMat slot;     ///< [N, k] row of the pair in the expert rows, -1 when dropped
-  IntVec pairs;    ///< [R] pair (j N + t) of each expert row
-  IntVec offsets;  ///< [E + 1] rows of expert e: [offsets(e), offsets(e + 1))
-  Vec<T> fraction; ///< [E] f_e: share of the N k pairs routed to e (before dropping)
-  Mat<T> h, g, th; ///< [Rr, F] the hidden layer, GELU and its tanh of the rows run here
-  Mat<T> out;      ///< [R, H] the experts' outputs of this rank's pairs, before gating
+  Mat<compute_t<T>> probs;    ///< [N, E] router probabilities
+  IntMat choice;              ///< [N, k] chosen experts, most probable first
+  Mat<compute_t<T>> gate;     ///< [N, k] their probabilities renormalised to sum 1
+  IntMat slot;                ///< [N, k] row of the pair in the expert rows, -1 when dropped
+  IntVec pairs;               ///< [R] pair (j N + t) of each expert row
+  IntVec offsets;             ///< [E + 1] rows of expert e: [offsets(e), offsets(e + 1))
+  Vec<compute_t<T>> fraction; ///< [E] f_e: share of the N k pairs routed to e (before dropping)
+  Mat<T> h, g, th;            ///< [Rr, F] the hidden layer, GELU and its tanh of the rows run here
+  Mat<T> out;                 ///< [R, H] the experts' outputs of this rank's pairs, before gating
   /// expert parallelism: [Rr, H] the rows received for this rank's experts (else empty)
   Mat<T> xr;
   /// offsets on the host: the expert matmuls' sizes
@@ -67,6 +68,8 @@ struct MoeSaved {
   }
 };
 
+/// The routing kernels (moe_route, moe_dispatch, moe_route_backward, moe_aux_loss) take
+/// float or double; the row kernels (moe_gather, moe_combine and their backward) also bf16.
 /// \brief probs[n,:] = softmax(probs[n,:]) in place (the router logits on entry); choice[n,:]
 /// the k most probable experts (ties to the lower index), gate[n,:] their probabilities
 /// divided by their sum.
@@ -90,15 +93,15 @@ void moe_gather(const ExecSpace& exec, const Mat<T>& x, const IntVec& pairs, std
 
 /// \brief y[t,:] = sum over the kept choices j of gate(t,j) out[slot(t,j),:] (assigned).
 template <class T>
-void moe_combine(const ExecSpace& exec, const Mat<T>& out, const IntMat& slot, const Mat<T>& gate,
-                 const Mat<T>& y);
+void moe_combine(const ExecSpace& exec, const Mat<T>& out, const IntMat& slot,
+                 const Mat<compute_t<T>>& gate, const Mat<T>& y);
 
 /// \brief Backward of moe_combine: dout[r,:] = gate dy[t,:] for the rows r < rows, and
 /// dgate(t,j) = dy[t,:] . out[slot(t,j),:] (0 for a dropped pair).
 template <class T>
 void moe_combine_backward(const ExecSpace& exec, const Mat<T>& dy, const Mat<T>& out,
-                          const IntMat& slot, const Mat<T>& gate, const IntVec& pairs,
-                          std::int64_t rows, const Mat<T>& dout, const Mat<T>& dgate);
+                          const IntMat& slot, const Mat<compute_t<T>>& gate, const IntVec& pairs,
+                          std::int64_t rows, const Mat<T>& dout, const Mat<compute_t<T>>& dgate);
 
 /// \brief dx[t,:] += sum over the kept choices j of dxin[slot(t,j),:].
 template <class T>

@@ -3,12 +3,16 @@
 /// \brief View types of the single-device kernels, templated on the scalar
 /// (float for training, double for finite-difference tests).
 
+#include "cubelm/core/bf16.hpp"
 #include "cubelm/core/types.hpp"
 
 #include <cstdint>
 #include <type_traits>
 
 namespace cubelm::kernels {
+
+using cubelm::bf16;
+using cubelm::compute_t;
 
 /// \brief True where kernels run on the host's cores (OpenMP, Serial), false on a GPU.
 constexpr bool kOnHost = std::is_same_v<ExecSpace, Kokkos::DefaultHostExecutionSpace>;

@@ -27,6 +27,10 @@ using kernels::Vec;
 /// \brief The model's shards on one rank of a tensor-parallel group, for the
 /// layers of its pipeline stage.
 ///
+/// `T` stores the activations, their gradients and the weights the kernels read: float
+/// (training), double (finite-difference tests) or bf16 (train.precision = "bf16"), whose
+/// master weights, gradients and statistics are float (compute_t, docs/precision.md).
+///
 /// A micro-batch's pass through a chunk keeps its activations in a slot (the
 /// caller assigns slots: one per (micro-batch, chunk) in flight). The residual
 /// stream between chunks is a matrix in the mode's layout: `input(slot)` is where
@@ -92,6 +96,9 @@ public:
   double forward_backward(const ExecSpace& exec, const std::vector<std::int32_t>& inputs,
                           const std::vector<std::int32_t>& targets, double grad_scale);
   void zero_grad();
+  /// \brief After the master weights changed (an optimizer step, a checkpoint loaded): a
+  /// bf16 model copies them into the bf16 weights its kernels read; nothing otherwise.
+  void refresh_weights(const ExecSpace& exec);
 
   /// \brief The activation buffers this stage allocated, by name (cost/activations.hpp: the
   /// constructor checks them against cost::stage_activations).

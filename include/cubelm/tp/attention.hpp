@@ -34,23 +34,26 @@ namespace cubelm::tp {
 template <class T>
 class BlockAttention {
 public:
+  /// The type attention computes in and its buffers hold: float for a bf16 model, whose
+  /// q, k, v and outputs are copied into float blocks (kernels/attention_blocks.hpp).
+  using G = compute_t<T>;
   BlockAttention(const comm::Group* group, int sequences, int heads, int local, int head_dim);
 
   /// \brief What a layer's forward saves for its backward: the log-sum-exp of every query
   /// row, [blocks here, sequences x heads, block length] (tp::attention_saved).
-  kernels::Batch<T> make_saved() const;
+  kernels::Batch<G> make_saved() const;
   /// \brief Bytes of the buffers shared by the layers.
   std::int64_t bytes() const { return bytes_; }
 
   /// \brief out [rows, heads x d] = causal attention of the local queries q over the keys
   /// and values of the whole sequences (k, v: the local ones; rows = sequences x local).
   void forward(const ExecSpace& exec, const kernels::Mat<T>& q, const kernels::Mat<T>& k,
-               const kernels::Mat<T>& v, const kernels::Batch<T>& saved,
+               const kernels::Mat<T>& v, const kernels::Batch<G>& saved,
                const kernels::Mat<T>& out) const;
   /// \brief dq, dk, dv (assigned) from dout, with `out` and `saved` those of the forward.
   void backward(const ExecSpace& exec, const kernels::Mat<T>& q, const kernels::Mat<T>& k,
                 const kernels::Mat<T>& v, const kernels::Mat<T>& out,
-                const kernels::Batch<T>& saved, const kernels::Mat<T>& dout,
+                const kernels::Batch<G>& saved, const kernels::Mat<T>& dout,
                 const kernels::Mat<T>& dq, const kernels::Mat<T>& dk,
                 const kernels::Mat<T>& dv) const;
 
@@ -60,7 +63,7 @@ private:
   void gather_keys(const ExecSpace& exec, const kernels::Mat<T>& k, const kernels::Mat<T>& v) const;
   // The block of all_ (or of a buffer shaped like it) holding global block g's keys (kv 0)
   // or values (kv 1).
-  kernels::Batch<T> block(const kernels::Tensor4<T>& blocks, int g, int kv) const;
+  kernels::Batch<G> block(const kernels::Tensor4<G>& blocks, int g, int kv) const;
   // The global block index of local block j.
   int mine(int j) const;
 
@@ -70,10 +73,10 @@ private:
   // mine_ [2 b, n, chunk, d]: this rank's b key blocks, then its value blocks; all_ and
   // dall_ [2 b cp, n, chunk, d]: every rank's, in rank order (mine_ and dmine_ themselves
   // on one rank); dmine_: the reduced gradients.
-  kernels::Tensor4<T> mine_, all_, dall_, dmine_;
+  kernels::Tensor4<G> mine_, all_, dall_, dmine_;
   // One query block's: q, the output, a partial output, dout, dq; scores.
-  kernels::Batch<T> q_, o_, part_, dout_, dq_, scores_, dscores_;
-  kernels::Mat<T> part_lse_, delta_;
+  kernels::Batch<G> q_, o_, part_, dout_, dq_, scores_, dscores_;
+  kernels::Mat<G> part_lse_, delta_;
 };
 
 } // namespace cubelm::tp

@@ -24,9 +24,11 @@
 
 namespace cubelm::tp {
 
-/// \brief What a buffer's elements are: values of the model's element type, token ids
-/// (32-bit integers) or sums kept in double precision.
-enum class Holds { values, ids, sums };
+/// \brief What a buffer's elements are: values of the model's storage type (activations,
+/// weights: 2 bytes in a bf16 model), values of its compute type (compute_t: statistics,
+/// loss rows, gradients and attention's blocks, float in a bf16 model), token ids (32-bit
+/// integers) or sums kept in double precision.
+enum class Holds { values, compute, ids, sums };
 
 /// \brief One buffer a part asks for: `elements` of what it `holds`.
 struct Buffer {
@@ -115,9 +117,24 @@ BufferSizes stage_owned_sizes(const comm::Layout& layout, const StageParts& part
 /// difference: "<name>: allocated N elements, described M".
 std::string compare_buffers(const BufferSizes& allocated, const BufferSizes& described);
 
+/// \brief Bytes of an element of the compute type of a storage type of `value_bytes`:
+/// float for bf16 and float, double for double.
+inline int compute_bytes(int value_bytes) {
+  return value_bytes < 4 ? 4 : value_bytes;
+}
 /// \brief Bytes of `b` with values of `value_bytes` each.
 inline std::int64_t bytes_of(const Buffer& b, int value_bytes) {
-  return b.elements * (b.holds == Holds::values ? value_bytes : b.holds == Holds::ids ? 4 : 8);
+  switch (b.holds) {
+  case Holds::values:
+    return b.elements * value_bytes;
+  case Holds::compute:
+    return b.elements * compute_bytes(value_bytes);
+  case Holds::ids:
+    return b.elements * 4;
+  case Holds::sums:
+    break;
+  }
+  return b.elements * 8;
 }
 /// \brief Bytes of all of `sizes`, values of `value_bytes` each.
 std::int64_t bytes_of(const BufferSizes& sizes, int value_bytes);

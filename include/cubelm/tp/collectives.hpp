@@ -8,6 +8,7 @@
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/comm/traffic.hpp"
 #include "cubelm/core/config.hpp"
+#include "cubelm/tp/buffers.hpp"
 
 #include <string>
 #include <utility>
@@ -28,8 +29,14 @@ enum class Piece {
 /// \brief A piece's forward or its backward (a recomputed layer runs its forward again).
 enum class Pass { forward, backward };
 
+/// \brief `Collective::bytes` of elements of the model's compute type (compute_t:
+/// gradients, statistics), 4 bytes whether the model stores float or bf16.
+constexpr double kComputeElement = -1;
+
 /// \brief `calls` collectives of `kind` on `group` whose messages add up to `elements`
-/// elements of `bytes` bytes each (0: the model's element, a float in training).
+/// elements of `bytes` bytes each: 0, the model's storage element (activations and the
+/// weights the kernels read: 4 bytes in fp32, 2 in a bf16 model); kComputeElement; or
+/// the size of another element (a token id, a double).
 struct Collective {
   std::string group;
   comm::Kind kind = comm::Kind::all_reduce;
@@ -37,6 +44,13 @@ struct Collective {
   double elements = 0;
   double bytes = 0;
 };
+
+/// \brief The bytes of an element of `c` in a model storing `value_bytes`-byte values.
+inline double element_bytes(const Collective& c, int value_bytes) {
+  if (c.bytes > 0)
+    return c.bytes;
+  return c.bytes == kComputeElement ? compute_bytes(value_bytes) : value_bytes;
+}
 
 /// \brief The groups the pieces of `layout`'s mode talk on, with their ranks ("tp"; 2d
 /// adds "tp.row" and "tp.col", 3d the axes "tp.a", "tp.b", "tp.c" and the planes "tp.ab",

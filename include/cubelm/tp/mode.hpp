@@ -58,17 +58,17 @@ public:
 /// \brief LayerNorm over the features of the residual stream (eps 1e-5).
 ///
 /// The row statistics go to `saved` (2 x rows: the means, then the reciprocal
-/// standard deviations), which the caller owns and hands back to backward: one
+/// standard deviations, in the compute type), which the caller owns and hands back to backward: one
 /// per micro-batch in flight.
 template <class T>
 class LayerNorm {
 public:
   virtual ~LayerNorm() = default;
   virtual void forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y,
-                       const Vec<T>& saved) = 0;
+                       const Vec<compute_t<T>>& saved) = 0;
   /// \brief Adds the gamma/beta gradients; adds the input gradient to dx.
   virtual void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
-                        const Vec<T>& saved) = 0;
+                        const Vec<compute_t<T>>& saved) = 0;
 };
 
 /// \brief Which ends of the model an Embedding serves: the token and position
@@ -93,7 +93,8 @@ public:
   /// the same on every rank of the group. With grad_scale != 0, assigns dh and adds
   /// grad_scale x the wte gradient of the loss sum.
   virtual double loss(const ExecSpace& exec, const Mat<T>& h,
-                      const std::vector<std::int32_t>& targets, T grad_scale, const Mat<T>& dh) = 0;
+                      const std::vector<std::int32_t>& targets, compute_t<T> grad_scale,
+                      const Mat<T>& dh) = 0;
 };
 
 /// \brief The parameter names of an MoE feed-forward (cost/shape.hpp spells them):
@@ -126,7 +127,7 @@ public:
   /// \brief Adds the parameter gradients of grad_scale x (loss sum + N x aux loss), the
   /// loss sum's part arriving as dy; assigns dx. The routing is that of the forward.
   virtual void backward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& dy, const Mat<T>& dx,
-                        kernels::MoeSaved<T>& saved, T grad_scale) = 0;
+                        kernels::MoeSaved<T>& saved, compute_t<T> grad_scale) = 0;
 };
 
 /// \brief A tensor-parallel mode on one rank.

@@ -79,18 +79,22 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 /// reaches their steps. `committed` < 0 counts every checkpoint.
 void prune_checkpoints(const std::string& dir, int keep, int committed = -1);
 
-/// \brief Collectively writes model, moments (zeros when `m`/`v` are null) and attributes.
-/// `optimizer_step` (the AdamW updates applied, /optimizer attribute `step`) is `step`
-/// when negative; it is smaller when steps were skipped (docs/reliability.md).
-void save_checkpoint(const std::string& path, const Deck& deck,
-                     const model::ShardedGPT<real>& model, const std::vector<kernels::Vec<real>>* m,
+/// \brief Collectively writes model (its master weights: float whatever it stores),
+/// moments (zeros when `m`/`v` are null) and attributes. `optimizer_step` (the AdamW
+/// updates applied, /optimizer attribute `step`) is `step` when negative; it is smaller
+/// when steps were skipped (docs/reliability.md). T: float or bf16.
+template <class T>
+void save_checkpoint(const std::string& path, const Deck& deck, const model::ShardedGPT<T>& model,
+                     const std::vector<kernels::Vec<real>>* m,
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm, int optimizer_step = -1);
 
-/// \brief Reads a checkpoint into the model and moments; every shape must match the
-/// deck (a message names the file, the tensor and both shapes). Returns the step;
-/// `optimizer_step`, when given, receives the /optimizer attribute `step`.
-int load_checkpoint(const std::string& path, model::ShardedGPT<real>& model,
+/// \brief Reads a checkpoint into the model's master weights (and a bf16 model's copy of
+/// them) and the moments; every shape must match the deck (a message names the file, the
+/// tensor and both shapes). Returns the step; `optimizer_step`, when given, receives the
+/// /optimizer attribute `step`.
+template <class T>
+int load_checkpoint(const std::string& path, model::ShardedGPT<T>& model,
                     std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
                     const comm::Communicator& comm, int* optimizer_step = nullptr);
 

@@ -22,14 +22,17 @@
 #include "cubelm/model/sharded_gpt.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace cubelm::train {
 
 class DataParallel {
 public:
-  /// \brief Takes over the storage of `model`'s parameters (they keep their values).
-  DataParallel(model::ShardedGPT<real>& model, const comm::ProcessGrid& grid, double bucket_bytes,
+  /// \brief Takes over the storage of `model`'s master weights and gradients (they keep
+  /// their values); `model` (float or bf16) must outlive it.
+  template <class T>
+  DataParallel(model::ShardedGPT<T>& model, const comm::ProcessGrid& grid, double bucket_bytes,
                bool zero);
   ~DataParallel();
 
@@ -51,7 +54,8 @@ public:
   /// norm (each element of the model once over the world): one reduction.
   double sum_squares() const;
   /// \brief AdamW on this rank's elements (the whole stage, or its ZeRO shard) with the
-  /// gradients scaled by `clip` (one kernel), then the all-gather of the updated shards.
+  /// gradients scaled by `clip` (one kernel), then the all-gather of the updated shards
+  /// and, in a bf16 model, the bf16 copy of the weights (ShardedGPT::refresh_weights).
   /// `hp.weight_decay` is applied to matrices only.
   void update(const kernels::AdamW& hp, real clip = 1);
 
@@ -76,9 +80,14 @@ private:
   void launch(Bucket& b);
   kernels::Vec<real> range(const kernels::Vec<real>& all, std::int64_t first, std::int64_t n) const;
 
-  model::ShardedGPT<real>& model_;
+  using Blocks = std::vector<tp::ParamBlock<real>*>;
+  // Orders the parameters into buckets and moves them into the flat buffers.
+  void build(const ModelConfig& config, bool lookup, double bucket_bytes);
+
+  Blocks params_; // the model's parameters, in its order
   const comm::ProcessGrid& grid_;
   bool zero_;
+  std::function<void(const ExecSpace&)> refresh_; // ShardedGPT::refresh_weights
   bool counts_any_ = false; // some element of this rank counts in the gradient norm
   kernels::Vec<real> values_, grads_, m_, v_;
   std::vector<Bucket> buckets_;

@@ -44,9 +44,12 @@ public:
   /// \brief One step: every action of the stage, enqueued on `exec`. `batches[k]`: micro-batch k
   /// (its inputs on the first stage, its targets on the last); `done` is passed to the last
   /// backward of every chunk (gradients complete).
-  Result run(const ExecSpace& exec, model::ShardedGPT<real>& model, const comm::ProcessGrid& grid,
+  /// The activations and their gradients travel as the model stores them (T: float, or
+  /// bf16 under train.precision = "bf16").
+  template <class T>
+  Result run(const ExecSpace& exec, model::ShardedGPT<T>& model, const comm::ProcessGrid& grid,
              const std::vector<io::Batch>& batches, double grad_scale,
-             const model::ShardedGPT<real>::UnitDone& done);
+             const typename model::ShardedGPT<T>::UnitDone& done);
 
   /// \brief True when messages go in posting order without tags (NCCL-capable; see
   /// pipeline::plan_exchanges), false when MPI matches them by tag.
@@ -56,18 +59,24 @@ public:
   /// still backs a send of its gradient when the slot is reused takes a free one, or a new
   /// one that joins the pool, so steady-state steps allocate nothing; the pool grows to
   /// the most such sends ever in flight at once.
-  int pooled_inputs() const { return static_cast<int>(spare_inputs_.size()); }
+  int pooled_inputs() const {
+    return static_cast<int>(spare_inputs_.size() + spare_inputs16_.size());
+  }
 
 private:
   int tag(const pipeline::Message& m) const;
   // Gives `slot` another input buffer from the pool while a send still holds its current one.
-  void detach_input(model::ShardedGPT<real>& model, int slot);
+  template <class T>
+  void detach_input(model::ShardedGPT<T>& model, int slot);
+  std::vector<kernels::Mat<real>>& spares(real) { return spare_inputs_; }
+  std::vector<kernels::Mat<bf16>>& spares(bf16) { return spare_inputs16_; }
 
   const pipeline::PipelinePlan& plan_;
   int stage_;
   std::vector<pipeline::Exchange> exchanges_; // this stage's, in posting order
   bool untagged_ = false;
-  std::vector<kernels::Mat<real>> spare_inputs_; // detach_input's pool
+  std::vector<kernels::Mat<real>> spare_inputs_;   // detach_input's pool
+  std::vector<kernels::Mat<bf16>> spare_inputs16_; // the same for a bf16 model
 };
 
 } // namespace cubelm::train

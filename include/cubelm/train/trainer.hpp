@@ -45,7 +45,14 @@ public:
   int updates_done() const { return updates_; }
   /// \brief Skipped steps since the last step that updated the model.
   int bad_steps() const { return bad_; }
-  model::ShardedGPT<real>& model() { return *net_.model; }
+  /// \brief The model of an fp32 or tf32 run (an InternalError under bf16, whose model
+  /// stores bfloat16: read its parameters through params()).
+  model::ShardedGPT<real>& model();
+  /// \brief True when the model stores bfloat16 (train.precision = "bf16").
+  bool bf16_storage() const { return net16_ != nullptr; }
+  /// \brief This rank's parameters as the optimizer and checkpoints see them (master
+  /// weights and gradients, float), in the model's order, whatever the model stores.
+  std::vector<const tp::ParamBlock<real>*> params() const;
   /// \brief The entropy floor of the synthetic corpus (nats/token), or a negative number.
   double entropy_floor() const { return floor_; }
   /// \brief Writes model, moments and attributes after steps_done() steps.
@@ -70,9 +77,9 @@ public:
   /// \brief This rank's memory: parameters, gradients, AdamW moments, activation buffers.
   cost::Memory memory() const;
   /// \brief Everything this rank sent so far, per group and collective kind.
-  const comm::TrafficCounters& traffic() const { return net_.grid->traffic(); }
+  const comm::TrafficCounters& traffic() const { return grid().traffic(); }
   /// \brief True on the rank that prints (world rank 0).
-  bool is_root() const { return net_.grid->coords().world == 0; }
+  bool is_root() const { return grid().coords().world == 0; }
   /// \brief Sets the per-rank peak used for MFU: the node's rate alone, measured
   /// with `threads` host threads, times this rank's `share` of the node
   /// (core/peak.hpp); the metrics carry all three.
@@ -84,7 +91,7 @@ public:
   /// \brief The pipeline schedule of every stage and its unit-cost timeline.
   const pipeline::PipelinePlan& plan() const { return plan_; }
   const pipeline::Timeline& timeline() const { return timeline_; }
-  const comm::ProcessGrid& grid() const { return *net_.grid; }
+  const comm::ProcessGrid& grid() const { return net16_ ? *net16_->grid : *net_->grid; }
   /// \brief This rank's pipeline stage (its input buffer pool).
   const PipelineStage& stage() const { return stage_; }
   DataParallel& data_parallel() { return *dp_; }
@@ -98,7 +105,22 @@ private:
   pipeline::PipelinePlan plan_;
   pipeline::Timeline timeline_;
   PipelineStage stage_;
-  model::GridModel<real> net_;
+  // The model: float storage, or bfloat16 under train.precision = "bf16"; one of the two.
+  std::unique_ptr<model::GridModel<real>> net_;
+  std::unique_ptr<model::GridModel<bf16>> net16_;
+  // f(model) on whichever model this run has.
+  template <class F>
+  decltype(auto) with_model(F&& f) {
+    if (net16_)
+      return f(*net16_->model);
+    return f(*net_->model);
+  }
+  template <class F>
+  decltype(auto) with_model(F&& f) const {
+    if (net16_)
+      return f(static_cast<const model::ShardedGPT<bf16>&>(*net16_->model));
+    return f(static_cast<const model::ShardedGPT<real>&>(*net_->model));
+  }
   std::unique_ptr<DataParallel> dp_;
   std::vector<io::Batch> batches_;
   // The step's sums over the world (cost::StepSums), packed for the reduction.
