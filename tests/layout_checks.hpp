@@ -106,15 +106,33 @@ inline int expect_same_gradients(const Deck& group, const Deck& reference) {
   return experts;
 }
 
-/// What a trainer of `deck` allocates equals the estimate of its rank's stage, every kind.
-inline void expect_memory_as_estimated(const Deck& deck) {
-  train::Trainer t(deck);
+/// `deck` with another train.precision (bf16: the model stores bfloat16).
+inline Deck with_precision(Deck deck, Precision precision) {
+  deck.train.precision = precision;
+  return deck;
+}
+
+/// The parameters, gradients and activations trainer `t` of deck `d` allocates equal the
+/// estimate of its rank's stage; returns the estimate.
+inline cost::Memory expect_model_memory_as_estimated(const train::Trainer& t, const Deck& d) {
   const cost::Memory measured = t.memory();
-  const cost::Memory estimate = cost::estimate_memory(deck, t.grid().coords().pp);
+  const cost::Memory estimate = cost::estimate_memory(d, t.grid().coords().pp);
   EXPECT_EQ(measured.parameters, estimate.parameters);
   EXPECT_EQ(measured.gradients, estimate.gradients);
   EXPECT_EQ(measured.activations, estimate.activations);
-  EXPECT_EQ(measured.optimizer, estimate.optimizer);
+  return estimate;
+}
+
+/// What a trainer of `deck` allocates equals the estimate of its rank's stage, every kind;
+/// and the same under bf16 (2-byte activations and weight copies).
+inline void expect_memory_as_estimated(const Deck& deck) {
+  for (const Precision precision : {deck.train.precision, Precision::bf16}) {
+    SCOPED_TRACE(precision_name(precision));
+    const Deck d = with_precision(deck, precision);
+    train::Trainer t(d);
+    const cost::Memory estimate = expect_model_memory_as_estimated(t, d);
+    EXPECT_EQ(t.memory().optimizer, estimate.optimizer);
+  }
 }
 
 /// `group` trains `saved_at` steps and saves; rank 0 resumes the checkpoint on one process

@@ -37,8 +37,11 @@ Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int s)
   const std::int64_t params =
       parameters_per_rank(deck.model, par.tensor_mode, par.tensor_size, shape);
   Memory mem;
-  mem.parameters = 4 * params;
-  mem.gradients = mem.parameters;
+  // The master weights and, in a bf16 model, the bf16 copy its kernels read; gradients in
+  // float.
+  const int values = value_bytes(deck.train.precision);
+  mem.parameters = (4 + (values < 4 ? values : 0)) * params;
+  mem.gradients = 4 * params;
   // Under ZeRO-1 each bucket is padded to a multiple of its group's size (the dp x cp
   // replicas, or dp x cp x tp / ep for the experts') and this rank keeps the moments of its
   // piece of it, and the reduce-scattered gradient piece (groups of more than one rank).
@@ -55,7 +58,8 @@ Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int s)
     }
   }
   mem.optimizer = 4 * (2 * moments + pieces);
-  mem.activations = activation_bytes(deck.model, comm::layout_of(par), deck.micro_batch(), shape);
+  mem.activations =
+      activation_bytes(deck.model, comm::layout_of(par), deck.micro_batch(), shape, values);
   return mem;
 }
 

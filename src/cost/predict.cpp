@@ -49,8 +49,9 @@ GroupPlacement placement(const std::map<long, std::vector<int>>& instances, int 
 }
 
 // Kernels other than gemms, as passes over a layer's saved activations (write and read
-// forward; read them, write and read their gradients backward): bytes per element.
-constexpr double kForwardBytes = 2 * 4, kBackwardBytes = 4 * 4;
+// forward; read them, write and read their gradients backward): accesses per element,
+// each of a stored value's bytes (cost::value_bytes).
+constexpr double kForwardAccesses = 2, kBackwardAccesses = 4;
 
 } // namespace
 
@@ -176,6 +177,10 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   const double V = static_cast<double>(tp::padded_vocab(cfg, layout));
   const double rate = machine.peak_flops(deck.train.precision) * machine.gemm_efficiency;
   const double memory_rate = machine.memory_gbs * 1e9;
+  // Activations, logits and messages are stored values (2 bytes under bf16).
+  const double values = value_bytes(deck.train.precision);
+  const double forward_bytes = kForwardAccesses * values,
+               backward_bytes = kBackwardAccesses * values;
 
   // This rank's rows and columns of a layer's activations (cost/shape.hpp's n, r, ho,
   // hi and local attention scores) and its share of the vocabulary's logits.
@@ -188,9 +193,9 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   const double saved = 2 * n * ho + 16 * n * hi + scores + 4 * r;
   Cost layer, recompute, head, lookup;
   layer.forward =
-      (24 * N * H * H + 4 * N * T * H) / tp / rate + kForwardBytes * saved / memory_rate;
+      (24 * N * H * H + 4 * N * T * H) / tp / rate + forward_bytes * saved / memory_rate;
   layer.backward =
-      2 * (24 * N * H * H + 4 * N * T * H) / tp / rate + kBackwardBytes * saved / memory_rate;
+      2 * (24 * N * H * H + 4 * N * T * H) / tp / rate + backward_bytes * saved / memory_rate;
   add_comm(layer, deck, UnitWork{false, false, 1, 0}, false, where, machine);
   recompute.backward = layer.forward;
   add_comm(recompute, deck, UnitWork{false, false, 0, 1}, true, where, machine);
@@ -209,11 +214,11 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     layer.comm_backward["cp"] += context.comm_backward["cp"];
     recompute.comm_backward["cp"] += gather;
   }
-  head.forward = 2 * N * H * V / tp / rate + 3 * 4 * logits / memory_rate;
-  head.backward = 4 * N * H * V / tp / rate + 2 * 4 * logits / memory_rate;
+  head.forward = 2 * N * H * V / tp / rate + 3 * values * logits / memory_rate;
+  head.backward = 4 * N * H * V / tp / rate + 2 * values * logits / memory_rate;
   add_comm(head, deck, UnitWork{false, true, 0, 0}, false, where, machine);
-  lookup.forward = kForwardBytes * n * ho / memory_rate;
-  lookup.backward = kBackwardBytes * n * ho / memory_rate;
+  lookup.forward = forward_bytes * n * ho / memory_rate;
+  lookup.backward = backward_bytes * n * ho / memory_rate;
   add_comm(lookup, deck, UnitWork{true, false, 0, 0}, false, where, machine);
   const bool recomputing = par.recompute == Recompute::full;
   // An MoE layer: attention (8 N H^2 + 4 N T H), the router
@@ -231,8 +236,8 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     const double kept = static_cast<double>(tp::moe_rows(
         cfg.capacity_factor, static_cast<std::int64_t>(routed), cfg.top_k, cfg.experts));
     const double moe_saved = 2 * n * ho + 4 * n * hi + scores + 4 * r + 13 * kept * H;
-    moe_layer.forward = flops / rate + kForwardBytes * moe_saved / memory_rate;
-    moe_layer.backward = 2 * flops / rate + kBackwardBytes * moe_saved / memory_rate;
+    moe_layer.forward = flops / rate + forward_bytes * moe_saved / memory_rate;
+    moe_layer.backward = 2 * flops / rate + backward_bytes * moe_saved / memory_rate;
     add_comm(moe_layer, deck, UnitWork{false, false, 1, 0, 1, 0}, false, where, machine);
     moe_recompute.backward = moe_layer.forward;
     add_comm(moe_recompute, deck, UnitWork{false, false, 0, 1, 0, 1}, true, where, machine);
@@ -242,7 +247,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
       moe_recompute.comm_backward["cp"] += context.comm_forward["cp"];
     }
     if (layout.ep > 1) {
-      const double e = layout.ep, rows = (e - 1) / e * kept * H * 4;
+      const double e = layout.ep, rows = (e - 1) / e * kept * H * values;
       const double counts = (e - 1) * (cfg.experts / layout.ep) * 4;
       const auto exchange = [&](double calls) {
         return collective_seconds(comm::Kind::all_to_all, where.at("ep"), calls, calls * rows,
@@ -293,7 +298,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
     }
   }
   // A message is the residual stream of one micro-batch in the sender's layout.
-  const double message = 4 * r * ho;
+  const double message = values * r * ho;
   for (int s = 0; s < p; ++s) {
     const double next =
         p > 1 ? collective_seconds(comm::Kind::send, where.at("pp>" + std::to_string(s)), 1,

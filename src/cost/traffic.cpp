@@ -64,7 +64,8 @@ using Units = UnitWork;
 // The tensor-parallel collectives of `u`, times `m` micro-batches of N tokens on this rank
 // (tp/collectives.hpp describes each piece): a layer's forward runs again when recomputed.
 void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cfg, double n_tokens,
-                     const Units& u, double m, std::optional<tp::Pass> only = std::nullopt) {
+                     const Units& u, double m, int values,
+                     std::optional<tp::Pass> only = std::nullopt) {
   for (const auto& [group, ranks] : tp::collective_groups(layout))
     t.size(group, ranks);
   const double in = u.lookup ? 1 : 0, out = u.head ? 1 : 0, table = u.lookup || u.head ? 1 : 0;
@@ -84,7 +85,7 @@ void tensor_parallel(Tally& t, const comm::Layout& layout, const ModelConfig& cf
       if (times == 0 || (only && *only != pass))
         continue;
       for (const tp::Collective& c : tp::collectives(layout, cfg, n_tokens, r.piece, pass))
-        t.add(c.group, c.kind, times * c.calls, times * c.elements, tp::element_bytes(c, 4));
+        t.add(c.group, c.kind, times * c.calls, times * c.elements, tp::element_bytes(c, values));
     }
 }
 
@@ -208,8 +209,10 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const pipeline::Pi
     for (const int l : chunk)
       u.moe += deck.model.moe_layer(l) ? 1 : 0;
   u.moe_recomputed = s.recompute ? u.moe : 0;
+  // Activations and their gradients travel as the model stores them (2 bytes under bf16).
+  const int values = value_bytes(deck.train.precision);
   // Counted also on a one-rank group: calls with no bytes.
-  tensor_parallel(t, layout, deck.model, n_tokens, u, m);
+  tensor_parallel(t, layout, deck.model, n_tokens, u, m, values);
 
   // The pipeline: a message per chunk boundary crossed, n x ho floats (the residual
   // stream in the tensor-parallel layout); receives are counted with 0 bytes.
@@ -221,7 +224,7 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const pipeline::Pi
     const auto& actions = plan.actions[static_cast<std::size_t>(stage)];
     for (std::size_t i = 0; i < actions.size(); ++i) {
       if (pipeline::send_after(plan, stage, i).exists())
-        t.add("pp", Kind::send, 1, rows * cols);
+        t.add("pp", Kind::send, 1, rows * cols, values);
       if (pipeline::receive_before(plan, stage, i).exists())
         t.add("pp", Kind::recv, 1, 0);
     }
@@ -262,7 +265,7 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const pipeline::Pi
     t.size("ep", layout.ep);
     const double counts = m * (moe + moe_redo), exchanges = m * (4 * moe + 2 * moe_redo);
     t.add("ep", Kind::all_to_all, counts, counts * (p - 1) * (deck.model.experts / layout.ep));
-    t.add("ep", Kind::all_to_all, exchanges, exchanges * tokens);
+    t.add("ep", Kind::all_to_all, exchanges, exchanges * tokens, values);
   }
 
   // Data parallelism: the stage's gradient buckets over the replicas (dp x cp ranks), and
@@ -307,7 +310,7 @@ std::vector<TrafficVolume> tensor_parallel_traffic(const Deck& deck, const UnitW
   tensor_parallel(t, comm::layout_of(deck.parallel), deck.model,
                   static_cast<double>(deck.micro_batch()) * deck.model.seq_len /
                       deck.parallel.context_size,
-                  work, 1, pass);
+                  work, 1, value_bytes(deck.train.precision), pass);
   return t.volumes();
 }
 

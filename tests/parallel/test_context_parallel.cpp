@@ -81,15 +81,16 @@ TEST(ContextParallel, MemoryPerRankMatchesTheEstimate) {
 // Every group's calls and bytes equal the closed form (the expert exchange's bytes
 // depend on the routing: its calls only).
 TEST(ContextParallel, TrafficFollowsTheClosedForm) {
-  for (const Case& c : cubelm::testing::required_cases("context_parallel")) {
-    SCOPED_TRACE(describe(c));
-    const Deck d = deck(c);
-    train::Trainer t(d);
-    t.step();
-    const train::StepMetrics m = t.step();
-    cubelm::testing::expect_traffic(m.traffic, cost::traffic_per_step(d, t.grid().coords().pp),
-                                    1e-9, {"ep"});
-  }
+  for (const Case& c : cubelm::testing::required_cases("context_parallel"))
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+      SCOPED_TRACE(describe(c) + ", " + precision_name(precision));
+      const Deck d = cubelm::testing::with_precision(deck(c), precision);
+      train::Trainer t(d);
+      t.step();
+      const train::StepMetrics m = t.step();
+      cubelm::testing::expect_traffic(m.traffic, cost::traffic_per_step(d, t.grid().coords().pp),
+                                      1e-9, {"ep"});
+    }
 }
 
 // The layout with the most context (then expert) parallelism of this world saves; one

@@ -96,46 +96,49 @@ TEST(MoEParallel, MemoryPerRankMatchesTheEstimate) {
 // its calls are exact, its bytes lie between the row counts alone and the most the
 // routing can send (the closed form's balanced routing lies between them too).
 TEST(MoEParallel, TrafficFollowsTheClosedForm) {
-  for (const Case& c : cubelm::testing::required_cases("moe_parallel")) {
-    SCOPED_TRACE(describe(c));
-    const Deck d = deck(c);
-    train::Trainer t(d);
-    t.step();
-    const train::StepMetrics m = t.step();
-    const auto expected = cost::traffic_per_step(d, t.grid().coords().pp);
-    cubelm::testing::expect_traffic(m.traffic, expected, 1e-9, {"ep"});
-    for (const auto& e : expected) {
-      if (e.group != "ep")
-        continue;
-      const auto it = std::find_if(m.traffic.begin(), m.traffic.end(), [&](const auto& x) {
-        return x.group == e.group && x.kind == e.kind;
-      });
-      ASSERT_NE(it, m.traffic.end());
-      // Per MoE layer and micro-batch: 1 + 2 exchanges forward (again when recomputed),
-      // 2 backward; rows of H floats, counts of E / ep ints per peer.
-      const double calls = static_cast<double>(e.calls);
-      const bool recompute = d.parallel.recompute == Recompute::full;
-      const int ep = d.parallel.expert_size, experts = d.model.experts, tp = d.parallel.tensor_size;
-      const bool etp = d.parallel.expert_tensor_size > 1;
-      const double counts_calls = calls / (recompute ? 7 : 5) * (recompute ? 2 : 1);
-      const double rows_calls = calls - counts_calls;
-      const double counts_bytes = counts_calls * (ep - 1) * (experts / ep) * 4.0;
-      // Half the row exchanges send this rank's pairs (at most its n tokens x top_k 2), half
-      // send back those its experts took: from each other rank at most one per token and
-      // expert held here.
-      // Tokens per micro-batch this rank routes: its share, or with expert tensor
-      // parallelism the tensor group's.
-      const double sequences =
-          d.train.global_batch / (d.parallel.data_size * d.parallel.microbatches);
-      const double n = sequences * 8.0 / (etp ? 1 : tp);
-      const double here = std::min(2, experts / ep);
-      const double most = counts_bytes + rows_calls / 2 * (n * 2 + (ep - 1) * n * here) * 16 * 4.0;
-      EXPECT_GE(it->bytes, counts_bytes);
-      EXPECT_LE(it->bytes, most);
-      EXPECT_GE(e.bytes, counts_bytes);
-      EXPECT_LE(e.bytes, most);
+  for (const Case& c : cubelm::testing::required_cases("moe_parallel"))
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+      SCOPED_TRACE(describe(c) + ", " + precision_name(precision));
+      const Deck d = cubelm::testing::with_precision(deck(c), precision);
+      const double w = precision == Precision::bf16 ? 2.0 : 4.0; // bytes of a row's element
+      train::Trainer t(d);
+      t.step();
+      const train::StepMetrics m = t.step();
+      const auto expected = cost::traffic_per_step(d, t.grid().coords().pp);
+      cubelm::testing::expect_traffic(m.traffic, expected, 1e-9, {"ep"});
+      for (const auto& e : expected) {
+        if (e.group != "ep")
+          continue;
+        const auto it = std::find_if(m.traffic.begin(), m.traffic.end(), [&](const auto& x) {
+          return x.group == e.group && x.kind == e.kind;
+        });
+        ASSERT_NE(it, m.traffic.end());
+        // Per MoE layer and micro-batch: 1 + 2 exchanges forward (again when recomputed),
+        // 2 backward; rows of H values (w bytes), counts of E / ep ints per peer.
+        const double calls = static_cast<double>(e.calls);
+        const bool recompute = d.parallel.recompute == Recompute::full;
+        const int ep = d.parallel.expert_size, experts = d.model.experts,
+                  tp = d.parallel.tensor_size;
+        const bool etp = d.parallel.expert_tensor_size > 1;
+        const double counts_calls = calls / (recompute ? 7 : 5) * (recompute ? 2 : 1);
+        const double rows_calls = calls - counts_calls;
+        const double counts_bytes = counts_calls * (ep - 1) * (experts / ep) * 4.0;
+        // Half the row exchanges send this rank's pairs (at most its n tokens x top_k 2), half
+        // send back those its experts took: from each other rank at most one per token and
+        // expert held here.
+        // Tokens per micro-batch this rank routes: its share, or with expert tensor
+        // parallelism the tensor group's.
+        const double sequences =
+            d.train.global_batch / (d.parallel.data_size * d.parallel.microbatches);
+        const double n = sequences * 8.0 / (etp ? 1 : tp);
+        const double here = std::min(2, experts / ep);
+        const double most = counts_bytes + rows_calls / 2 * (n * 2 + (ep - 1) * n * here) * 16 * w;
+        EXPECT_GE(it->bytes, counts_bytes);
+        EXPECT_LE(it->bytes, most);
+        EXPECT_GE(e.bytes, counts_bytes);
+        EXPECT_LE(e.bytes, most);
+      }
     }
-  }
 }
 
 // The layout with the most expert parallelism of this world saves (each rank its own

@@ -148,24 +148,23 @@ TEST(Pipeline, StagesHoldThePeakInFlightActivationSets) {
 }
 
 // The estimate `cubelm check` prints equals what the ranks of each stage allocate
-// (under ZeRO up to the padding of each gradient bucket to a multiple of dp).
+// (under ZeRO up to the padding of each gradient bucket to a multiple of dp), in fp32
+// and under bf16.
 TEST(Pipeline, MemoryPerRankMatchesTheEstimate) {
-  for (const Case& c : cases()) {
-    SCOPED_TRACE(describe(c));
-    const Deck d = deck(c);
-    train::Trainer t(d);
-    const cost::Memory measured = t.memory();
-    const cost::Memory estimate = cost::estimate_memory(d, t.grid().coords().pp);
-    EXPECT_EQ(measured.parameters, estimate.parameters);
-    EXPECT_EQ(measured.gradients, estimate.gradients);
-    EXPECT_EQ(measured.activations, estimate.activations);
-    const int dp = d.parallel.data_size;
-    const std::int64_t padding = d.parallel.zero ? 12 * t.data_parallel().buckets() * dp : 0;
-    EXPECT_LE(estimate.optimizer, measured.optimizer);
-    EXPECT_LE(measured.optimizer, estimate.optimizer + padding);
-    if (d.parallel.zero) // a 1/dp shard of the moments, and the gradient pieces
-      EXPECT_LE(measured.optimizer, 3 * (measured.parameters / dp) + padding);
-  }
+  for (const Case& c : cases())
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+      SCOPED_TRACE(describe(c) + ", " + precision_name(precision));
+      const Deck d = cubelm::testing::with_precision(deck(c), precision);
+      train::Trainer t(d);
+      const cost::Memory measured = t.memory();
+      const cost::Memory estimate = cubelm::testing::expect_model_memory_as_estimated(t, d);
+      const int dp = d.parallel.data_size;
+      const std::int64_t padding = d.parallel.zero ? 12 * t.data_parallel().buckets() * dp : 0;
+      EXPECT_LE(estimate.optimizer, measured.optimizer);
+      EXPECT_LE(measured.optimizer, estimate.optimizer + padding);
+      if (d.parallel.zero) // a 1/dp shard of the moments, and the gradient pieces
+        EXPECT_LE(measured.optimizer, 3 * (measured.parameters / dp) + padding);
+    }
 }
 
 // The most parallel layout of this world saves; one process resumes with the same
@@ -230,15 +229,16 @@ TEST(Pipeline, EveryLayoutResumesAOneProcessCheckpoint) {
 // counters count, group by group, in every layout: pipeline messages, pp.ends, the
 // data-parallel buckets with and without ZeRO-1, recomputation, the tensor modes.
 TEST(Pipeline, TrafficFollowsTheClosedForm) {
-  for (const Case& c : cases()) {
-    SCOPED_TRACE(describe(c));
-    const Deck d = deck(c);
-    train::Trainer t(d);
-    t.step();
-    const train::StepMetrics m = t.step(); // a steady-state step
-    const double total =
-        cubelm::testing::expect_traffic(m.traffic, cost::traffic_per_step(d, t.grid().coords().pp));
-    EXPECT_NEAR(m.comm_bytes, total, 1e-9 * total + 1e-9);
-    EXPECT_NEAR(cost::comm_bytes_per_step(d, t.grid().coords().pp), total, 1e-9 * total);
-  }
+  for (const Case& c : cases())
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+      SCOPED_TRACE(describe(c) + ", " + precision_name(precision));
+      const Deck d = cubelm::testing::with_precision(deck(c), precision);
+      train::Trainer t(d);
+      t.step();
+      const train::StepMetrics m = t.step(); // a steady-state step
+      const double total = cubelm::testing::expect_traffic(
+          m.traffic, cost::traffic_per_step(d, t.grid().coords().pp));
+      EXPECT_NEAR(m.comm_bytes, total, 1e-9 * total + 1e-9);
+      EXPECT_NEAR(cost::comm_bytes_per_step(d, t.grid().coords().pp), total, 1e-9 * total);
+    }
 }

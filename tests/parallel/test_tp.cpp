@@ -133,8 +133,10 @@ TEST(TensorParallel, MatchesTheSingleProcessModelInFloat) {
 
 namespace {
 
-Deck train_deck(TensorMode mode, int tp, int microbatches = 1, bool sequence_parallel = false) {
+Deck train_deck(TensorMode mode, int tp, int microbatches = 1, bool sequence_parallel = false,
+                Precision precision = Precision::fp32) {
   return DeckText()
+      .set("train.precision", precision_name(precision))
       .set("model.heads", 8)
       .set("parallel.tensor_mode", mode_name(mode))
       .set("parallel.tensor_size", tp)
@@ -148,8 +150,9 @@ Deck train_deck(TensorMode mode, int tp, int microbatches = 1, bool sequence_par
       .deck("tp.toml");
 }
 
-Deck train_deck(const comm::Layout& layout, int microbatches = 1) {
-  return train_deck(layout.mode, layout.tp, microbatches, layout.sequence_parallel);
+Deck train_deck(const comm::Layout& layout, int microbatches = 1,
+                Precision precision = Precision::fp32) {
+  return train_deck(layout.mode, layout.tp, microbatches, layout.sequence_parallel, precision);
 }
 
 Deck single_deck() {
@@ -218,8 +221,10 @@ TEST(TensorParallel, CheckpointResumesUnderOtherLayouts) {
 namespace {
 
 // docs/communication.md: bytes each rank sends in one step, per (group, kind), for a
-// deck with m micro-batches of N = micro T tokens. Elements are float32 (4 bytes);
-// the loss sums are one double (8 bytes), the step's loss and squared norm two.
+// deck with m micro-batches of N = micro T tokens. Activations, their gradients and the
+// weights the kernels read are w bytes each (4 in fp32, 2 under bf16); gradients and
+// statistics are float32 (4 bytes) in either; the loss sums are one double (8 bytes), the
+// step's loss and squared norm two.
 struct Volume {
   std::uint64_t calls = 0;
   double bytes = 0;
@@ -234,6 +239,7 @@ Volumes closed_form(const Deck& deck) {
                T = deck.model.seq_len; // the padded vocabulary
   const double N = static_cast<double>(deck.micro_batch()) * T;
   const double p = layout.tp, q = layout.side();
+  const double w = deck.train.precision == Precision::bf16 ? 2 : 4;
   Volumes v;
   auto add = [&](const char* group, Kind kind, double calls, double bytes) {
     v[{group, kind}] = Volume{static_cast<std::uint64_t>(calls), bytes};
@@ -249,7 +255,7 @@ Volumes closed_form(const Deck& deck) {
       // Each all-reduce of N H becomes an all-gather and a reduce-scatter of N H / p per
       // rank; the LayerNorm and row-parallel bias gradients (6 per layer, 2 for ln_f)
       // and the loss's row statistics are all-reduced.
-      const double rows = (2 + 4 * L) * m, block = 4 * N * H / p;
+      const double rows = (2 + 4 * L) * m, block = w * N * H / p;
       add("tp", Kind::all_gather, rows, rows * (p - 1) * block);
       add("tp", Kind::reduce_scatter, rows, rows * (p - 1) * block);
       add("tp", Kind::all_reduce, (4 + 6 * L) * m,
@@ -258,37 +264,39 @@ Volumes closed_form(const Deck& deck) {
     }
     // At p = 1 the loss is one kernel per row: no row statistics are summed.
     add("tp", Kind::all_reduce, (p > 1 ? 4 + 4 * L : 2 + 4 * L) * m,
-        2.0 * (p - 1) / p * (4.0 * m * ((2 + 4 * L) * N * H + 3 * N)));
+        2.0 * (p - 1) / p * (m * (w * (2 + 4 * L) * N * H + 4.0 * 3 * N)));
     break;
   case TensorMode::d2: {
     const double c = (q - 1) / q, R = N / q;
-    add("tp.row", Kind::broadcast, m * (8 * L * q + q), m * 4 * c * (14 * L * H * R + R * V));
-    add("tp.row", Kind::reduce, m * (4 * L * q + q), m * 4 * c * (7 * L * H * R + R * V));
+    add("tp.row", Kind::broadcast, m * (8 * L * q + q), m * w * c * (14 * L * H * R + R * V));
+    add("tp.row", Kind::reduce, m * (4 * L * q + q), m * w * c * (7 * L * H * R + R * V));
     add("tp.row", Kind::all_reduce, m * (3 * (2 * L + 1) + 2),
         m * 4 * 2 * c * ((2 * L + 1) * 4 * R + 3 * R));
     add("tp.col", Kind::broadcast, m * (12 * L * q + 2 * q),
-        m * 4 * c * (24 * L * H * H / q + 2 * V * H / q));
+        m * w * c * (24 * L * H * H / q + 2 * V * H / q));
     add("tp.col", Kind::reduce, m * (6 * L * q + q), m * 4 * c * (12 * L * H * H / q + V * H / q));
-    const double vectors =
-        m * 4 * (q - 1) * (9 * L * H / (q * q) + 2 * (2 * L + 1) * H / (q * q) + R * H / q);
-    add("tp.col", Kind::all_gather, m * (6 * L + 2 * (2 * L + 1) + 1), vectors);
-    add("tp.col", Kind::reduce_scatter, m * (6 * L + 2 * (2 * L + 1) + 1), vectors);
+    // The vectors gathered forward (w bytes), their gradients reduce-scattered (4); the
+    // lookup's rows reduce-scattered forward and their gradient gathered backward (w).
+    const double vectors = m * (q - 1) * (9 * L * H / (q * q) + 2 * (2 * L + 1) * H / (q * q)),
+                 rows = m * (q - 1) * R * H / q;
+    add("tp.col", Kind::all_gather, m * (6 * L + 2 * (2 * L + 1) + 1), w * (vectors + rows));
+    add("tp.col", Kind::reduce_scatter, m * (6 * L + 2 * (2 * L + 1) + 1), 4 * vectors + w * rows);
     add("tp.col", Kind::all_reduce, m, m * 2 * c * 8);
     break;
   }
   case TensorMode::d3: {
     const double k = q - 1, R = N / (q * q), plane = 2 * (q * q - 1) / (q * q);
-    add("tp.a", Kind::all_gather, m * (6 * L + 2), m * 4 * k * R * H / q * (6 * L + 2));
-    add("tp.a", Kind::reduce_scatter, m * (4 * L + 2), m * 4 * k * R * H / q * (4 * L + 2));
+    add("tp.a", Kind::all_gather, m * (6 * L + 2), m * w * k * R * H / q * (6 * L + 2));
+    add("tp.a", Kind::reduce_scatter, m * (4 * L + 2), m * w * k * R * H / q * (4 * L + 2));
     add("tp.a", Kind::all_reduce, m * 2, m * 4 * 2 * k / q * 3 * R);
     add("tp.b", Kind::all_gather, m * (12 * L + 1),
-        m * 4 * k * (24 * L * H * H + V * H) / (q * q * q));
+        m * w * k * (24 * L * H * H + V * H) / (q * q * q));
     add("tp.b", Kind::reduce_scatter, m * (6 * L + 1),
         m * 4 * k * (12 * L * H * H + V * H) / (q * q * q));
     add("tp.b", Kind::all_reduce, m, m * 4 * 2 * k / q * T * H / q);
-    add("tp.c", Kind::all_gather, m * (8 * L + 1), m * 4 * k * (17 * L * R * H / q + R * V / q));
+    add("tp.c", Kind::all_gather, m * (8 * L + 1), m * w * k * (17 * L * R * H / q + R * V / q));
     add("tp.c", Kind::reduce_scatter, m * (6 * L + 1),
-        m * 4 * k * (12 * L * R * H / q + R * V / q));
+        m * w * k * (12 * L * R * H / q + R * V / q));
     add("tp.c", Kind::all_reduce, m * 3 * (2 * L + 1), m * 4 * 2 * k / q * 4 * R * (2 * L + 1));
     add("tp.bc", Kind::all_reduce, m * (4 * L + 1), m * (4 * plane * 7 * L * H / q + plane * 8));
     add("tp.ab", Kind::all_reduce, m * (2 * L + 2 * (2 * L + 1)),
@@ -301,12 +309,15 @@ Volumes closed_form(const Deck& deck) {
 
 } // namespace
 
-// The per-step counters in the metrics equal the closed forms of docs/communication.md.
+// The per-step counters in the metrics equal the closed forms of docs/communication.md, in
+// fp32 and under bf16 (2-byte activations and weights, 4-byte gradients and statistics).
 TEST(TensorParallel, BytesSentPerStepFollowTheClosedForm) {
   for (const auto& layout : layouts())
-    for (int microbatches : {1, 2}) {
-      SCOPED_TRACE(layout.describe() + ", " + std::to_string(microbatches) + " micro-batches");
-      const Deck deck = train_deck(layout, microbatches);
+    for (const auto& [microbatches, precision] :
+         {std::pair{1, Precision::fp32}, {2, Precision::fp32}, {2, Precision::bf16}}) {
+      SCOPED_TRACE(layout.describe() + ", " + std::to_string(microbatches) + " micro-batches, " +
+                   precision_name(precision));
+      const Deck deck = train_deck(layout, microbatches, precision);
       train::Trainer t(deck);
       const auto m = t.step();
       const Volumes expected = closed_form(deck);
@@ -339,12 +350,14 @@ TEST(TensorParallel, BytesSentPerStepFollowTheClosedForm) {
     }
 }
 
-// The estimate `cubelm check` prints equals what a rank allocates, in every mode.
+// The estimate `cubelm check` prints equals what a rank allocates, in every mode, in fp32
+// and under bf16.
 TEST(TensorParallel, MemoryPerRankMatchesTheEstimate) {
   for (const auto& layout : layouts())
-    for (int microbatches : {1, 2}) {
-      SCOPED_TRACE(layout.describe());
-      const Deck deck = train_deck(layout, microbatches);
+    for (const auto& [microbatches, precision] :
+         {std::pair{1, Precision::fp32}, {2, Precision::fp32}, {2, Precision::bf16}}) {
+      SCOPED_TRACE(layout.describe() + ", " + precision_name(precision));
+      const Deck deck = train_deck(layout, microbatches, precision);
       train::Trainer t(deck);
       const cost::Memory measured = t.memory();
       const cost::Memory estimate = cost::estimate_memory(deck);

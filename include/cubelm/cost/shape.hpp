@@ -14,6 +14,14 @@
 
 namespace cubelm::cost {
 
+/// \brief Bytes of a stored value (an activation, its gradient, a message between
+/// layers, the copy of a weight the kernels read) under `precision`: 2 under bf16, whose
+/// model stores bfloat16, else 4. Master weights, gradients, the optimizer's moments and
+/// statistics are 4 in every precision (docs/precision.md).
+inline int value_bytes(Precision precision) {
+  return precision == Precision::bf16 ? 2 : 4;
+}
+
 /// \brief Parameters of a dense transformer block: ln1, ln2 (2H each), wq/wk/wv/wo (H^2 + H
 /// each), w1 (4H^2) + b1 (4H), w2 (4H^2) + b2 (H): 12 H^2 + 13 H.
 inline std::int64_t parameters_per_layer(const ModelConfig& m) {
