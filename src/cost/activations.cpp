@@ -136,10 +136,11 @@ std::int64_t activation_bytes(const ModelConfig& m, const comm::Layout& given, i
                        tp::bytes_of(tp::stage_scratch_sizes(layout, parts), value_bytes);
   const tp::ActivationSplit split = tp::activation_split(layout);
   const std::int64_t hi = m.hidden / split.inner, heads = m.heads / split.heads;
-  bytes += tp::bytes_of(
-      tp::attention_buffers(stage.cp, micro / split.sequences, static_cast<int>(heads),
-                            static_cast<int>(parts.positions), static_cast<int>(hi / heads)),
-      value_bytes);
+  bytes +=
+      tp::bytes_of(tp::attention_buffers(stage.cp, micro / split.sequences, static_cast<int>(heads),
+                                         static_cast<int>(parts.positions),
+                                         static_cast<int>(hi / heads), value_bytes),
+                   value_bytes);
   return bytes;
 }
 

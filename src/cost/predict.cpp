@@ -204,7 +204,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   // reduce-scattered backward.
   Cost context;
   if (layout.cp > 1) {
-    const double block = 2 * n * hi * 4;
+    const double block = 2 * n * hi * values;
     const GroupPlacement& cp = where.at("cp");
     const double gather = collective_seconds(comm::Kind::all_gather, cp, 1, block, machine);
     context.comm_forward["cp"] = gather;

@@ -231,7 +231,7 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const pipeline::Pi
   }
 
   // Context parallelism: per layer and micro-batch, forward all-gathers the keys and values
-  // of this rank's two chunks (2 n hi floats, n the rows inside a pair and hi its
+  // of this rank's two chunks (2 n hi values, bf16 under bf16, n the rows inside a pair and hi its
   // columns) and backward gathers them again (a recomputed forward a third time) and
   // reduce-scatters their gradient (this rank's block: 2 n hi); an MoE layer's router sums
   // its E load fractions over the group in each forward.
@@ -240,8 +240,8 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const pipeline::Pi
     const double rows = n_tokens / split.sequences,
                  inner = static_cast<double>(deck.model.hidden) / split.inner;
     const double block = 2 * rows * inner, gathers = m * (2 * u.layers + u.recomputed);
-    t.add("cp", Kind::all_gather, gathers, gathers * block);
-    t.add("cp", Kind::reduce_scatter, m * u.layers, m * u.layers * block);
+    t.add("cp", Kind::all_gather, gathers, gathers * block, values);
+    t.add("cp", Kind::reduce_scatter, m * u.layers, m * u.layers * block, values);
     const double routed = m * (u.moe + u.moe_recomputed);
     t.add("cp", Kind::all_reduce, routed, routed * deck.model.experts);
   }

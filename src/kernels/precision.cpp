@@ -44,6 +44,17 @@ void round_to_bf16(const ExecSpace& exec, const Mat<float>& src, const Mat<float
       });
 }
 
+template <class S, class D>
+void convert(const ExecSpace& exec, const Vec<S>& src, const Vec<D>& dst) {
+  CUBELM_ASSERT(src.extent(0) == dst.extent(0), "convert: views of different lengths");
+  Kokkos::parallel_for(
+      "cubelm::convert", Range(exec, 0, static_cast<std::int64_t>(src.extent(0))),
+      KOKKOS_LAMBDA(const std::int64_t i) { dst(i) = src(i); });
+}
+
+template void convert<float, bf16>(const ExecSpace&, const Vec<float>&, const Vec<bf16>&);
+template void convert<bf16, float>(const ExecSpace&, const Vec<bf16>&, const Vec<float>&);
+
 namespace detail {
 
 namespace {

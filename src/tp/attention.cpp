@@ -5,6 +5,7 @@
 
 #include "cubelm/core/error.hpp"
 #include "cubelm/kernels/attention_blocks.hpp"
+#include "cubelm/kernels/precision.hpp"
 #include "cubelm/tp/buffers.hpp"
 #include "cubelm/tp/shapes.hpp"
 
@@ -12,6 +13,7 @@
 
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace cubelm::tp {
@@ -31,6 +33,11 @@ kernels::Tensor4<T> blocks(std::string_view name, std::int64_t count, std::int64
                            std::int64_t rows, std::int64_t cols) {
   return kernels::Tensor4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label(name)), count, n,
                              rows, cols);
+}
+// A block tensor as one flat vector (its span is contiguous).
+template <class V>
+kernels::Vec<typename V::value_type> flat(const V& view) {
+  return kernels::Vec<typename V::value_type>(view.data(), view.span());
 }
 } // namespace
 
@@ -57,6 +64,13 @@ BlockAttention<T>::BlockAttention(const comm::Group* group, int sequences, int h
     all_ = mine_;
     dall_ = dmine_;
   }
+  if constexpr (!std::is_same_v<T, G>)
+    if (cp_ > 1) { // the blocks travel as the model stores them
+      sent_ = kernels::Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label(kKvSent)),
+                              mine_.span());
+      received_ = kernels::Vec<T>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, label(kKvReceived)), all_.span());
+    }
   q_ = batch<G>(kQ, n_, chunk_, d_);
   o_ = batch<G>(kOut, n_, chunk_, d_);
   part_ = batch<G>(kPart, n_, chunk_, d_);
@@ -68,9 +82,13 @@ BlockAttention<T>::BlockAttention(const comm::Group* group, int sequences, int h
   delta_ = kernels::Mat<G>(label(kDelta), n_, chunk_);
   // What was allocated is what the memory estimate reads (tp/buffers.hpp).
   BufferSizes allocated;
-  auto add = [&](std::string_view name, std::size_t span) {
-    allocated.emplace(name, Buffer{name, static_cast<std::int64_t>(span), Holds::compute});
+  auto add = [&](std::string_view name, std::size_t span, Holds holds = Holds::compute) {
+    allocated.emplace(name, Buffer{name, static_cast<std::int64_t>(span), holds});
   };
+  if (sent_.span() > 0) {
+    add(kKvSent, sent_.span(), Holds::values);
+    add(kKvReceived, received_.span(), Holds::values);
+  }
   add(kKv, mine_.span());
   add(kDkv, dmine_.span());
   if (cp_ > 1) {
@@ -87,7 +105,8 @@ BlockAttention<T>::BlockAttention(const comm::Group* group, int sequences, int h
   add(kPartLse, part_lse_.span());
   add(kDelta, delta_.span());
   BufferSizes described;
-  for (const Buffer& b : attention_buffers(cp_, sequences, heads, local, head_dim))
+  for (const Buffer& b :
+       attention_buffers(cp_, sequences, heads, local, head_dim, static_cast<int>(sizeof(T))))
     described.emplace(b.name, b);
   const std::string differs = compare_buffers(allocated, described);
   CUBELM_ASSERT(differs.empty(), "attention's buffers: " + differs);
@@ -125,8 +144,15 @@ void BlockAttention<T>::gather_keys(const ExecSpace& exec, const kernels::Mat<T>
       kernels::gather_heads<T>(
           exec, kv == 0 ? k : v, heads_, j * chunk_,
           Kokkos::subview(mine_, per_rank_ * kv + j, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
-  if (cp_ > 1)
+  if (cp_ == 1)
+    return;
+  if constexpr (std::is_same_v<T, G>) {
     group_->all_gather(exec, mine_, all_);
+  } else { // bf16 on the wire: the blocks hold bf16 values, so both conversions are exact
+    kernels::convert(exec, flat(mine_), sent_);
+    group_->all_gather(exec, sent_, received_);
+    kernels::convert(exec, received_, flat(all_));
+  }
 }
 
 template <class T>
@@ -173,9 +199,17 @@ void BlockAttention<T>::backward(const ExecSpace& exec, const kernels::Mat<T>& q
                                            dq_, block(dall_, g, 0), block(dall_, g, 1));
     kernels::scatter_heads<T>(exec, dq_, heads_, j * chunk_, dq);
   }
-  // Each rank's keys and values collect the gradients of every rank's queries.
-  if (cp_ > 1)
-    group_->reduce_scatter(exec, dall_, dmine_);
+  // Each rank's keys and values collect the gradients of every rank's queries; in a bf16
+  // model the gradients travel as bf16 too (summed in float, rounded).
+  if (cp_ > 1) {
+    if constexpr (std::is_same_v<T, G>) {
+      group_->reduce_scatter(exec, dall_, dmine_);
+    } else {
+      kernels::convert(exec, flat(dall_), received_);
+      group_->reduce_scatter(exec, received_, sent_);
+      kernels::convert(exec, sent_, flat(dmine_));
+    }
+  }
   for (int kv = 0; kv < 2; ++kv)
     for (int j = 0; j < per_rank_; ++j)
       kernels::scatter_heads<T>(

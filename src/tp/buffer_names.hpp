@@ -97,6 +97,9 @@ constexpr std::string_view kKv = "attention/kv", kKvAll = "attention/kv_all",
                            kPartLse = "attention/part_lse", kDelta = "attention/delta";
 // What a layer saves of a micro-batch: the log-sum-exp of its query rows [b, n, chunk].
 constexpr std::string_view kLse = "attention/lse";
+// With context parallelism in a bf16 model: this rank's key and value blocks as sent and
+// every rank's as received, in bf16 (the gradients travel back through the same buffers).
+constexpr std::string_view kKvSent = "attention/kv_sent", kKvReceived = "attention/kv_received";
 } // namespace attn
 
 } // namespace cubelm::tp::detail

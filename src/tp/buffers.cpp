@@ -286,7 +286,8 @@ Buffers attention_saved(int cp, int sequences, int heads, int local) {
            Holds::compute}};
 }
 
-Buffers attention_buffers(int cp, int sequences, int heads, int local, int head_dim) {
+Buffers attention_buffers(int cp, int sequences, int heads, int local, int head_dim,
+                          int value_bytes) {
   using namespace detail::attn;
   const AttentionBlocks cut = attention_blocks(cp, local);
   const std::int64_t n = static_cast<std::int64_t>(sequences) * heads, chunk = cut.length,
@@ -306,6 +307,8 @@ Buffers attention_buffers(int cp, int sequences, int heads, int local, int head_
                          {kDelta, n * chunk}});
   for (Buffer& b : out)
     b.holds = Holds::compute;
+  if (cp > 1 && value_bytes < compute_bytes(value_bytes)) // messages in the stored type
+    out.insert(out.end(), {{kKvSent, kv}, {kKvReceived, cp * kv}});
   return out;
 }
 

@@ -77,6 +77,9 @@ private:
   // One query block's: q, the output, a partial output, dout, dq; scores.
   kernels::Batch<G> q_, o_, part_, dout_, dq_, scores_, dscores_;
   kernels::Mat<G> part_lse_, delta_;
+  // A bf16 model with context parallelism: the key and value blocks (and their gradients)
+  // as sent and received, in bf16.
+  kernels::Vec<T> sent_, received_;
 };
 
 } // namespace cubelm::tp

@@ -86,7 +86,11 @@ Buffers moe_saved(const comm::Layout& layout, const MoeParts& moe);
 /// of `head_dim` here, in the blocks of tp::attention_blocks: key and value blocks (this
 /// rank's and, with context parallelism, every rank's, and their gradients), one query
 /// block's, its scores and row statistics.
-Buffers attention_buffers(int cp, int sequences, int heads, int local, int head_dim);
+/// With context parallelism in a model whose values are narrower than its compute type
+/// (`value_bytes` 2: bf16), also the stored-type copies of this rank's and every rank's
+/// key and value blocks, through which they travel (and their gradients after them).
+Buffers attention_buffers(int cp, int sequences, int heads, int local, int head_dim,
+                          int value_bytes = 4);
 /// \brief What it saves of a micro-batch for its backward, per layer: the log-sum-exp of its
 /// query rows (tp::BlockAttention::make_saved).
 Buffers attention_saved(int cp, int sequences, int heads, int local);
