@@ -69,14 +69,7 @@ void detail::vendor_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, T al
                                  const Mat<TB>&, compute_t<TC>, const Mat<TC>&);
 CUBELM_INSTANTIATE_GEMM(float, float, float)
 CUBELM_INSTANTIATE_GEMM(double, double, double)
-// The products of a bf16 model: activations and weight copies in bf16, weight gradients
-// and the router's float outputs in float.
-CUBELM_INSTANTIATE_GEMM(bf16, bf16, bf16)
-CUBELM_INSTANTIATE_GEMM(bf16, bf16, float)
-CUBELM_INSTANTIATE_GEMM(float, bf16, bf16)
-CUBELM_INSTANTIATE_GEMM(bf16, float, bf16)
-CUBELM_INSTANTIATE_GEMM(float, bf16, float)
-CUBELM_INSTANTIATE_GEMM(bf16, float, float)
+CUBELM_FOR_EACH_BF16_GEMM(CUBELM_INSTANTIATE_GEMM)
 template void detail::vendor_gemm<float>(const ExecSpace&, bool, bool, float, const Mat<float>&,
                                          const Mat<float>&, float, const Mat<float>&);
 template void detail::vendor_gemm<double>(const ExecSpace&, bool, bool, double, const Mat<double>&,

@@ -57,6 +57,17 @@ void host_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, T alph
 void bf16_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha, const Mat<float>& a,
                const Mat<float>& b, float beta, const Mat<float>& c);
 
+/// F(TA, TB, TC) for every product of a bf16 model that kernels::gemm instantiates:
+/// activations and weight copies in bf16, weight gradients and the router's float
+/// outputs in float.
+#define CUBELM_FOR_EACH_BF16_GEMM(F)                                                               \
+  F(bf16, bf16, bf16)                                                                              \
+  F(bf16, bf16, float)                                                                             \
+  F(float, bf16, bf16)                                                                             \
+  F(bf16, float, bf16)                                                                             \
+  F(float, bf16, float)                                                                            \
+  F(bf16, float, float)
+
 /// C = alpha op(A) op(B) + beta C with a bf16 matrix among A, B and C (kernels::gemm):
 /// bfloat16 inputs (float ones rounded), float accumulation, C stored as TC. Shapes are
 /// checked by the caller; k > 0.

@@ -69,6 +69,20 @@ Mat<float> flat(const Batch<float>& m) {
 
 namespace {
 
+// A contiguous bf16 copy of `m` in `scratch` (row-major, leading dimension = columns),
+// the operand cuBLAS reads for a float matrix.
+Kokkos::View<std::uint16_t*, Kokkos::LayoutRight, MemSpace>
+bf16_copy(const ExecSpace& exec, const Mat<float>& m, Scratch<std::uint16_t>& scratch) {
+  const auto buf = scratch.get(m.extent(0) * m.extent(1));
+  const std::int64_t cols = m.extent(1);
+  for_each_element(
+      "cubelm::to_bf16", exec, m.extent(0), m.extent(1),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        buf(i * cols + j) = bf16_bits(m(i, j));
+      });
+  return buf;
+}
+
 // A matrix as a batch of one, and the shape of its product.
 Batch<float> as_batch(const Mat<float>& m) {
   CUBELM_ASSERT(m.span_is_contiguous(), "bf16 gemm: a matrix with padded rows");
@@ -89,19 +103,8 @@ void bf16_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, float 
                        const Batch<float>& c, const BatchShape& s) {
   static Scratch<std::uint16_t> scratch_a("cubelm::bf16_scratch"),
       scratch_b("cubelm::bf16_scratch");
-  // Contiguous bf16 copies (row-major, leading dimension = columns).
-  auto copy = [&](const Mat<float>& m, Scratch<std::uint16_t>& scratch) {
-    const auto buf = scratch.get(m.extent(0) * m.extent(1));
-    const std::int64_t cols = m.extent(1);
-    for_each_element(
-        "cubelm::to_bf16", exec, m.extent(0), m.extent(1),
-        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-          buf(i * cols + j) = bf16_bits(m(i, j));
-        });
-    return buf;
-  };
-  const auto a16 = copy(flat(a), scratch_a);
-  const auto b16 = copy(flat(b), scratch_b);
+  const auto a16 = bf16_copy(exec, flat(a), scratch_a);
+  const auto b16 = bf16_copy(exec, flat(b), scratch_b);
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   cublas_check(cublasGemmStridedBatchedEx(cublas_on(exec), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m, s.k,
@@ -130,15 +133,8 @@ const void* bf16_operand(const ExecSpace& exec, const Mat<T>& m, Scratch<std::ui
     ld = static_cast<int>(m.extent(0) <= 1 ? m.extent(1) : m.stride(0));
     return m.data();
   } else {
-    const auto buf = scratch.get(m.extent(0) * m.extent(1));
-    const std::int64_t cols = m.extent(1);
-    for_each_element(
-        "cubelm::to_bf16", exec, m.extent(0), m.extent(1),
-        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-          buf(i * cols + j) = bf16_bits(m(i, j));
-        });
-    ld = static_cast<int>(cols);
-    return buf.data();
+    ld = static_cast<int>(m.extent(1));
+    return bf16_copy(exec, m, scratch).data();
   }
 }
 
@@ -279,12 +275,7 @@ void bf16_storage_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float 
 #define CUBELM_INSTANTIATE_BF16_GEMM(TA, TB, TC)                                                   \
   template void bf16_storage_gemm<TA, TB, TC>(const ExecSpace&, bool, bool, float, const Mat<TA>&, \
                                               const Mat<TB>&, float, const Mat<TC>&);
-CUBELM_INSTANTIATE_BF16_GEMM(bf16, bf16, bf16)
-CUBELM_INSTANTIATE_BF16_GEMM(bf16, bf16, float)
-CUBELM_INSTANTIATE_BF16_GEMM(float, bf16, bf16)
-CUBELM_INSTANTIATE_BF16_GEMM(bf16, float, bf16)
-CUBELM_INSTANTIATE_BF16_GEMM(float, bf16, float)
-CUBELM_INSTANTIATE_BF16_GEMM(bf16, float, float)
+CUBELM_FOR_EACH_BF16_GEMM(CUBELM_INSTANTIATE_BF16_GEMM)
 
 } // namespace detail
 } // namespace cubelm::kernels
