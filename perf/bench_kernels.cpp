@@ -46,8 +46,9 @@ std::int64_t rows() {
   return static_cast<std::int64_t>(g_batch) * kSeq;
 }
 
-Mat filled(const char* name, std::int64_t r, std::int64_t c, float scale = 1.0f) {
-  Mat m(std::string(name), r, c);
+template <class T = float>
+k::Mat<T> filled(const char* name, std::int64_t r, std::int64_t c, float scale = 1.0f) {
+  k::Mat<T> m(std::string(name), r, c);
   // One thread per element, neighbouring threads on neighbouring columns.
   Kokkos::parallel_for(
       "bench_fill", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(0, r * c),
@@ -143,9 +144,10 @@ void BM_LayerNormBackward(benchmark::State& state) {
 // the gradient. Argument 1: one kernel per row (whole_vocab_cross_entropy, what a rank
 // holding the whole vocabulary runs); 0: the three vocabulary-parallel steps on one
 // slice (what a rank holding a slice runs, without the all-reduces).
+template <class T>
 void BM_CrossEntropy(benchmark::State& state) {
-  const Mat logits = filled("logits", rows(), kVocab, 4.0f);
-  const Mat work("work", rows(), kVocab);
+  const k::Mat<T> logits = filled<T>("logits", rows(), kVocab, 4.0f);
+  const k::Mat<T> work("work", rows(), kVocab);
   const k::Tokens targets = tokens(rows(), kVocab);
   const Vec mx("mx", rows()), losses("losses", rows());
   const Mat stats("stats", rows(), 2);
@@ -156,15 +158,15 @@ void BM_CrossEntropy(benchmark::State& state) {
     exec.fence();
     state.ResumeTiming();
     if (state.range(0) != 0) {
-      k::whole_vocab_cross_entropy<float>(exec, work, targets, kVocab, losses, 1.0f / rows());
+      k::whole_vocab_cross_entropy<T>(exec, work, targets, kVocab, losses, 1.0f / rows());
     } else {
-      k::row_max<float>(exec, work, kVocab, mx);
-      k::row_sumexp_target<float>(exec, work, mx, targets, 0, kVocab, stats);
-      k::vocab_cross_entropy<float>(exec, work, stats, targets, 0, kVocab, losses, 1.0f / rows());
+      k::row_max<T>(exec, work, kVocab, mx);
+      k::row_sumexp_target<T>(exec, work, mx, targets, 0, kVocab, stats);
+      k::vocab_cross_entropy<T>(exec, work, stats, targets, 0, kVocab, losses, 1.0f / rows());
     }
     exec.fence();
   }
-  bytes(state, 4.0 * 2.0 * logits.size());
+  bytes(state, sizeof(T) * 2.0 * logits.size());
 }
 
 // ------------------------------------------------------- column reductions --
@@ -183,26 +185,42 @@ void BM_BiasBackward(benchmark::State& state) {
 
 // ------------------------------------------------------------ elementwise --
 
+// Stored as T (float, or bf16 as under train.precision = "bf16"), computed in float.
+template <class T>
 void BM_GeluForward(benchmark::State& state) {
-  const Mat x = filled("x", rows(), 4 * kHidden), y("y", rows(), 4 * kHidden),
-            th("th", rows(), 4 * kHidden);
+  const k::Mat<T> x = filled<T>("x", rows(), 4 * kHidden), y("y", rows(), 4 * kHidden),
+                  th("th", rows(), 4 * kHidden);
   const ExecSpace exec;
   for (auto _ : state) {
-    k::gelu_forward<float>(exec, x, y, th);
+    k::gelu_forward<T>(exec, x, y, th);
     exec.fence();
   }
-  bytes(state, 4.0 * 3.0 * x.size());
+  bytes(state, sizeof(T) * 3.0 * x.size());
 }
 
+template <class T>
 void BM_GeluBackward(benchmark::State& state) {
-  const Mat x = filled("x", rows(), 4 * kHidden), th = filled("th", rows(), 4 * kHidden),
-            dy = filled("dy", rows(), 4 * kHidden), dx("dx", rows(), 4 * kHidden);
+  const k::Mat<T> x = filled<T>("x", rows(), 4 * kHidden),
+                  th = filled<T>("th", rows(), 4 * kHidden),
+                  dy = filled<T>("dy", rows(), 4 * kHidden), dx("dx", rows(), 4 * kHidden);
   const ExecSpace exec;
   for (auto _ : state) {
-    k::gelu_backward<float>(exec, x, th, dy, dx);
+    k::gelu_backward<T>(exec, x, th, dy, dx);
     exec.fence();
   }
-  bytes(state, 4.0 * 4.0 * x.size());
+  bytes(state, sizeof(T) * 4.0 * x.size());
+}
+
+template <class T>
+void BM_BiasAdd(benchmark::State& state) {
+  const k::Mat<T> y = filled<T>("y", rows(), 4 * kHidden);
+  const k::Vec<T> b("b", 4 * kHidden);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    k::bias_add<T>(exec, y, b);
+    exec.fence();
+  }
+  bytes(state, sizeof(T) * 2.0 * y.size());
 }
 
 // -------------------------------------------------------------- attention --
@@ -346,14 +364,27 @@ BENCHMARK(BM_Gemm)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LayerNormForward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LayerNormBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_CrossEntropy)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_CrossEntropy, float)
+    ->Arg(1)
+    ->Arg(0)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_CrossEntropy, cubelm::bf16)
+    ->Arg(1)
+    ->Arg(0)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BiasBackward)
     ->Arg(kHidden)
     ->Arg(4 * kHidden)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_GeluForward)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_GeluBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_BiasAdd, float)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_BiasAdd, cubelm::bf16)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_GeluForward, float)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_GeluForward, cubelm::bf16)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_GeluBackward, float)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_GeluBackward, cubelm::bf16)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionForward)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionBackward)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BlockAttentionForward)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -35,14 +35,36 @@ constexpr double kGeluScale = 0.7978845608028654;
 constexpr double kGeluCubic = 0.044715;
 } // namespace
 
+// GELU's tanh(sqrt(2/pi) (v + 0.044715 v^3)).
+template <class C>
+KOKKOS_INLINE_FUNCTION C gelu_tanh(C v) {
+  return tanh_of<C>(C(kGeluScale) * (v + C(kGeluCubic) * v * v * v));
+}
+
 template <class T>
 void gelu_forward(const ExecSpace& exec, const Mat<T>& x, const Mat<T>& y, const Mat<T>& th) {
   using C = compute_t<T>;
+  if constexpr (kOnHost && !std::is_same_v<T, C>) {
+    // bf16 on CPUs: the tanh on float copies of a chunk of the row (for_each_chunk).
+    for_each_chunk("cubelm::gelu_forward", exec, x.extent(0), x.extent(1),
+                   [=](const std::int64_t n, const std::int64_t j0, const std::int64_t width) {
+                     C v[kChunk], t[kChunk];
+                     for (std::int64_t j = 0; j < width; ++j)
+                       v[j] = x(n, j0 + j);
+                     for (std::int64_t j = 0; j < width; ++j)
+                       t[j] = gelu_tanh(v[j]);
+                     for (std::int64_t j = 0; j < width; ++j) {
+                       th(n, j0 + j) = t[j];
+                       y(n, j0 + j) = C(0.5) * v[j] * (C(1) + t[j]);
+                     }
+                   });
+    return;
+  }
   for_each_element(
       "cubelm::gelu_forward", exec, x.extent(0), x.extent(1),
       KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t j) {
         const C v = x(n, j);
-        const C t = tanh_of<C>(C(kGeluScale) * (v + C(kGeluCubic) * v * v * v));
+        const C t = gelu_tanh(v);
         th(n, j) = t;
         y(n, j) = C(0.5) * v * (C(1) + t);
       });

@@ -73,6 +73,38 @@ void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits,
       });
 }
 
+namespace {
+
+// One row of whole_vocab_cross_entropy on one team: its loss, and with grad_scale != 0
+// its gradient in place of its logits. row(v) is the row's v-th logit (a reference),
+// t its target.
+template <class C, class Row>
+KOKKOS_INLINE_FUNCTION void row_cross_entropy(const Member& team, const Row& row, std::int64_t cols,
+                                              std::int64_t valid, std::int64_t t, C grad_scale,
+                                              C& loss) {
+  const C m = team_max<C>(team, 0, valid, [&](const std::int64_t v) { return C(row(v)); });
+  const bool inside = t >= 0 && t < valid; // outside: no loss term of its own
+  const C target = inside ? C(row(t)) - m : C(0);
+  team_sync(team); // every thread has read the target logit before it is replaced
+  const C sum = team_sum<C>(team, 0, valid, [&](const std::int64_t v) {
+    const C e = exp_of<C>(C(row(v)) - m);
+    row(v) = e;
+    return e;
+  });
+  team_once(team, [&]() { loss = kmath::log(sum) - target; });
+  if (grad_scale == C(0))
+    return;
+  const C factor = grad_scale / sum;
+  team_sync(team); // the exponentials of the whole row are written
+  team_for(team, 0, valid, [&](const std::int64_t v) { row(v) = C(row(v)) * factor; });
+  team_for(team, valid, cols, [&](const std::int64_t v) { row(v) = C(0); });
+  team_sync(team);
+  if (inside)
+    team_once(team, [&]() { row(t) = C(row(t)) - grad_scale; });
+}
+
+} // namespace
+
 template <class T>
 void whole_vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& targets,
                                std::int64_t valid, const Vec<compute_t<T>>& losses,
@@ -82,32 +114,37 @@ void whole_vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits, cons
   // the same team, so the same bits, while the row stays in cache (one read and one write
   // of the logits instead of three of each).
   const std::int64_t cols = logits.extent(1);
+  if constexpr (kOnHost && !std::is_same_v<T, C>) {
+    // bf16 on CPUs: the row converted to floats in the thread's scratch, computed there as
+    // a float row, and rounded back once. Loops over the bf16 row itself are vectorised
+    // at the width of its 2-byte values, which leaves the exponentials too few
+    // registers (2.5 times the float row's time), and each gradient would be rounded
+    // twice (the exponential, then its product).
+    using Row = Kokkos::View<C*, ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+    Kokkos::parallel_for(
+        "cubelm::cross_entropy_rows",
+        per_row(exec, logits.extent(0), cols)
+            .set_scratch_size(1, Kokkos::PerTeam(static_cast<std::size_t>(Row::shmem_size(cols)))),
+        [=](const Member& team) {
+          const std::int64_t n = team.league_rank();
+          const Row row(team.team_scratch(1), cols);
+          for (std::int64_t v = 0; v < cols; ++v)
+            row(v) = logits(n, v);
+          row_cross_entropy<C>(
+              team, [&](const std::int64_t v) -> C& { return row(v); }, cols, valid, targets(n),
+              grad_scale, losses(n));
+          for (std::int64_t v = 0; v < cols; ++v)
+            logits(n, v) = row(v);
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "cubelm::cross_entropy_rows", per_row(exec, logits.extent(0), cols),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t n = team.league_rank();
-        const C m =
-            team_max<C>(team, 0, valid, [&](const std::int64_t v) { return C(logits(n, v)); });
-        const std::int64_t t = targets(n); // outside [0, valid): no loss term of its own
-        const bool inside = t >= 0 && t < valid;
-        const C target = inside ? C(logits(n, t)) - m : C(0);
-        team_sync(team); // every thread has read the target logit before it is replaced
-        const C sum = team_sum<C>(team, 0, valid, [&](const std::int64_t v) {
-          const C e = exp_of<C>(C(logits(n, v)) - m);
-          logits(n, v) = e;
-          return e;
-        });
-        team_once(team, [&]() { losses(n) = kmath::log(sum) - target; });
-        if (grad_scale == C(0))
-          return;
-        const C factor = grad_scale / sum;
-        team_sync(team); // the exponentials of the whole row are written
-        team_for(team, 0, valid,
-                 [&](const std::int64_t v) { logits(n, v) = C(logits(n, v)) * factor; });
-        team_for(team, valid, cols, [&](const std::int64_t v) { logits(n, v) = C(0); });
-        team_sync(team);
-        if (inside)
-          team_once(team, [&]() { logits(n, t) = C(logits(n, t)) - grad_scale; });
+        row_cross_entropy<C>(
+            team, [&](const std::int64_t v) -> T& { return logits(n, v); }, cols, valid, targets(n),
+            grad_scale, losses(n));
       });
 }
 

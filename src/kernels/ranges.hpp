@@ -73,6 +73,29 @@ void for_each_element(const char* label, const ExecSpace& exec, std::int64_t row
   }
 }
 
+/// Columns per chunk of for_each_chunk: a few float arrays of this length stay in L1.
+constexpr std::int64_t kChunk = 256;
+
+/// CPUs only: f(n, j0, width) for every row n and every chunk [j0, j0 + width) of its
+/// columns, width <= kChunk, one work item per row. For kernels on bf16 storage that
+/// convert a chunk to float arrays, compute on them, and round the results back, in three
+/// loops: one loop that converts and computes at once is vectorised at the width of the
+/// 2-byte values (16 lanes in 256-bit registers), twice the registers a float loop takes,
+/// and a long computation (GELU's tanh) then spills to memory.
+template <class F>
+void for_each_chunk(const char* label, const ExecSpace& exec, std::int64_t rows, std::int64_t cols,
+                    const F& f) {
+  static_assert(kOnHost, "for_each_chunk is for CPUs");
+  if (rows <= 0 || cols <= 0)
+    return;
+  Kokkos::parallel_for(
+      label, Range(exec, 0, rows), KOKKOS_LAMBDA(const std::int64_t n) {
+        const F g(f);
+        for (std::int64_t j0 = 0; j0 < cols; j0 += kChunk)
+          g(n, j0, cols - j0 < kChunk ? cols - j0 : kChunk);
+      });
+}
+
 // Rows at least this wide get a larger team on a GPU (the vocabulary rows of the loss).
 constexpr std::int64_t kWideRow = 4096;
 
