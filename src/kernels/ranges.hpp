@@ -85,7 +85,7 @@ constexpr std::int64_t kChunk = 256;
 template <class F>
 void for_each_chunk(const char* label, const ExecSpace& exec, std::int64_t rows, std::int64_t cols,
                     const F& f) {
-  static_assert(kOnHost, "for_each_chunk is for CPUs");
+  static_assert(kOnHost || sizeof(F) == 0, "for_each_chunk is for CPUs");
   if (rows <= 0 || cols <= 0)
     return;
   Kokkos::parallel_for(
