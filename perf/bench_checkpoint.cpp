@@ -1,0 +1,247 @@
+// Checkpoint write and read rates against the file system's own, measured in the same run:
+//   OMP_NUM_THREADS=1 mpiexec -n 8 build/cpu/perf/bench_checkpoint [--dir=DIR] [--iterations=N]
+//
+// Each benchmark builds the model of one layout (Trainer, with its AdamW moments), saves
+// a checkpoint with Trainer::save (the training loop's own path: parallel HDF5, Fletcher32
+// chunks, the .partial rename) and loads it back with Trainer::resume. Beside it, every
+// rank writes its share of the same number of bytes to a file of its own with write(2)
+// and fsync(2) and reads it back: the raw rate of the same file system, same ranks.
+// Before each read the file's pages are dropped from the page cache (fsync, then
+// posix_fadvise DONTNEED), so that reads come from storage where the kernel allows it.
+//
+// Counters (rank 0; times are the slowest rank's, between barriers):
+//   GB            the checkpoint file's size (10^9 bytes)
+//   write_GB/s    checkpoint size / save time     raw_write_GB/s  the same bytes, write+fsync
+//   read_GB/s     checkpoint size / resume time   raw_read_GB/s   the same bytes, read
+//   write_%raw    write_GB/s as a share of raw_write_GB/s (read_%raw likewise)
+//
+// Model: CUBELM_BENCH_MODEL = "124m" (default: GPT-2 124M, L12 H768 T1024 V50257),
+// "350m" (L24 H1024) or "small" (L2 H256 T128 V1024, for a quick look); 16 heads, so that
+// 3D on 8 ranks splits them (heads do not change the parameters). One sequence per rank
+// and step: the activations stay small. Layouts, as the world size fits: "none" on one
+// rank; "1d" (tensor_size = ranks), "3d" on a cube, "zero" (data_size = ranks, zero = 1).
+// DIR (default bench_checkpoint.tmp in the working directory) is created and emptied;
+// N saves and loads per layout (default 2). File systems vary from one save to the next
+// (write-back of the previous file, other jobs): compare rates measured side by side.
+#include "cubelm/comm/communicator.hpp"
+#include "cubelm/core/environment.hpp"
+#include "cubelm/core/error.hpp"
+#include "cubelm/cost/deck.hpp"
+#include "cubelm/kernels/blas.hpp"
+#include "cubelm/train/trainer.hpp"
+
+#include "bench_mpi.hpp"
+
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using cubelm::comm::Communicator;
+
+std::string g_dir = "bench_checkpoint.tmp";
+int g_iterations = 2;
+
+std::string model_section() {
+  const char* env = std::getenv("CUBELM_BENCH_MODEL");
+  const std::string which = env != nullptr ? env : "124m";
+  if (which == "small")
+    return "vocab_size = 1024\nseq_len = 128\nhidden = 256\nheads = 16\nlayers = 2\n";
+  if (which == "350m")
+    return "vocab_size = 50257\nseq_len = 1024\nhidden = 1024\nheads = 16\nlayers = 24\n";
+  if (which != "124m")
+    throw cubelm::Error("CUBELM_BENCH_MODEL = \"" + which +
+                        "\": the models are \"124m\", \"350m\" and \"small\"");
+  return "vocab_size = 50257\nseq_len = 1024\nhidden = 768\nheads = 16\nlayers = 12\n";
+}
+
+cubelm::Deck deck(const std::string& layout, int world) {
+  std::string parallel;
+  if (layout == "1d")
+    parallel = "tensor_mode = \"1d\"\ntensor_size = " + std::to_string(world) + "\n";
+  else if (layout == "3d")
+    parallel = "tensor_mode = \"3d\"\ntensor_size = " + std::to_string(world) + "\n";
+  else if (layout == "zero")
+    parallel = "data_size = " + std::to_string(world) + "\nzero = 1\n";
+  // One sequence per rank that needs whole sequences of its own: data-parallel ranks,
+  // and 3D's q x q planes of a q x q x q cube.
+  int batch = layout == "zero" ? world : 1;
+  for (int q = 1; layout == "3d" && q * q * q <= world; ++q)
+    batch = q * q;
+  const std::string text = "[model]\n" + model_section() + "[parallel]\n" + parallel +
+                           "[train]\nsteps = 1\nglobal_batch = " + std::to_string(batch) +
+                           "\nseed = 1\n[data]\nsynthetic_tokens = 200000\n"
+                           "[checkpoint]\ndir = \"" +
+                           g_dir + "\"\n[log]\npeak_gflops = 1.0\n";
+  return cubelm::cost::parse_deck(text, "bench_checkpoint");
+}
+
+double now() {
+  return MPI_Wtime();
+}
+
+// The slowest rank's time for `f`, all ranks starting together.
+template <class F>
+double timed(const Communicator& comm, F&& f) {
+  MPI_Barrier(comm.raw());
+  const double t0 = now();
+  f();
+  const double mine = now() - t0;
+  double slowest = 0;
+  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm.raw());
+  return slowest;
+}
+
+[[noreturn]] void io_failed(const std::string& what, const std::string& path) {
+  throw cubelm::Error("bench_checkpoint: " + what + " " + path + ": " + std::strerror(errno));
+}
+
+// Drops the file's pages from the page cache (after writing them back).
+void drop_cached(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    io_failed("cannot open", path);
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// Writes `bytes` to `path` in 8 MiB pieces and syncs it to storage.
+void raw_write(const std::string& path, std::uint64_t bytes) {
+  std::vector<char> piece(std::size_t{8} << 20, 'c');
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    io_failed("cannot create", path);
+  for (std::uint64_t done = 0; done < bytes;) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), bytes - done));
+    const ssize_t w = ::write(fd, piece.data(), n);
+    if (w <= 0)
+      io_failed("cannot write", path);
+    done += static_cast<std::uint64_t>(w);
+  }
+  if (::fsync(fd) != 0)
+    io_failed("cannot sync", path);
+  ::close(fd);
+}
+
+void raw_read(const std::string& path) {
+  std::vector<char> piece(std::size_t{8} << 20);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    io_failed("cannot open", path);
+  while (true) {
+    const ssize_t r = ::read(fd, piece.data(), piece.size());
+    if (r < 0)
+      io_failed("cannot read", path);
+    if (r == 0)
+      break;
+  }
+  ::close(fd);
+}
+
+void BM_Checkpoint(benchmark::State& state, const std::string& layout) {
+  const Communicator& world = Communicator::world();
+  cubelm::train::Trainer trainer(deck(layout, world.size()));
+  const std::string path = g_dir + "/step_00000000.h5";
+  const std::string raw = g_dir + "/raw." + std::to_string(world.rank());
+  double save_s = 0, load_s = 0, raw_write_s = 0, raw_read_s = 0, gb = 0;
+  for (auto _ : state) {
+    const double save = timed(world, [&] { trainer.save(path); });
+    save_s += save;
+    std::uint64_t bytes = 0;
+    if (world.rank() == 0) {
+      bytes = fs::file_size(path);
+      drop_cached(path);
+    }
+    MPI_Bcast(&bytes, 1, MPI_UINT64_T, 0, world.raw());
+    gb = static_cast<double>(bytes) * 1e-9;
+    load_s += timed(world, [&] { trainer.resume(path); });
+    // The raw rate: the same bytes, each rank its share, to files of their own.
+    const std::uint64_t share = (bytes + world.size() - 1) / world.size();
+    raw_write_s += timed(world, [&] { raw_write(raw, share); });
+    drop_cached(raw);
+    raw_read_s += timed(world, [&] { raw_read(raw); });
+    state.SetIterationTime(save); // the benchmark's time: the save's
+  }
+  std::error_code ec;
+  fs::remove(raw, ec);
+  const double n = static_cast<double>(state.iterations());
+  state.counters["ranks"] = world.size();
+  state.counters["GB"] = gb;
+  state.counters["write_GB/s"] = gb * n / save_s;
+  state.counters["read_GB/s"] = gb * n / load_s;
+  state.counters["raw_write_GB/s"] = gb * n / raw_write_s;
+  state.counters["raw_read_GB/s"] = gb * n / raw_read_s;
+  state.counters["write_%raw"] = 100.0 * raw_write_s / save_s;
+  state.counters["read_%raw"] = 100.0 * raw_read_s / load_s;
+}
+
+bool is_cube(int n) {
+  for (int q = 1; q * q * q <= n; ++q)
+    if (q * q * q == n)
+      return true;
+  return false;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  cubelm::kernels::ensure_blas_kernels(argv); // the kernels cubelm runs (kernels/blas.hpp)
+  cubelm::Environment env(argc, argv);
+  try {
+    std::vector<char*> args;
+    for (int i = 0; i < argc; ++i) {
+      if (std::strncmp(argv[i], "--dir=", 6) == 0)
+        g_dir = argv[i] + 6;
+      else if (std::strncmp(argv[i], "--iterations=", 13) == 0)
+        g_iterations = std::max(1, std::atoi(argv[i] + 13));
+      else
+        args.push_back(argv[i]);
+    }
+    const int world = Communicator::world().size();
+    if (Communicator::world().rank() == 0)
+      fs::create_directories(g_dir);
+    MPI_Barrier(Communicator::world().raw());
+    auto reg = [](const std::string& layout) {
+      benchmark::RegisterBenchmark(("checkpoint/" + layout).c_str(), BM_Checkpoint, layout)
+          ->Iterations(g_iterations)
+          ->Unit(benchmark::kMillisecond)
+          ->UseManualTime();
+    };
+    if (world == 1)
+      reg("none");
+    else
+      reg("1d");
+    if (world > 1 && is_cube(world))
+      reg("3d");
+    if (world > 1)
+      reg("zero");
+    int n = static_cast<int>(args.size());
+    args.push_back(nullptr);
+    cubelm::perf::run_benchmarks(env.world_rank(), n, args.data());
+    MPI_Barrier(Communicator::world().raw());
+    if (Communicator::world().rank() == 0) {
+      std::error_code ec;
+      fs::remove(g_dir + "/step_00000000.h5", ec);
+      fs::remove(g_dir, ec); // only if empty: the user's files stay
+    }
+  } catch (const std::exception& e) {
+    // Every rank builds the same decks, so every rank fails alike.
+    if (env.world_rank() == 0)
+      std::fprintf(stderr, "bench_checkpoint: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
