@@ -8,6 +8,7 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/memory_info.hpp"
 #include "cubelm/cost/deck.hpp"
+#include "cubelm/io/checkpoint.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/tp/shapes.hpp"
 
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -81,6 +83,47 @@ double memory_rate() {
   return 3.0 * 4 * static_cast<double>(n) * reps / timer.seconds() / 1e9;
 }
 
+// GB/s at which every rank together writes a checkpoint of the deck's model (its tensors and
+// their moments, each split by rows over the ranks) with cubelm's writer into the deck's
+// checkpoint.dir: the file system the run's checkpoints go to. The probe file is removed.
+// Sets `bytes` to the file's size.
+double checkpoint_rate(const Deck& deck, double& bytes) {
+  const comm::Communicator world = comm::Communicator::world();
+  std::error_code ec;
+  bool made = false; // the directory, made here for the probe, goes with it
+  if (world.rank() == 0)
+    made = std::filesystem::create_directories(deck.checkpoint.dir, ec); // else the writer's error
+  const std::string path = deck.checkpoint.dir + "/calibrate_probe.h5";
+  std::vector<std::vector<std::uint64_t>> shapes;
+  for (int part = 0; part < 3; ++part)
+    for (const auto& [name, shape] : cost::parameter_shapes(deck.model))
+      shapes.emplace_back(shape.begin(), shape.end());
+  std::vector<float> data;
+  MPI_Barrier(MPI_COMM_WORLD);
+  Kokkos::Timer timer;
+  {
+    io::CheckpointWriter w(path, world);
+    for (std::size_t t = 0; t < shapes.size(); ++t) {
+      const std::uint64_t rows = shapes[t][0];
+      const auto begin = rows * static_cast<std::uint64_t>(world.rank()) / world.size();
+      const auto end = rows * static_cast<std::uint64_t>(world.rank() + 1) / world.size();
+      const io::Block block = io::Block::rows(shapes[t], begin, end);
+      data.resize(static_cast<std::size_t>(block.size()), 0.02f);
+      w.write("/probe/" + std::to_string(t), shapes[t], block, data.data());
+    }
+    w.close();
+  }
+  const double seconds = slowest(timer.seconds());
+  if (world.rank() == 0) {
+    bytes = static_cast<double>(std::filesystem::file_size(path, ec));
+    std::filesystem::remove(path, ec);
+    if (made)
+      std::filesystem::remove(deck.checkpoint.dir, ec);
+  }
+  MPI_Bcast(&bytes, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return bytes / seconds / 1e9;
+}
+
 struct Sample {
   int ranks;
   double bytes, seconds; // message bytes B, seconds per all-reduce
@@ -102,8 +145,10 @@ io::Machine measure_machine(const std::string& deck_path, std::string& report) {
   // activations (tp::activation_split): this rank's rows of the micro-batch, its columns of
   // the residual stream in, of the MLP's hidden layer out ([b T, H] x [H, 4H / p] in 1d).
   int m = 512, n = 512, k = 512;
+  double checkpoint_gbs = 0, checkpoint_bytes = 0;
   if (!deck_path.empty()) {
     const Deck deck = cost::load_deck(deck_path);
+    checkpoint_gbs = checkpoint_rate(deck, checkpoint_bytes);
     const tp::ActivationSplit split = tp::activation_split(comm::layout_of(deck.parallel));
     m = deck.micro_batch() / split.sequences * deck.model.seq_len;
     k = deck.model.hidden / split.outer;
@@ -175,6 +220,7 @@ io::Machine measure_machine(const std::string& deck_path, std::string& report) {
   machine.gemm_efficiency = 1;
   machine.intra = io::NetworkLevel{bandwidth_gbs, latency_us};
   machine.inter = machine.intra;
+  machine.checkpoint_gbs = checkpoint_gbs;
   std::ostringstream comment;
   comment << "# Written by `cubelm plan --calibrate` on " << world << " rank(s), " << per_node
           << " per node, every rank measuring at once.\n"
@@ -189,6 +235,11 @@ io::Machine measure_machine(const std::string& deck_path, std::string& report) {
     comment << "#   p = " << s.ranks << ", " << s.bytes << " bytes: " << s.seconds
             << " s measured, " << fit << " s fitted\n";
   }
+  if (checkpoint_gbs > 0)
+    comment << "# checkpoint: " << checkpoint_bytes / 1e9 << " GB (the deck's model and moments) "
+            << "written by every rank at once at " << checkpoint_gbs << " GB/s.\n";
+  else
+    comment << "# checkpoint: not measured (no deck), so no checkpoint_gbs.\n";
   comment << "# Between nodes: one node was measured, so inter_node repeats intra_node;\n"
           << "# set it from the network's data sheet for a job on several nodes.\n";
   report = comment.str();
@@ -208,9 +259,9 @@ int run_calibrate(const PlanOptions& o, const Environment& env) {
     throw Error(o.output + ": cannot write the machine file", true);
   file << io::machine_toml(machine, report);
   std::printf("%s: machine file written: gemm %.3g GFLOP/s per rank, memory %.3g GB/s, "
-              "network latency %.3g us per step and bandwidth %.3g GB/s\n",
+              "network latency %.3g us per step and bandwidth %.3g GB/s, checkpoints %.3g GB/s\n",
               o.output.c_str(), machine.peak_tflops_fp32 * 1e3, machine.memory_gbs,
-              machine.intra.latency_us, machine.intra.bandwidth_gbs);
+              machine.intra.latency_us, machine.intra.bandwidth_gbs, machine.checkpoint_gbs);
   return 0;
 }
 

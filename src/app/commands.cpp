@@ -162,7 +162,13 @@ std::string describe(const Deck& deck) {
       << ", warmup " << deck.optimizer.warmup_steps << ", weight decay "
       << deck.optimizer.weight_decay << ", clip " << deck.optimizer.grad_clip << "\n"
       << "data       " << deck.data.format << (deck.data.path.empty() ? "" : " " + deck.data.path)
-      << ", sampler " << deck.data.sampler << "\n";
+      << ", sampler " << deck.data.sampler << "\n"
+      << "saves      " << format_bytes(static_cast<double>(cost::checkpoint_bytes(deck.model)))
+      << " per checkpoint (model and AdamW moments), "
+      << (deck.checkpoint.interval > 0
+              ? "every " + std::to_string(deck.checkpoint.interval) + " steps and at the end"
+              : std::string("at the end"))
+      << "\n";
   return out.str();
 }
 
@@ -205,7 +211,8 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
       << ", \"flops_per_step\": " << cost::flops_per_token(deck.model) * tokens
       << ", \"mem_bytes\": " << mem.total() << ", \"memory\": {\"parameters\": " << mem.parameters
       << ", \"gradients\": " << mem.gradients << ", \"optimizer\": " << mem.optimizer
-      << ", \"activations\": " << mem.activations << "}";
+      << ", \"activations\": " << mem.activations
+      << "}, \"checkpoint_bytes\": " << cost::checkpoint_bytes(deck.model);
   // Rank 0's traffic (pipeline stage 0), the quantity of the metrics' comm_bytes.
   const std::vector<cost::TrafficVolume> traffic = cost::traffic_per_step(deck, 0);
   double total = 0;

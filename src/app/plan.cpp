@@ -99,7 +99,10 @@ std::string prediction_json(const Deck& deck, const cost::Prediction& p) {
     first = false;
   }
   out << "}, \"tflops_per_device\": " << p.tflops_per_device << ", \"mfu\": " << p.mfu
-      << ", \"critical_stage\": " << p.critical_stage << ", \"bubble\": [";
+      << ", \"critical_stage\": " << p.critical_stage
+      << ", \"checkpoint_bytes\": " << p.checkpoint_bytes
+      << ", \"checkpoint_ms\": " << p.checkpoint_s * 1e3
+      << ", \"checkpoint_step_ms\": " << p.checkpoint_step_s * 1e3 << ", \"bubble\": [";
   for (std::size_t s = 0; s < p.unit_bubble.size(); ++s)
     out << (s ? ", " : "") << p.unit_bubble[s];
   out << "]}";
@@ -121,8 +124,22 @@ std::string prediction_text(const Deck& deck, const cost::Prediction& p,
   out << buf << "  time     compute " << ms(p.compute_s);
   for (const auto& [group, s] : p.comm_s)
     out << ", comm " << group << " " << ms(s);
-  out << ", idle (pipeline) " << ms(p.idle_s) << ", optimizer " << ms(p.optimizer_s) << " (stage "
-      << p.critical_stage << ")\n";
+  out << ", idle (pipeline) " << ms(p.idle_s) << ", optimizer " << ms(p.optimizer_s);
+  if (p.checkpoint_step_s > 0)
+    out << ", checkpoints " << ms(p.checkpoint_step_s);
+  out << " (stage " << p.critical_stage << ")\n";
+  out << "  saves    " << format_bytes(p.checkpoint_bytes) << " per checkpoint";
+  if (p.checkpoint_s > 0) {
+    char rate[120];
+    std::snprintf(rate, sizeof(rate), ", written in %s at %.3g GB/s (machine.checkpoint_gbs): ",
+                  ms(p.checkpoint_s).c_str(), machine.checkpoint_gbs);
+    const int every = deck.checkpoint.interval > 0 ? deck.checkpoint.interval : deck.train.steps;
+    out << rate << ms(p.checkpoint_step_s) << " per step over the " << every << " steps "
+        << (deck.checkpoint.interval > 0 ? "between saves" : "before the save at the end") << "\n";
+  } else {
+    out << "; write time not predicted: the machine file has no machine.checkpoint_gbs "
+           "(`cubelm plan --calibrate` measures it)\n";
+  }
   out << "  memory   " << format_bytes(static_cast<double>(p.memory.total())) << " per rank of "
       << machine.memory_gib << " GiB: " << (p.fits ? "fits" : "does NOT fit") << "\n";
   std::map<std::string, double> by_group;

@@ -2,6 +2,7 @@
 
 #include "cubelm/cost/activations.hpp"
 #include "cubelm/cost/buckets.hpp"
+#include "cubelm/io/checkpoint.hpp"
 
 #include <algorithm>
 
@@ -61,6 +62,15 @@ Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int s)
   mem.activations =
       activation_bytes(deck.model, comm::layout_of(par), deck.micro_batch(), shape, values);
   return mem;
+}
+
+std::uint64_t checkpoint_bytes(const ModelConfig& m) {
+  // /model/<name>, /optimizer/m/<name> and /optimizer/v/<name> (train::save_checkpoint).
+  std::vector<std::vector<std::uint64_t>> shapes;
+  for (int part = 0; part < 3; ++part)
+    for (const auto& [name, shape] : parameter_shapes(m))
+      shapes.emplace_back(shape.begin(), shape.end());
+  return io::checkpoint_file_bytes(shapes);
 }
 
 } // namespace cubelm::cost

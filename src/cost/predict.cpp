@@ -399,6 +399,15 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   if (world > 0)
     out.comm_s["world"] = world;
   out.idle_s = std::max(0.0, out.step_s - out.compute_s - out.exposed_comm_s() - out.optimizer_s);
+  // Checkpoints stop every rank while they are written: their time, spread over the steps
+  // between two saves, adds to every step.
+  out.checkpoint_bytes = static_cast<double>(checkpoint_bytes(cfg));
+  if (machine.checkpoint_gbs > 0) {
+    out.checkpoint_s = out.checkpoint_bytes / (machine.checkpoint_gbs * 1e9);
+    const int every = deck.checkpoint.interval > 0 ? deck.checkpoint.interval : deck.train.steps;
+    out.checkpoint_step_s = out.checkpoint_s / std::max(1, every);
+    out.step_s += out.checkpoint_step_s;
+  }
 
   for (const TrafficVolume& v : out.stage_traffic.front())
     out.comm_bytes += v.bytes;

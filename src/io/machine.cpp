@@ -81,6 +81,7 @@ public:
       fail(v, key, "must be at least " + std::to_string(least));
     return static_cast<int>(v->integer);
   }
+  bool has(const char* key) const { return table_ && table_->find(key); }
   std::string text(const char* key, const std::string& fallback) {
     const Value* v = table_ ? table_->find(key) : nullptr;
     if (!v)
@@ -136,7 +137,8 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   Machine m;
   m.source = source;
   Table machine(section(root, "machine", source), "machine", source,
-                {"name", "devices_per_node", "memory_gib", "memory_gbs", "gemm_efficiency"});
+                {"name", "devices_per_node", "memory_gib", "memory_gbs", "gemm_efficiency",
+                 "checkpoint_gbs"});
   m.name = machine.text("name", source);
   m.devices_per_node = machine.integer("devices_per_node", 1);
   m.memory_gib = machine.number("memory_gib", positive, "must be positive: GiB per device");
@@ -145,6 +147,10 @@ Machine parse_machine(const std::string& text, const std::string& source) {
   m.gemm_efficiency = machine.number(
       "gemm_efficiency", [](double x) { return x > 0 && x <= 1; },
       "must be in (0, 1]: the share of the peak a layer's products reach");
+  if (machine.has("checkpoint_gbs"))
+    m.checkpoint_gbs = machine.number(
+        "checkpoint_gbs", positive,
+        "must be positive: GB/s at which the job writes a checkpoint (omit it when unknown)");
 
   Table peak(section(root, "peak_tflops", source), "peak_tflops", source, {"fp32", "tf32", "bf16"});
   const std::string rule = "must be positive: TFLOP/s per device";
@@ -186,8 +192,10 @@ std::string machine_toml(const Machine& m, const std::string& comment) {
     name += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
   out << "[machine]\nname = \"" << name << "\"\ndevices_per_node = " << m.devices_per_node
       << "\nmemory_gib = " << m.memory_gib << "\nmemory_gbs = " << m.memory_gbs
-      << "\ngemm_efficiency = " << m.gemm_efficiency
-      << "\n\n[peak_tflops]\nfp32 = " << m.peak_tflops_fp32 << "\ntf32 = " << m.peak_tflops_tf32
+      << "\ngemm_efficiency = " << m.gemm_efficiency;
+  if (m.checkpoint_gbs > 0)
+    out << "\ncheckpoint_gbs = " << m.checkpoint_gbs;
+  out << "\n\n[peak_tflops]\nfp32 = " << m.peak_tflops_fp32 << "\ntf32 = " << m.peak_tflops_tf32
       << "\nbf16 = " << m.peak_tflops_bf16
       << "\n\n[network.intra_node]\nbandwidth_gbs = " << m.intra.bandwidth_gbs
       << "\nlatency_us = " << m.intra.latency_us

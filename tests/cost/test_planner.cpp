@@ -9,6 +9,7 @@
 #include "cubelm/app/plan.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/cost/deck.hpp"
+#include "cubelm/cost/memory.hpp"
 #include "cubelm/cost/planner.hpp"
 #include "cubelm/cost/predict.hpp"
 #include "cubelm/io/machine.hpp"
@@ -369,6 +370,47 @@ TEST(Planner, MachineFilesRoundTripAndRefuseBadValues) {
   EXPECT_NE(refused("[network.inter_node]", "[network.between]").find("network.between"),
             std::string::npos);
   EXPECT_NE(refused("fp32 = 1", "fp32 = [").find("not valid TOML"), std::string::npos);
+  // checkpoint_gbs is optional (0: unknown), written back only when known, and positive.
+  EXPECT_EQ(m.checkpoint_gbs, 0);
+  EXPECT_EQ(io::machine_toml(m).find("checkpoint_gbs"), std::string::npos);
+  EXPECT_NE(refused("gemm_efficiency = 0.5", "gemm_efficiency = 0.5\ncheckpoint_gbs = 0")
+                .find("bad.toml:8: machine.checkpoint_gbs = 0: must be positive"),
+            std::string::npos);
+  std::string with = kMachine;
+  with.replace(with.find("gemm_efficiency = 0.5"), 21,
+               "gemm_efficiency = 0.5\ncheckpoint_gbs = 2.5");
+  const io::Machine fast = io::parse_machine(with, "with.toml");
+  EXPECT_EQ(fast.checkpoint_gbs, 2.5);
+  EXPECT_EQ(io::parse_machine(io::machine_toml(fast), "again.toml").checkpoint_gbs, 2.5);
+}
+
+// A save stops every rank for its size over checkpoint_gbs, spread over the steps between
+// saves; without checkpoint_gbs the step time is the training step's alone.
+TEST(Planner, CheckpointsAddTheirWriteTimeSpreadOverTheInterval) {
+  io::Machine machine = io::parse_machine(kMachine, "test.toml");
+  Deck deck = tiny();
+  deck.train.steps = 1000;
+  const cost::Prediction without = cost::predict(deck, machine);
+  EXPECT_EQ(without.checkpoint_s, 0);
+  EXPECT_EQ(without.checkpoint_step_s, 0);
+  const double bytes = static_cast<double>(cost::checkpoint_bytes(deck.model));
+  EXPECT_EQ(without.checkpoint_bytes, bytes);
+  // Three float32 copies of every parameter, and a little more (checksums, metadata).
+  const double data = 3.0 * 4 * static_cast<double>(cost::parameter_count(deck.model));
+  EXPECT_GT(bytes, data);
+  EXPECT_LT(bytes, data * 1.5 + 1e6);
+
+  machine.checkpoint_gbs = 0.5;
+  const cost::Prediction at_end = cost::predict(deck, machine);
+  EXPECT_DOUBLE_EQ(at_end.checkpoint_s, bytes / 0.5e9);
+  EXPECT_DOUBLE_EQ(at_end.checkpoint_step_s, at_end.checkpoint_s / 1000);
+  EXPECT_DOUBLE_EQ(at_end.step_s, without.step_s + at_end.checkpoint_step_s);
+  EXPECT_LT(at_end.mfu, without.mfu);
+  deck.checkpoint.interval = 10;
+  const cost::Prediction every10 = cost::predict(deck, machine);
+  EXPECT_DOUBLE_EQ(every10.checkpoint_step_s, every10.checkpoint_s / 10);
+  EXPECT_DOUBLE_EQ(every10.step_s, without.step_s + every10.checkpoint_step_s);
+  EXPECT_DOUBLE_EQ(every10.compute_s, without.compute_s);
 }
 
 // Every layout gets a finite, positive prediction from a machine calibrated here.

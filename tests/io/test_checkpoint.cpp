@@ -554,3 +554,41 @@ TEST(Checkpoint, H5dumpReadsTheFile) {
   EXPECT_HAS(attrs, "\"tp=3d:8 pp=1 dp=1\"");
   EXPECT_HAS(attrs, "\"cubelm-checkpoint\"");
 }
+
+// Chunks spread a tensor's rows evenly (HDF5 allocates every chunk whole, so a last chunk
+// of a few rows would be mostly padding), and checkpoint_file_bytes is the file's size.
+TEST(Checkpoint, ChunksSpreadTheRowsAndTheFileIsTheSizePredicted) {
+  const auto world = comm::Communicator::world();
+  TempPath file(world);
+  // [768, 3072] takes three chunks: 256 rows each (not 341, 341 and 86 of 341 allocated);
+  // [3, 700000] takes three of one row; [5000, 7] one.
+  const std::vector<std::vector<std::uint64_t>> shapes = {{768, 3072}, {3, 700000}, {5000, 7}};
+  {
+    CheckpointWriter w(file.str(), world);
+    for (std::size_t t = 0; t < shapes.size(); ++t) {
+      const std::uint64_t rows = shapes[t][0];
+      const auto r = static_cast<std::uint64_t>(world.rank()),
+                 p = static_cast<std::uint64_t>(world.size());
+      const Block block = Block::rows(shapes[t], rows * r / p, rows * (r + 1) / p);
+      const std::vector<float> data(static_cast<std::size_t>(block.size()), 1.5f);
+      w.write("/t" + std::to_string(t), shapes[t], block, data.data());
+    }
+    w.close();
+  }
+  if (world.rank() != 0)
+    return;
+  const hid_t f = H5Fopen(file.str().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const std::uint64_t chunks[] = {3, 3, 1};
+  for (std::size_t t = 0; t < shapes.size(); ++t) {
+    const hid_t d = H5Dopen2(f, ("/t" + std::to_string(t)).c_str(), H5P_DEFAULT);
+    const std::uint64_t logical = 4 * shapes[t][0] * shapes[t][1];
+    // The data and a 4-byte checksum per chunk: no padding rows.
+    EXPECT_EQ(H5Dget_storage_size(d), logical + 4 * chunks[t]) << "tensor " << t;
+    H5Dclose(d);
+  }
+  H5Fclose(f);
+  const double size = static_cast<double>(fs::file_size(file.str()));
+  const double predicted = static_cast<double>(checkpoint_file_bytes(shapes));
+  EXPECT_NEAR(size, predicted, 0.01 * predicted) << "file " << size << " predicted " << predicted;
+}

@@ -24,4 +24,9 @@ Memory estimate_memory(const Deck& deck, int stage = -1);
 /// \brief The memory of a rank of stage `stage`, with the deck's pipeline plan made already.
 Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int stage);
 
+/// \brief The bytes of one checkpoint file of model `m`, whatever the layout that writes it:
+/// every parameter and its two AdamW moments as stored (float32, the vocabulary unpadded),
+/// with their checksums and HDF5's metadata (io::checkpoint_file_bytes).
+std::uint64_t checkpoint_bytes(const ModelConfig& m);
+
 } // namespace cubelm::cost

@@ -71,6 +71,13 @@ struct Prediction {
   double comm_bytes = 0;                                 ///< rank 0's (stage 0)
   std::vector<double> unit_bubble; ///< [stage]: idle / busy of the unit-cost timeline
 
+  double checkpoint_bytes = 0; ///< one save's file (checkpoint_bytes)
+  /// One save's write time at machine.checkpoint_gbs; 0 when the machine file has none.
+  double checkpoint_s = 0;
+  /// checkpoint_s spread over the steps of one checkpoint.interval (over train.steps when
+  /// the deck saves only at the end): part of step_s.
+  double checkpoint_step_s = 0;
+
   /// \brief The sum of comm_s.
   double exposed_comm_s() const;
 };

@@ -198,6 +198,11 @@ private:
   std::int64_t dxpl_ = -1;
 };
 
+/// \brief The size of a checkpoint file that holds float32 tensors of `shapes` as
+/// CheckpointWriter stores them: the data, a 4-byte Fletcher32 checksum per chunk and
+/// HDF5's metadata (estimated per dataset). What `cubelm check` reports as one save.
+std::uint64_t checkpoint_file_bytes(const std::vector<std::vector<std::uint64_t>>& shapes);
+
 /// \brief What verify_checkpoint found.
 struct Verification {
   std::string problem;   ///< "" when the file is sound; else what is wrong, naming file and dataset

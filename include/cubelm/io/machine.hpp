@@ -38,6 +38,10 @@ struct Machine {
   double gemm_efficiency = 1;
   NetworkLevel intra; ///< between devices of one node
   NetworkLevel inter; ///< between nodes
+  /// GB/s at which a job writes a checkpoint, all its ranks together, to the file system its
+  /// checkpoints go to (cubelm's writer, `cubelm plan --calibrate` measures it); 0: not
+  /// known (the key is optional), and no checkpoint time is predicted.
+  double checkpoint_gbs = 0;
 
   /// \brief The peak of `precision` in FLOP/s.
   double peak_flops(Precision precision) const;
