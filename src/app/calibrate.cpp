@@ -8,6 +8,7 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/memory_info.hpp"
 #include "cubelm/cost/deck.hpp"
+#include "cubelm/cost/memory.hpp"
 #include "cubelm/io/checkpoint.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/tp/shapes.hpp"
@@ -94,10 +95,7 @@ double checkpoint_rate(const Deck& deck, double& bytes) {
   if (world.rank() == 0)
     made = std::filesystem::create_directories(deck.checkpoint.dir, ec); // else the writer's error
   const std::string path = deck.checkpoint.dir + "/calibrate_probe.h5";
-  std::vector<std::vector<std::uint64_t>> shapes;
-  for (int part = 0; part < 3; ++part)
-    for (const auto& [name, shape] : cost::parameter_shapes(deck.model))
-      shapes.emplace_back(shape.begin(), shape.end());
+  const std::vector<std::vector<std::uint64_t>> shapes = cost::checkpoint_shapes(deck.model);
   std::vector<float> data;
   MPI_Barrier(MPI_COMM_WORLD);
   Kokkos::Timer timer;

@@ -64,13 +64,16 @@ Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int s)
   return mem;
 }
 
-std::uint64_t checkpoint_bytes(const ModelConfig& m) {
-  // /model/<name>, /optimizer/m/<name> and /optimizer/v/<name> (train::save_checkpoint).
+std::vector<std::vector<std::uint64_t>> checkpoint_shapes(const ModelConfig& m) {
   std::vector<std::vector<std::uint64_t>> shapes;
   for (int part = 0; part < 3; ++part)
     for (const auto& [name, shape] : parameter_shapes(m))
       shapes.emplace_back(shape.begin(), shape.end());
-  return io::checkpoint_file_bytes(shapes);
+  return shapes;
+}
+
+std::uint64_t checkpoint_bytes(const ModelConfig& m) {
+  return io::checkpoint_file_bytes(checkpoint_shapes(m));
 }
 
 } // namespace cubelm::cost

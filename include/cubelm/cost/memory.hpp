@@ -8,6 +8,9 @@
 #include "cubelm/cost/shape.hpp"
 #include "cubelm/pipeline/schedule.hpp"
 
+#include <cstdint>
+#include <vector>
+
 namespace cubelm::cost {
 
 /// \brief The part of the model stage `stage` of `plan` holds: its chunks, whether it
@@ -24,9 +27,13 @@ Memory estimate_memory(const Deck& deck, int stage = -1);
 /// \brief The memory of a rank of stage `stage`, with the deck's pipeline plan made already.
 Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int stage);
 
-/// \brief The bytes of one checkpoint file of model `m`, whatever the layout that writes it:
-/// every parameter and its two AdamW moments as stored (float32, the vocabulary unpadded),
-/// with their checksums and HDF5's metadata (io::checkpoint_file_bytes).
+/// \brief The shapes of the tensors of one checkpoint of model `m`, whatever the layout that
+/// writes it: every parameter as stored (the vocabulary unpadded), then its two AdamW
+/// moments (/model/, /optimizer/m/, /optimizer/v/: train::save_checkpoint).
+std::vector<std::vector<std::uint64_t>> checkpoint_shapes(const ModelConfig& m);
+
+/// \brief The bytes of that checkpoint's file: float32 data, checksums and HDF5's metadata
+/// (io::checkpoint_file_bytes of checkpoint_shapes).
 std::uint64_t checkpoint_bytes(const ModelConfig& m);
 
 } // namespace cubelm::cost
