@@ -207,22 +207,24 @@ std::string agree(const comm::Communicator& comm, const std::string& local) {
   return text;
 }
 
-// One rank reads and writes the file through HDF5's POSIX driver, more ranks through
+// A writer of one rank writes the file through HDF5's POSIX driver, more ranks through
 // MPI-IO. Under MPI-IO, HDF5 allocates a chunked dataset's space when it creates it, and
 // with a filter (Fletcher32) it writes every chunk then (filled, checksummed) before the
 // data overwrites it: each checkpoint written twice. The POSIX driver allocates a chunk
 // when its data is written (measured on GPT-2 124M, one rank: 5 s of the 7.5 s save
-// went to that first pass).
-bool serial(const comm::Communicator& comm) {
+// went to that first pass). Readers use MPI-IO on any number of ranks: HDF5 1.10's POSIX
+// read path overruns a buffer on some damaged chunk indexes (ASan, tests/io/test_fuzz.cpp),
+// which must be an error naming the file, not a crash.
+bool posix_writer(const comm::Communicator& comm) {
   return comm.size() == 1;
 }
 
-// File access on `comm`: MPI-IO (HDF5 duplicates the communicator), or POSIX for one rank,
-// where HDF5's file lock is taken where the file system has locks and skipped where it
-// does not (as MPI-IO never takes one).
-hid_t file_access(const comm::Communicator& comm) {
+// File access through MPI-IO on `comm` (HDF5 duplicates the communicator), or, with
+// `posix`, through the POSIX driver, whose file lock is taken where the file system has
+// locks and skipped where it does not (as MPI-IO never takes one).
+hid_t file_access(const comm::Communicator& comm, bool posix = false) {
   const hid_t fapl = CUBELM_HDF5_ID(H5Pcreate(H5P_FILE_ACCESS));
-  if (serial(comm)) {
+  if (posix) {
 #if H5_VERSION_GE(1, 10, 7)
     CUBELM_HDF5_CHECK(H5Pset_file_locking(fapl, true, true));
 #endif
@@ -253,10 +255,11 @@ std::vector<hsize_t> chunk_of(const std::vector<hsize_t>& dims) {
   return chunk;
 }
 
-// Collective transfers under MPI-IO (a filtered dataset allows no other); the default for one rank.
-hid_t collective_transfer(const comm::Communicator& comm) {
+// Collective transfers under MPI-IO (a filtered dataset allows no other); with `posix`,
+// the default transfer.
+hid_t collective_transfer(bool posix = false) {
   const hid_t dxpl = CUBELM_HDF5_ID(H5Pcreate(H5P_DATASET_XFER));
-  if (!serial(comm))
+  if (!posix)
     CUBELM_HDF5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
   return dxpl;
 }
@@ -516,12 +519,13 @@ CheckpointWriter::CheckpointWriter(const std::string& path, const comm::Communic
   if (!problem.empty())
     throw Error(problem, true);
 
-  Hid fapl(file_access(comm_), H5Pclose);
+  const bool posix = posix_writer(comm_);
+  Hid fapl(file_access(comm_, posix), H5Pclose);
   // Metadata written collectively scales better than rank 0 writing it alone.
-  if (!serial(comm_))
+  if (!posix)
     CUBELM_HDF5_CHECK(H5Pset_coll_metadata_write(fapl, 1));
   file_ = CUBELM_HDF5_ID(H5Fcreate(partial_path(path_).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-  dxpl_ = collective_transfer(comm_);
+  dxpl_ = collective_transfer(posix);
   set_attribute("/", "format", std::string(checkpoint_format));
 }
 
@@ -645,7 +649,7 @@ void CheckpointWriter::close() {
   CUBELM_HDF5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
   release();
   std::string problem;
-  if (serial(comm_)) {
+  if (posix_writer(comm_)) {
     const int fd = ::open(partial_path(path_).c_str(), O_RDONLY);
     if (fd < 0 || ::fsync(fd) != 0)
       problem = "checkpoint " + path_ + ": cannot sync " + partial_path(path_) +
@@ -690,7 +694,7 @@ CheckpointReader::CheckpointReader(const std::string& path, const comm::Communic
   } catch (const Unreadable& e) {
     throw damaged(path_, e);
   }
-  dxpl_ = collective_transfer(comm_);
+  dxpl_ = collective_transfer();
 }
 
 CheckpointReader::~CheckpointReader() {
