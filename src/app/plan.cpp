@@ -133,8 +133,8 @@ std::string prediction_text(const Deck& deck, const cost::Prediction& p,
     char rate[120];
     std::snprintf(rate, sizeof(rate), ", written in %s at %.3g GB/s (machine.checkpoint_gbs): ",
                   ms(p.checkpoint_s).c_str(), machine.checkpoint_gbs);
-    const int every = deck.checkpoint.interval > 0 ? deck.checkpoint.interval : deck.train.steps;
-    out << rate << ms(p.checkpoint_step_s) << " per step over the " << every << " steps "
+    out << rate << ms(p.checkpoint_step_s) << " per step over the " << cost::steps_per_save(deck)
+        << " steps "
         << (deck.checkpoint.interval > 0 ? "between saves" : "before the save at the end") << "\n";
   } else {
     out << "; write time not predicted: the machine file has no machine.checkpoint_gbs "

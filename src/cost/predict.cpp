@@ -404,8 +404,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   out.checkpoint_bytes = static_cast<double>(checkpoint_bytes(cfg));
   if (machine.checkpoint_gbs > 0) {
     out.checkpoint_s = out.checkpoint_bytes / (machine.checkpoint_gbs * 1e9);
-    const int every = deck.checkpoint.interval > 0 ? deck.checkpoint.interval : deck.train.steps;
-    out.checkpoint_step_s = out.checkpoint_s / std::max(1, every);
+    out.checkpoint_step_s = out.checkpoint_s / steps_per_save(deck);
     out.step_s += out.checkpoint_step_s;
   }
 
@@ -417,6 +416,10 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   out.mfu =
       out.model_flops / out.step_s / layout.world_size() / machine.peak_flops(deck.train.precision);
   return out;
+}
+
+int steps_per_save(const Deck& deck) {
+  return std::max(1, deck.checkpoint.interval > 0 ? deck.checkpoint.interval : deck.train.steps);
 }
 
 } // namespace cubelm::cost

@@ -82,6 +82,10 @@ struct Prediction {
   double exposed_comm_s() const;
 };
 
+/// \brief The steps one save's time is spread over: checkpoint.interval, or train.steps for a
+/// deck that saves only at the end (at least 1).
+int steps_per_save(const Deck& deck);
+
 /// \brief How predict() may save work when it is called for thousands of layouts.
 struct PredictOptions {
   /// place_groups(layout, machine.devices_per_node), when the caller keeps them.
