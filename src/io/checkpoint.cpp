@@ -3,6 +3,8 @@
 #include "cubelm/comm/watchdog.hpp"
 #include "cubelm/core/error.hpp"
 
+#include "checkpoint_chunks.hpp"
+
 #include <fcntl.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -234,27 +236,6 @@ hid_t file_access(const comm::Communicator& comm, bool posix = false) {
   return fapl;
 }
 
-// The chunk shape of a tensor of `dims`: whole rows, at most kChunkElements (4 MiB of
-// float32) per chunk, so that a damaged byte is found and named per chunk, and the rows
-// spread evenly over as few chunks as that allows. HDF5 allocates every chunk whole, so
-// chunks of the most rows would leave the last one mostly padding ([768, 3072]: three
-// chunks of 341 rows hold 1023, a quarter of them padding; three of 256 hold the 768).
-constexpr hsize_t kChunkElements = hsize_t(1) << 20;
-std::vector<hsize_t> chunk_of(const std::vector<hsize_t>& dims) {
-  std::vector<hsize_t> chunk = dims;
-  hsize_t row = 1;
-  for (std::size_t d = 1; d < dims.size(); ++d)
-    row *= std::max<hsize_t>(dims[d], 1);
-  if (!chunk.empty() && dims[0] > 0) {
-    const hsize_t most = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], kChunkElements / row));
-    const hsize_t count = (dims[0] + most - 1) / most;
-    chunk[0] = (dims[0] + count - 1) / count;
-  }
-  for (auto& c : chunk)
-    c = std::max<hsize_t>(c, 1);
-  return chunk;
-}
-
 // Collective transfers under MPI-IO (a filtered dataset allows no other); with `posix`,
 // the default transfer.
 hid_t collective_transfer(bool posix = false) {
@@ -466,32 +447,6 @@ const char* checkpoint_group() {
 } // namespace
 
 // ---------------------------------------------------------------------------
-// Sizes
-
-namespace {
-// HDF5's own bytes, measured on cubelm's checkpoints: the file's superblock, root group
-// and attributes, and per dataset its object header and chunk index.
-constexpr std::uint64_t kFileMetadata = 16 * 1024;
-constexpr std::uint64_t kDatasetMetadata = 4 * 1024;
-} // namespace
-
-std::uint64_t checkpoint_file_bytes(const std::vector<std::vector<std::uint64_t>>& shapes) {
-  std::uint64_t bytes = kFileMetadata;
-  for (const auto& shape : shapes) {
-    const auto dims = to_hsize(shape);
-    const auto chunk = chunk_of(dims);
-    std::uint64_t chunks = 1, per_chunk = 1;
-    for (std::size_t d = 0; d < dims.size(); ++d) {
-      chunks *= (dims[d] + chunk[d] - 1) / chunk[d];
-      per_chunk *= chunk[d];
-    }
-    // Every chunk is stored whole (the last one padded), with its 4-byte Fletcher32.
-    bytes += chunks * (4 * per_chunk + 4) + kDatasetMetadata;
-  }
-  return bytes;
-}
-
-// ---------------------------------------------------------------------------
 // CheckpointWriter
 
 std::string CheckpointWriter::partial_path(const std::string& path) {
@@ -583,9 +538,9 @@ void CheckpointWriter::write(const std::string& dataset,
   Hid dcpl(CUBELM_HDF5_ID(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
   // Every element is written below; filling first would write the file twice.
   CUBELM_HDF5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
-  // Chunks of at most kChunkElements with HDF5's Fletcher32 checksum: every reader
-  // (cubelm, h5py, h5dump) verifies each chunk it reads.
-  const auto chunk = chunk_of(dims);
+  // Chunks of at most 2^20 elements (chunking::chunk_of) with HDF5's Fletcher32 checksum: every
+  // reader (cubelm, h5py, h5dump) verifies each chunk it reads.
+  const auto chunk = chunking::chunk_of(dims);
   CUBELM_HDF5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()));
   CUBELM_HDF5_CHECK(H5Pset_fletcher32(dcpl));
   Hid dset(CUBELM_HDF5_ID(
