@@ -15,6 +15,16 @@
 //   read_GB/s     checkpoint size / resume time   raw_read_GB/s   the same bytes, read
 //   write_%raw    write_GB/s as a share of raw_write_GB/s (read_%raw likewise)
 //
+// checkpoint_async/<layout> measures what checkpoint.async saves the training loop, in
+// the same run: a synchronous save (Trainer::save), a training step, then a background
+// save (Trainer::save_in_background: the copy to host buffers and the writer's start),
+// a step while the writer runs, and the wait for the rest of the write:
+//   sync_s        the synchronous save       stall_s     the background save's stall
+//   stall_%sync   stall_s as a share of sync_s (the target: at most 10%)
+//   step_s        a step alone               step_during_write_s  a step beside the writer
+//   write_s       the writer's time from start to commit
+// MPI runs at MPI_THREAD_MULTIPLE (the writer thread talks to MPI), for both benchmarks.
+//
 // Model: CUBELM_BENCH_MODEL = "124m" (default: GPT-2 124M, L12 H768 T1024 V50257),
 // "350m" (L24 H1024) or "small" (L2 H256 T128 V1024, for a quick look); 16 heads, so that
 // 3D on 8 ranks splits them (heads do not change the parameters). One sequence per rank
@@ -43,6 +53,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,7 +79,7 @@ std::string model_section() {
   return "vocab_size = 50257\nseq_len = 1024\nhidden = 768\nheads = 16\nlayers = 12\n";
 }
 
-cubelm::Deck deck(const std::string& layout, int world) {
+cubelm::Deck deck(const std::string& layout, int world, bool async = false) {
   std::string parallel;
   if (layout == "1d")
     parallel = "tensor_mode = \"1d\"\ntensor_size = " + std::to_string(world) + "\n";
@@ -81,10 +93,11 @@ cubelm::Deck deck(const std::string& layout, int world) {
   for (int q = 1; layout == "3d" && q * q * q <= world; ++q)
     batch = q * q;
   const std::string text = "[model]\n" + model_section() + "[parallel]\n" + parallel +
-                           "[train]\nsteps = 1\nglobal_batch = " + std::to_string(batch) +
+                           "[train]\nsteps = 1000\nglobal_batch = " + std::to_string(batch) +
                            "\nseed = 1\n[data]\nsynthetic_tokens = 200000\n"
                            "[checkpoint]\ndir = \"" +
-                           g_dir + "\"\n[log]\npeak_gflops = 1.0\n";
+                           g_dir + "\"\nasync = " + (async ? "true" : "false") +
+                           "\n[log]\npeak_gflops = 1.0\n";
   return cubelm::cost::parse_deck(text, "bench_checkpoint");
 }
 
@@ -188,6 +201,50 @@ void BM_Checkpoint(benchmark::State& state, const std::string& layout) {
   state.counters["read_%raw"] = 100.0 * raw_read_s / load_s;
 }
 
+void BM_CheckpointAsync(benchmark::State& state, const std::string& layout) {
+  const Communicator& world = Communicator::world();
+  cubelm::train::Trainer trainer(deck(layout, world.size(), true));
+  if (!trainer.saves_in_background())
+    throw cubelm::Error("bench_checkpoint: " + trainer.async_note());
+  const std::string sync_path = g_dir + "/step_00000000.h5";
+  const std::string async_path = g_dir + "/step_00000001.h5";
+  double sync_s = 0, stall_s = 0, step_s = 0, during_s = 0, write_s = 0;
+  for (auto _ : state) {
+    sync_s += timed(world, [&] { trainer.save(sync_path); });
+    step_s += timed(world, [&] { trainer.step(); });
+    const double stall =
+        timed(world, [&] { trainer.save_in_background(async_path, std::function<void()>()); });
+    stall_s += stall;
+    cubelm::train::StepMetrics during;
+    during_s += timed(world, [&] { during = trainer.step(); });
+    // The step collects the write if every rank's writer finished during it.
+    std::optional<cubelm::train::BackgroundResult> r;
+    if (!during.background.path.empty())
+      r = during.background;
+    else
+      r = trainer.finish_background_save();
+    if (!r || !r->error.empty())
+      throw cubelm::Error("bench_checkpoint: the background save failed: " +
+                          (r ? r->error : std::string("none in flight")));
+    double slowest = 0;
+    MPI_Allreduce(&r->seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, world.raw());
+    write_s += slowest;
+    state.SetIterationTime(stall); // the benchmark's time: the loop's stall
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["ranks"] = world.size();
+  state.counters["sync_s"] = sync_s / n;
+  state.counters["stall_s"] = stall_s / n;
+  state.counters["stall_%sync"] = 100.0 * stall_s / sync_s;
+  state.counters["step_s"] = step_s / n;
+  state.counters["step_during_write_s"] = during_s / n;
+  state.counters["write_s"] = write_s / n;
+  if (world.rank() == 0) {
+    std::error_code ec;
+    fs::remove(async_path, ec);
+  }
+}
+
 bool is_cube(int n) {
   for (int q = 1; q * q * q <= n; ++q)
     if (q * q * q == n)
@@ -199,7 +256,7 @@ bool is_cube(int n) {
 
 int main(int argc, char** argv) {
   cubelm::kernels::ensure_blas_kernels(argv); // the kernels cubelm runs (kernels/blas.hpp)
-  cubelm::Environment env(argc, argv);
+  cubelm::Environment env(argc, argv, true);  // checkpoint_async's writer thread talks to MPI
   try {
     std::vector<char*> args;
     for (int i = 0; i < argc; ++i) {
@@ -216,6 +273,11 @@ int main(int argc, char** argv) {
     MPI_Barrier(Communicator::world().raw());
     auto reg = [](const std::string& layout) {
       benchmark::RegisterBenchmark(("checkpoint/" + layout).c_str(), BM_Checkpoint, layout)
+          ->Iterations(g_iterations)
+          ->Unit(benchmark::kMillisecond)
+          ->UseManualTime();
+      benchmark::RegisterBenchmark(("checkpoint_async/" + layout).c_str(), BM_CheckpointAsync,
+                                   layout)
           ->Iterations(g_iterations)
           ->Unit(benchmark::kMillisecond)
           ->UseManualTime();

@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--json") == 0 || std::strcmp(argv[i], "plan") == 0)
       setenv("KOKKOS_DISABLE_WARNINGS", "1", 0);
-  cubelm::Environment env(argc, argv);
+  // checkpoint.async writes from a second thread, which MPI must allow from MPI_Init on.
+  cubelm::Environment env(argc, argv, cubelm::app::train_wants_mpi_threads(argc, argv));
   const int rank = env.world_rank();
 
   CLI::App app{"cubelm " CUBELM_VERSION_STRING

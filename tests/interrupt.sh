@@ -10,6 +10,10 @@
 #                      USR1; Open MPI's mpirun ends with 1 after forwarding TERM)
 #   kill-before-rename SIGKILL of rank 0 while the step-1000 checkpoint is written but not
 #                      yet renamed (CUBELM_TEST_PAUSE_BEFORE_RENAME): the step-500 one survives
+#   signal-in-write:SIG  SIG to one rank while rank 0 holds the step-500 checkpoint before
+#                      its rename for 3 s (CUBELM_TEST_PAUSE_BEFORE_RENAME=...:3000; with
+#                      checkpoint.async the write is in the background): exit 75, the
+#                      step-500 write committed first, then the stop's checkpoint
 #   hang-in-checkpoint rank 0 stops for good before the step-1000 rename, with
 #                      parallel.timeout_s = 3: the watchdog ends the job (exit 124) naming
 #                      the checkpoint, and step 500 stays loadable
@@ -37,17 +41,23 @@ wait_lines() {
   done
   fail "$1 never reached $2 lines"
 }
+# Starts the run in $work/run (output run1.log, sets $pid) with rank 0 pausing before
+# the rename of $1 (CUBELM_TEST_PAUSE_BEFORE_RENAME), and waits (30 s at most) until it has.
+start_paused() {
+  (cd "$work/run" && CUBELM_TEST_PAUSE_BEFORE_RENAME=$1 exec timeout 120 \
+    "${launcher[@]}" "$cubelm" train deck.toml >run1.log 2>&1) &
+  pid=$!
+  for _ in $(seq 600); do
+    grep -q "paused before renaming" "$work/run/run1.log" 2>/dev/null && break
+    sleep 0.05
+  done
+}
 # The MPI ranks: the processes running cubelm below $1 (the launcher and timeout are not).
 ranks() { pgrep -f -- "$cubelm train deck.toml" | while read -r p; do
   [ "$(ps -o comm= -p "$p")" = "$(basename "$cubelm")" ] && echo "$p"; done; }
 
 rm -rf "$work" && mkdir -p "$work/ref" "$work/run"
 cp "$deck" "$work/ref/deck.toml" && cp "$deck" "$work/run/deck.toml"
-
-# The uninterrupted reference.
-start "$work/ref" run.log
-wait "$pid" || fail "the uninterrupted run failed"
-final=$(ls "$work/ref/ckpt" | tail -n 1)
 
 rc=0
 case $case in
@@ -76,14 +86,28 @@ signal-rank:* | signal-mpirun:*)
       fail "no stop message naming SIG$sig"
   fi
   ;;
+signal-in-write:*)
+  sig=${case#*:}
+  start_paused step_00000500.h5:3000
+  grep -q "paused before renaming" "$work/run/run1.log" || fail "the test hook never paused"
+  target=$(ranks | tail -n 1)
+  [ -n "$target" ] || fail "no process to signal"
+  kill -s "$sig" "$target"
+  wait "$pid"; rc=$?
+  [ "$rc" = 75 ] || fail "exit status $rc after SIG$sig during the write, expected 75"
+  grep -q "stopped early after step [0-9]* of 1500 (SIG$sig on 1 rank" "$work/run/run1.log" ||
+    fail "no stop message naming SIG$sig"
+  stop=$(sed -n 's/.*stopped early after step \([0-9]*\) of.*/\1/p' "$work/run/run1.log")
+  # The write in flight was committed before the stop's checkpoint was taken.
+  order=$(grep -o "^checkpoint ckpt/step_[0-9]*.h5" "$work/run/run1.log" | tr '\n' ' ')
+  [ "$order" = "checkpoint ckpt/step_00000500.h5 $(printf 'checkpoint ckpt/step_%08d.h5' $((stop + 1))) " ] ||
+    fail "checkpoints in the wrong order or missing: $order"
+  "$cubelm" verify "$(printf "%s/run/ckpt/step_%08d.h5" "$work" $((stop + 1)))" >/dev/null ||
+    fail "the stop's checkpoint does not verify"
+  echo "SIG$sig during the step-500 write: stopped after step $stop, exit 75"
+  ;;
 kill-before-rename)
-  (cd "$work/run" && CUBELM_TEST_PAUSE_BEFORE_RENAME=step_00001000.h5 exec timeout 120 \
-    "${launcher[@]}" "$cubelm" train deck.toml >run1.log 2>&1) &
-  pid=$!
-  for _ in $(seq 600); do
-    grep -q "paused before renaming" "$work/run/run1.log" 2>/dev/null && break
-    sleep 0.05
-  done
+  start_paused step_00001000.h5
   paused=$(sed -n 's/.*rank 0 (pid \([0-9]*\)) paused before renaming.*/\1/p' "$work/run/run1.log")
   [ -n "$paused" ] || fail "the test hook never paused"
   [ -f "$work/run/ckpt/step_00001000.h5.partial" ] || fail "no step_00001000.h5.partial while paused"
@@ -139,10 +163,14 @@ time-limit | end-time)
 *) fail "unknown case $case" ;;
 esac
 
-# Continue to the end; the result must equal the uninterrupted run bitwise.
+# Continue to the end; the result must equal the uninterrupted run bitwise (run after
+# the interruption, for the cases that compare: the others end above).
 had=$(ls "$work/run/ckpt" 2>/dev/null || true)
 start "$work/run" run2.log
 wait "$pid" || fail "the resumed run failed"
+start "$work/ref" run.log
+wait "$pid" || fail "the uninterrupted run failed"
+final=$(ls "$work/ref/ckpt" | tail -n 1)
 if [ -n "$had" ] || [ "$case" != signal-mpirun:TERM ]; then
   grep -q "resumed from ckpt/step_" "$work/run/run2.log" || fail "the second run did not resume"
 fi

@@ -30,12 +30,18 @@ private:
 
 } // namespace
 
+// A test program that defines this (returning true) runs MPI at MPI_THREAD_MULTIPLE, as
+// `cubelm train` does for checkpoint.async; the others at MPI_THREAD_FUNNELED.
+extern "C" __attribute__((weak)) bool cubelm_test_wants_mpi_threads() {
+  return false;
+}
+
 int main(int argc, char** argv) {
   // The BLAS kernels that fit the processor, as cubelm itself runs (kernels/blas.hpp).
   cubelm::kernels::ensure_blas_kernels(argv);
   int failed = 0;
   {
-    cubelm::Environment env(argc, argv);
+    cubelm::Environment env(argc, argv, cubelm_test_wants_mpi_threads());
     ::testing::InitGoogleTest(&argc, argv);
     if (env.world_rank() != 0) {
       auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -55,6 +55,13 @@ std::string memory_line(const Deck& deck) {
                 mem.activations / 1048576.0,
                 deck.parallel.pipeline_size > 1 ? ", fullest pipeline stage" : "");
   std::string out = buf;
+  if (mem.checkpoint_buffers > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "           host buffers of background checkpoints %.2f MiB per rank "
+                  "(checkpoint.async)\n",
+                  mem.checkpoint_buffers / 1048576.0);
+    out += buf;
+  }
   const ParallelConfig& p = deck.parallel;
   if (p.pipeline_size > 1 || p.microbatches > 1) {
     // The schedule under the unit-cost model (docs/pipeline.md).
@@ -168,7 +175,7 @@ std::string describe(const Deck& deck) {
       << (deck.checkpoint.interval > 0
               ? "every " + std::to_string(deck.checkpoint.interval) + " steps and at the end"
               : std::string("at the end"))
-      << "\n";
+      << (deck.checkpoint.async ? ", written in the background" : "") << "\n";
   return out.str();
 }
 
@@ -212,6 +219,7 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
       << ", \"mem_bytes\": " << mem.total() << ", \"memory\": {\"parameters\": " << mem.parameters
       << ", \"gradients\": " << mem.gradients << ", \"optimizer\": " << mem.optimizer
       << ", \"activations\": " << mem.activations
+      << ", \"checkpoint_buffers\": " << mem.checkpoint_buffers
       << "}, \"checkpoint_bytes\": " << cost::checkpoint_bytes(deck.model);
   // Rank 0's traffic (pipeline stage 0), the quantity of the metrics' comm_bytes.
   const std::vector<cost::TrafficVolume> traffic = cost::traffic_per_step(deck, 0);
@@ -386,6 +394,23 @@ int run_check(const std::string& deck_path, const Environment& env, bool json,
     std::printf("           %zu input problem%s above\n", inputs.problems.size(),
                 inputs.problems.size() == 1 ? "" : "s");
   return ok ? 0 : 1;
+}
+
+bool train_wants_mpi_threads(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "train")
+      continue;
+    for (int j = i + 1; j < argc; ++j)
+      if (argv[j][0] != '-') {
+        try {
+          return cost::load_deck(argv[j]).checkpoint.async;
+        } catch (const std::exception&) {
+          return false;
+        }
+      }
+    return false;
+  }
+  return false;
 }
 
 int run_train(const std::string& deck_path, const Environment& env) {

@@ -29,7 +29,10 @@ void admit_memory(const Deck& deck) {
   const int rank = comm::Communicator::world().rank();
   const int stage = comm::coords_of(layout, rank).pp;
   const cost::Memory mine = cost::estimate_memory(deck, stage);
-  const MemoryCheck check = check_memory(static_cast<std::uint64_t>(mine.total()));
+  // On CPUs the host buffers of background checkpoints share the memory checked.
+  constexpr bool on_gpu = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  const std::int64_t host = on_gpu ? 0 : mine.checkpoint_buffers;
+  const MemoryCheck check = check_memory(static_cast<std::uint64_t>(mine.total() + host));
   if (check.skipped || check.fits)
     return;
   // The numbers of the rank with the least room, the same on every rank.
@@ -56,8 +59,12 @@ void admit_memory(const Deck& deck) {
           format_bytes(static_cast<double>(need.parameters)) + ", gradients " +
           format_bytes(static_cast<double>(need.gradients)) + ", optimizer " +
           format_bytes(static_cast<double>(need.optimizer)) + ", activations " +
-          format_bytes(static_cast<double>(need.activations)) + ") but " +
-          format_bytes(static_cast<double>(check.available)) + " is available to it (" +
+          format_bytes(static_cast<double>(need.activations)) +
+          (host > 0 ? ", checkpoint buffers " +
+                          format_bytes(static_cast<double>(need.checkpoint_buffers)) +
+                          " (checkpoint.async)"
+                    : std::string()) +
+          ") but " + format_bytes(static_cast<double>(check.available)) + " is available to it (" +
           check.source + ", shared by " + std::to_string(check.sharing) + " rank" +
           (check.sharing == 1 ? "" : "s") + "; " + reserve + " kept for the runtime leaves " +
           format_bytes(static_cast<double>(check.usable)) + "). To need less per rank: " + keys +
@@ -229,17 +236,66 @@ int run_training(const Deck& deck, std::ostream& out) {
   }
   const int steps = deck.train.steps;
   const int interval = deck.checkpoint.interval;
-  int saved = -1;          // the step of the last checkpoint written by this run
-  double longest_save = 0; // seconds
-  auto save = [&](int done) {
+  const bool background = trainer.saves_in_background();
+  if (!trainer.async_note().empty())
+    say << "warning: " << trainer.async_note() << "\n";
+  else if (background)
+    say << "checkpoints: written in the background (checkpoint.async), "
+        << format_bytes(static_cast<double>(mem.checkpoint_buffers)) << " of host buffers\n";
+  int saved = -1;          // the step of the last checkpoint this run took
+  double longest_save = 0; // seconds: a synchronous save, or a background write
+  // A checkpoint that could not be written: the end of the run, or with
+  // checkpoint.on_error = "warn" a warning while training goes on.
+  auto failed = [&](const std::string& error, bool at_end) {
+    if (deck.checkpoint.on_error != "warn" || at_end)
+      throw Error(error, true);
+    say << "warning: " << error << "; training goes on (checkpoint.on_error = \"warn\")\n"
+        << std::flush;
+  };
+  // A background write that every rank has finished.
+  auto written = [&](const train::BackgroundResult& r, bool at_end) {
+    if (!r.error.empty())
+      return failed(r.error, at_end);
+    longest_save = std::max(longest_save, r.seconds);
+    std::snprintf(line, sizeof(line), " (written in the background in %.2f s)", r.seconds);
+    say << "checkpoint " << r.path << line << "\n" << std::flush;
+  };
+  auto prune_after = [&deck](int done) {
+    return [dir = deck.checkpoint.dir, keep = deck.checkpoint.keep, done] {
+      train::prune_checkpoints(dir, keep, done);
+    };
+  };
+  // Takes the checkpoint after `done` steps; returns the milliseconds the loop spent
+  // on it. Into `step` (the metrics of the step before; null at the end): the time spent
+  // waiting for the background write in flight, and what became of it.
+  auto save = [&](int done, bool at_end, train::StepMetrics* step) {
     Kokkos::Timer timer;
     const std::string path = train::checkpoint_path(deck.checkpoint.dir, done);
-    trainer.save(path);
-    if (trainer.is_root())
-      train::prune_checkpoints(deck.checkpoint.dir, deck.checkpoint.keep, done);
-    longest_save = std::max(longest_save, timer.seconds());
+    if (const auto in_flight = trainer.finish_background_save()) {
+      if (step) {
+        step->checkpoint_wait_ms = timer.seconds() * 1e3;
+        step->background = *in_flight;
+      }
+      written(*in_flight, at_end);
+    }
     saved = done;
+    if (background && !at_end) {
+      trainer.save_in_background(path, prune_after(done));
+      return timer.seconds() * 1e3;
+    }
+    try {
+      trainer.save(path);
+    } catch (const Error& e) {
+      if (!e.collective()) // one rank's own failure: the job cannot agree on going on
+        throw;
+      failed(e.what(), at_end);
+      return timer.seconds() * 1e3;
+    }
+    if (trainer.is_root())
+      prune_after(done)();
+    longest_save = std::max(longest_save, timer.seconds());
     say << "checkpoint " << path << "\n" << std::flush;
+    return timer.seconds() * 1e3;
   };
   // A checkpoint holds the parameters and both AdamW moments in float32.
   const Deadline deadline(deck.train.time_limit_s, clock_start, end_time_from_environment(),
@@ -264,15 +320,15 @@ int run_training(const Deck& deck, std::ostream& out) {
     const int signal = StopSignals::received();
     vote.sigterm = signal == SIGTERM;
     vote.sigusr1 = signal == SIGUSR1;
-    vote.deadline = deadline.too_near(2 * longest_step + deadline.save_estimate(longest_save));
+    // The save at a stop may first wait for a background write: twice the longest.
+    vote.deadline = deadline.too_near(2 * longest_step +
+                                      deadline.save_estimate((background ? 2 : 1) * longest_save));
     trainer.vote_stop(vote);
     last = trainer.step();
     total_ms += last.ms;
     wait_ms += last.wait_ms;
     train::accumulate(split_sum, last.time);
     longest_step = std::max(longest_step, last.ms / 1e3);
-    if (metrics.is_open())
-      metrics << train::format_json(last) << "\n" << std::flush;
     stopped = last.stop.any() && s + 1 < steps;
     if (last.peak_raised && !told_peak_raised) {
       told_peak_raised = true;
@@ -287,19 +343,25 @@ int run_training(const Deck& deck, std::ostream& out) {
       say << train::format_step(last, steps, total_ms / run * (steps - s - 1) / 1e3) << "\n"
           << std::flush;
     }
+    if (!last.background.path.empty())
+      written(last.background, false);
     // A checkpoint is taken only after a step that updated the model (docs/reliability.md).
     if (interval > 0 && (s + 1) % interval == 0 && s + 1 < steps && !stopped) {
       if (last.skipped)
         say << "no checkpoint after step " << s << ": it was skipped (non-finite)\n" << std::flush;
       else
-        save(s + 1);
+        last.checkpoint_ms = save(s + 1, false, &last);
     }
+    if (metrics.is_open())
+      metrics << train::format_json(last) << "\n" << std::flush;
     if (pause_ms > 0 && !stopped)
       std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }
   if (steps > first) {
     if (saved != trainer.steps_done())
-      save(trainer.steps_done());
+      save(trainer.steps_done(), true, nullptr);
+    else if (const auto in_flight = trainer.finish_background_save())
+      written(*in_flight, true);
     if (plan.stages > 1) {
       // Wall-clock share of the step each stage spent waiting for its neighbours.
       const comm::Group& pp = trainer.grid().pp();

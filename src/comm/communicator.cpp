@@ -55,4 +55,10 @@ std::vector<int> Communicator::world_ranks() const {
   return out;
 }
 
+bool threads_may_call_mpi() {
+  int level = MPI_THREAD_SINGLE;
+  CUBELM_MPI_CHECK(MPI_Query_thread(&level));
+  return level == MPI_THREAD_MULTIPLE;
+}
+
 } // namespace cubelm::comm

@@ -40,22 +40,29 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kAbortGraceSeconds = 5;
 
-// The blocking wait of the thread that talks to MPI: written by Scope (group and
-// op first, then `since` with release), read by the monitor (`since` with
-// acquire, then group and op, then `since` again to see that they belong together).
-std::atomic<const char*> g_group{nullptr};
-std::atomic<const char*> g_op{nullptr};
-std::atomic<long long> g_since{0}; // steady-clock ns when the wait began; 0: no wait
+// The blocking wait of a thread that talks to MPI: written by Scope (group and op
+// first, then `since` with release), read by the monitor (`since` with acquire, then
+// group and op, then `since` again to see that they belong together). Slot 0 is the
+// main thread's; slot 1 a second thread's (watchdog::SecondThread: the background
+// checkpoint writer). The wait-time fields are written and read by the slot's thread only.
+struct Slot {
+  std::atomic<const char*> group{nullptr};
+  std::atomic<const char*> op{nullptr};
+  std::atomic<long long> since{0}; // steady-clock ns when the wait began; 0: no wait
+  // Time in blocking waits (comm/wait_time.hpp): the outermost Scope, main thread only.
+  int wait_depth = 0;
+  const char* wait_group = nullptr;
+  long long wait_start = 0;
+};
+Slot g_slots[2];
+thread_local Slot* t_slot = &g_slots[0];
+std::atomic<bool> g_second_taken{false};
 std::atomic<int> g_step{-1};
 std::atomic<int> g_micro{-1};
 std::atomic<bool> g_armed{false};
 
-// Time in blocking waits (comm/wait_time.hpp): the outermost Scope of the thread that
-// talks to MPI, and the seconds of each group (interned names: equal names, equal
-// pointers), written and read by that thread only.
-int g_wait_depth = 0;
-const char* g_wait_group = nullptr;
-long long g_wait_start = 0;
+// The seconds of each group (interned names: equal names, equal pointers), written and
+// read by the main thread only.
 std::vector<std::pair<const char*, double>>& wait_totals() {
   static std::vector<std::pair<const char*, double>> totals = [] {
     std::vector<std::pair<const char*, double>> v;
@@ -106,20 +113,24 @@ std::chrono::milliseconds tick(double timeout_s) {
 // One look at the main thread's wait and at the backends' work in flight; time
 // before `not_before` (ns) does not count.
 void check(double timeout_s, long long not_before) {
-  const long long since = g_since.load(std::memory_order_acquire);
-  if (since != 0) {
+  for (const Slot& slot : g_slots) {
+    const long long since = slot.since.load(std::memory_order_acquire);
+    if (since == 0)
+      continue;
     const double waited =
         static_cast<double>(detail::now_ns() - std::max(since, not_before)) * 1e-9;
     if (waited > timeout_s) {
       Stall s;
-      s.group = g_group.load(std::memory_order_relaxed);
-      s.op = g_op.load(std::memory_order_relaxed);
-      if (g_since.load(std::memory_order_acquire) == since) { // still the same wait
+      s.group = slot.group.load(std::memory_order_relaxed);
+      s.op = slot.op.load(std::memory_order_relaxed);
+      if (slot.since.load(std::memory_order_acquire) == since) { // still the same wait
         s.rank = detail::rank();
         s.seconds = waited;
         s.step = detail::step();
         s.micro = detail::micro_batch();
         s.timeout_s = timeout_s;
+        if (&slot != &g_slots[0])
+          s.where = "(the background checkpoint writer)";
         abort_job(s);
       }
     }
@@ -199,45 +210,60 @@ const char* intern(const std::string& name) {
 }
 
 Scope::Scope(const char* group, const char* op) noexcept {
-  if (g_wait_depth++ == 0) {
-    g_wait_group = group;
-    g_wait_start = detail::now_ns();
+  Slot& slot = *t_slot;
+  if (&slot == &g_slots[0] && slot.wait_depth++ == 0) {
+    slot.wait_group = group;
+    slot.wait_start = detail::now_ns();
   }
   if (!g_armed.load(std::memory_order_relaxed))
     return;
   active_ = true;
-  since_ = g_since.load(std::memory_order_relaxed);
+  since_ = slot.since.load(std::memory_order_relaxed);
   if (since_ != 0) {
-    group_ = g_group.load(std::memory_order_relaxed);
-    op_ = g_op.load(std::memory_order_relaxed);
+    group_ = slot.group.load(std::memory_order_relaxed);
+    op_ = slot.op.load(std::memory_order_relaxed);
   }
-  g_group.store(group, std::memory_order_relaxed);
-  g_op.store(op, std::memory_order_relaxed);
-  g_since.store(detail::now_ns(), std::memory_order_release);
+  slot.group.store(group, std::memory_order_relaxed);
+  slot.op.store(op, std::memory_order_relaxed);
+  slot.since.store(detail::now_ns(), std::memory_order_release);
 }
 
 Scope::~Scope() {
-  if (--g_wait_depth == 0)
-    add_wait(g_wait_group, detail::now_ns() - g_wait_start);
+  Slot& slot = *t_slot;
+  if (&slot == &g_slots[0] && --slot.wait_depth == 0)
+    add_wait(slot.wait_group, detail::now_ns() - slot.wait_start);
   if (!active_)
     return;
   if (since_ == 0) {
-    g_since.store(0, std::memory_order_release);
+    slot.since.store(0, std::memory_order_release);
     return;
   }
   // Back in the enclosing wait; the inner one completed, so its clock restarts.
-  g_group.store(group_, std::memory_order_relaxed);
-  g_op.store(op_, std::memory_order_relaxed);
-  g_since.store(detail::now_ns(), std::memory_order_release);
+  slot.group.store(group_, std::memory_order_relaxed);
+  slot.op.store(op_, std::memory_order_relaxed);
+  slot.since.store(detail::now_ns(), std::memory_order_release);
+}
+
+SecondThread::SecondThread() {
+  if (g_second_taken.exchange(true))
+    throw InternalError("watchdog::SecondThread: a second thread already talks to MPI");
+  t_slot = &g_slots[1];
+}
+
+SecondThread::~SecondThread() {
+  g_slots[1].since.store(0, std::memory_order_release);
+  t_slot = &g_slots[0];
+  g_second_taken.store(false);
 }
 
 Wait current() {
   Wait w;
-  const long long since = g_since.load(std::memory_order_acquire);
+  const Slot& slot = g_slots[0];
+  const long long since = slot.since.load(std::memory_order_acquire);
   if (since == 0)
     return w;
-  w.group = or_unknown(g_group.load(std::memory_order_relaxed));
-  w.op = or_unknown(g_op.load(std::memory_order_relaxed));
+  w.group = or_unknown(slot.group.load(std::memory_order_relaxed));
+  w.op = or_unknown(slot.op.load(std::memory_order_relaxed));
   w.seconds = static_cast<double>(detail::now_ns() - since) * 1e-9;
   w.step = detail::step();
   w.micro = detail::micro_batch();

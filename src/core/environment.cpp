@@ -119,12 +119,15 @@ std::vector<DeviceKey> gather_devices(int world_rank, int world_size) {
 
 } // namespace
 
-Environment::Environment(int& argc, char**& argv) {
+Environment::Environment(int& argc, char**& argv, bool threads_call_mpi) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
-    // Only the thread that calls MPI_Init talks to MPI: OpenMP threads never do.
-    CUBELM_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level_));
+    // Only the thread that calls MPI_Init talks to MPI (OpenMP threads never do), unless
+    // a checkpoint writer thread is to write beside it (checkpoint.async).
+    CUBELM_MPI_CHECK(MPI_Init_thread(&argc, &argv,
+                                     threads_call_mpi ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
+                                     &thread_level_));
     owns_mpi_ = true;
   } else {
     CUBELM_MPI_CHECK(MPI_Query_thread(&thread_level_));

@@ -61,6 +61,10 @@ Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int s)
   mem.optimizer = 4 * (2 * moments + pieces);
   mem.activations =
       activation_bytes(deck.model, comm::layout_of(par), deck.micro_batch(), shape, values);
+  // The values and both moments of the rank's parameters (a replica writes none: this is
+  // the most a rank holds).
+  if (deck.checkpoint.async)
+    mem.checkpoint_buffers = 3 * 4 * params;
   return mem;
 }
 

@@ -384,7 +384,7 @@ Prediction predict(const Deck& deck, const io::Machine& machine, const PredictOp
   const double world = layout.world_size() > 1
                            ? collective_seconds(comm::Kind::all_reduce, where.at("world"), 1,
                                                 2.0 * (layout.world_size() - 1) /
-                                                    layout.world_size() * 8 * StepSums::count(cfg),
+                                                    layout.world_size() * 8 * StepSums::count(deck),
                                                 machine)
                            : 0;
   out.critical_stage = static_cast<int>(critical);

@@ -299,7 +299,7 @@ std::vector<TrafficVolume> traffic_per_step(const Deck& deck, const pipeline::Pi
   const int world = layout.world_size();
   if (world > 1) {
     t.size("world", world);
-    t.add("world", Kind::all_reduce, 1, StepSums::count(deck.model), 8);
+    t.add("world", Kind::all_reduce, 1, StepSums::count(deck), 8);
   }
   return t.volumes();
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <functional>
 #include <numeric>
 #include <sstream>
+#include <thread>
 #include <type_traits>
 
 namespace cubelm::io {
@@ -582,14 +584,26 @@ namespace {
 
 // Test hook: CUBELM_TEST_PAUSE_BEFORE_RENAME=<file name> stops rank 0 for good once the
 // data of that checkpoint is written, flushed and closed on every rank but before the
-// rename, so that a test can kill the job at the worst moment (docs/reliability.md).
+// rename, so that a test can kill the job at the worst moment (docs/reliability.md);
+// "<file name>:<ms>" pauses that long instead (a background write that a test signals
+// the job during).
 void pause_before_rename(const std::string& path) {
-  const char* name = std::getenv("CUBELM_TEST_PAUSE_BEFORE_RENAME");
-  if (name == nullptr || fs::path(path).filename() != name)
+  const char* value = std::getenv("CUBELM_TEST_PAUSE_BEFORE_RENAME");
+  if (value == nullptr)
     return;
-  std::fprintf(stderr, "cubelm: test hook: rank 0 (pid %ld) paused before renaming %s\n",
-               static_cast<long>(::getpid()), path.c_str());
+  const std::string hook = value;
+  const std::size_t colon = hook.find(':');
+  if (fs::path(path).filename() != hook.substr(0, colon))
+    return;
+  const long ms = colon == std::string::npos ? -1 : std::atol(hook.c_str() + colon + 1);
+  std::fprintf(stderr, "cubelm: test hook: rank 0 (pid %ld) paused before renaming %s%s\n",
+               static_cast<long>(::getpid()), path.c_str(),
+               ms >= 0 ? (" for " + std::to_string(ms) + " ms").c_str() : "");
   std::fflush(stderr);
+  if (ms >= 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return;
+  }
   for (;;)
     ::pause();
 }

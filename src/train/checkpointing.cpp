@@ -58,19 +58,6 @@ std::vector<std::pair<int, std::string>> checkpoints_in(const std::string& dir) 
   return found;
 }
 
-// Replicas write nothing: each element of the global tensor is written once.
-void write_tensor(io::CheckpointWriter& w, const std::string& path, const tp::ParamBlock<real>& p,
-                  const kernels::Vec<real>* data) {
-  const io::Block block = p.writer ? block_of(p) : io::Block::none();
-  if (data) {
-    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), *data);
-    w.write(path, shape_of(p), block, host.data());
-  } else {
-    const std::vector<float> zeros(static_cast<std::size_t>(p.size()), 0.0f);
-    w.write(path, shape_of(p), block, zeros.data());
-  }
-}
-
 // Every rank reads its own block, whatever layout wrote the file.
 void read_tensor(const io::CheckpointReader& r, const std::string& path,
                  const tp::ParamBlock<real>& p, const kernels::Vec<real>& dst) {
@@ -274,53 +261,161 @@ std::map<std::string, std::size_t> local_indices(const model::ShardedGPT<T>& mod
 
 } // namespace
 
+namespace {
+
+// What one checkpoint writes, in the order every rank writes it: each tensor with its
+// stored shape, this rank's block of it and where its values are (none: zeros).
+struct Item {
+  std::string path;
+  std::vector<std::uint64_t> shape;
+  io::Block block;
+  const kernels::Vec<real>* source = nullptr;
+};
+
 template <class T>
-void save_checkpoint(const std::string& path, const Deck& deck, const model::ShardedGPT<T>& model,
-                     const std::vector<kernels::Vec<real>>* m,
-                     const std::vector<kernels::Vec<real>>* v, int step,
-                     const comm::Communicator& comm, int optimizer_step) {
-  const fs::path parent = fs::path(path).parent_path();
-  if (comm.rank() == 0 && !parent.empty()) {
-    std::error_code ec;
-    fs::create_directories(parent, ec); // a failure surfaces as the writer's clear error
-  }
-  io::CheckpointWriter w(path, comm);
+std::vector<Item> checkpoint_items(const model::ShardedGPT<T>& model,
+                                   const std::vector<kernels::Vec<real>>* m,
+                                   const std::vector<kernels::Vec<real>>* v) {
+  std::vector<Item> items;
   const auto& params = model.params();
   const auto tensors = all_tensors(model.config());
   const auto index = local_indices(model);
-  const float nothing = 0.0f;
   // The values, then AdamW's moments (zeros when there are none).
   const std::pair<const char*, const std::vector<kernels::Vec<real>>*> parts[] = {
       {"/model/", nullptr}, {"/optimizer/m/", m}, {"/optimizer/v/", v}};
   for (std::size_t k = 0; k < 3; ++k)
     for (const auto& [name, shape] : tensors) {
+      Item item{parts[k].first + name, shape, io::Block::none(), nullptr};
       const auto it = index.find(name);
-      const std::string path = parts[k].first + name;
-      if (it == index.end()) {
-        w.write(path, shape, io::Block::none(), &nothing);
-        continue;
+      if (it != index.end()) {
+        const auto& p = params[it->second];
+        // Replicas write nothing: each element of the global tensor is written once.
+        item.shape = shape_of(p);
+        item.block = p.writer ? block_of(p) : io::Block::none();
+        const auto* moments = parts[k].second;
+        item.source = k == 0 ? &p.value : moments ? &(*moments)[it->second] : nullptr;
       }
-      const auto& p = params[it->second];
-      const auto* moments = parts[k].second;
-      write_tensor(w, path, p, k == 0 ? &p.value : moments ? &(*moments)[it->second] : nullptr);
+      items.push_back(std::move(item));
     }
-  const std::int64_t tokens =
-      static_cast<std::int64_t>(step) * deck.train.global_batch * deck.model.seq_len;
+  return items;
+}
+
+} // namespace
+
+CheckpointAttributes CheckpointAttributes::of(const Deck& deck, int step, int optimizer_step) {
+  CheckpointAttributes a;
+  a.step = step;
+  a.tokens_seen = static_cast<std::int64_t>(step) * deck.train.global_batch * deck.model.seq_len;
+  a.deck = deck.text;
+  a.layout = comm::layout_of(deck.parallel).describe();
+  a.padded_vocab_size = tp::padded_vocab(deck.model, comm::layout_of(deck.parallel));
+  a.seed = static_cast<std::int64_t>(deck.train.seed);
+  a.run = identity_text(run_identity(deck));
+  a.optimizer_step = optimizer_step < 0 ? step : optimizer_step;
+  return a;
+}
+
+namespace {
+
+void make_parent(const std::string& path, const comm::Communicator& comm) {
+  const fs::path parent = fs::path(path).parent_path();
+  if (comm.rank() == 0 && !parent.empty()) {
+    std::error_code ec;
+    fs::create_directories(parent, ec); // a failure surfaces as the writer's clear error
+  }
+}
+
+void write_attributes(io::CheckpointWriter& w, const CheckpointAttributes& a) {
   w.set_attribute("/", "version", kCheckpointVersion);
-  w.set_attribute("/", "step", static_cast<std::int64_t>(step));
-  w.set_attribute("/", "tokens_seen", tokens);
-  w.set_attribute("/", "deck", deck.text);
-  w.set_attribute("/", "layout", comm::layout_of(deck.parallel).describe());
+  w.set_attribute("/", "step", a.step);
+  w.set_attribute("/", "tokens_seen", a.tokens_seen);
+  w.set_attribute("/", "deck", a.deck);
+  w.set_attribute("/", "layout", a.layout);
   // /model/wte holds the vocabulary's rows only; the run that wrote it computed with
   // this many (the rest zero padding), which any layout may choose differently.
-  w.set_attribute("/", "padded_vocab_size",
-                  tp::padded_vocab(deck.model, comm::layout_of(deck.parallel)));
-  w.set_attribute("/", "seed", static_cast<std::int64_t>(deck.train.seed));
-  w.set_attribute("/", "data_cursor", static_cast<std::int64_t>(step));
-  w.set_attribute("/", "run", identity_text(run_identity(deck)));
-  w.set_attribute("/optimizer", "step",
-                  static_cast<std::int64_t>(optimizer_step < 0 ? step : optimizer_step));
+  w.set_attribute("/", "padded_vocab_size", a.padded_vocab_size);
+  w.set_attribute("/", "seed", a.seed);
+  w.set_attribute("/", "data_cursor", a.step);
+  w.set_attribute("/", "run", a.run);
+  w.set_attribute("/optimizer", "step", a.optimizer_step);
   w.close();
+}
+
+} // namespace
+
+template <class T>
+void save_checkpoint(const std::string& path, const Deck& deck, const model::ShardedGPT<T>& model,
+                     const std::vector<kernels::Vec<real>>* m,
+                     const std::vector<kernels::Vec<real>>* v, int step,
+                     const comm::Communicator& comm, int optimizer_step) {
+  make_parent(path, comm);
+  io::CheckpointWriter w(path, comm);
+  const float nothing = 0.0f;
+  for (const Item& item : checkpoint_items(model, m, v)) {
+    if (item.block.empty()) {
+      w.write(item.path, item.shape, item.block, &nothing);
+    } else if (item.source) { // one tensor at a time in host memory (a GPU's copy)
+      const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), *item.source);
+      w.write(item.path, item.shape, item.block, host.data());
+    } else {
+      const std::vector<float> zeros(static_cast<std::size_t>(item.block.size()), 0.0f);
+      w.write(item.path, item.shape, item.block, zeros.data());
+    }
+  }
+  write_attributes(w, CheckpointAttributes::of(deck, step, optimizer_step));
+}
+
+template <class T>
+void CheckpointSnapshot::take(const Deck& deck, const model::ShardedGPT<T>& model,
+                              const std::vector<kernels::Vec<real>>& m,
+                              const std::vector<kernels::Vec<real>>& v, int step,
+                              int optimizer_step) {
+  const std::vector<Item> items = checkpoint_items(model, &m, &v);
+  std::int64_t total = 0;
+  for (const Item& item : items)
+    total += static_cast<std::int64_t>(item.block.size());
+  if (static_cast<std::int64_t>(buffer_.extent(0)) != total)
+    buffer_ = Kokkos::View<float*, Kokkos::HostSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::checkpoint_snapshot"),
+        static_cast<std::size_t>(total));
+  tensors_.clear();
+  std::int64_t at = 0;
+  for (const Item& item : items) {
+    const std::int64_t n = static_cast<std::int64_t>(item.block.size());
+    tensors_.push_back({item.path, item.shape, item.block, at});
+    if (n > 0) // the block's values are the first n of the rank's (blocks are row-major)
+      Kokkos::deep_copy(Kokkos::subview(buffer_, std::make_pair(at, at + n)),
+                        Kokkos::subview(*item.source, std::make_pair(std::int64_t(0), n)));
+    at += n;
+  }
+  Kokkos::fence();
+  attributes_ = CheckpointAttributes::of(deck, step, optimizer_step);
+}
+
+void CheckpointSnapshot::write(const std::string& path, const comm::Communicator& comm) const {
+  make_parent(path, comm);
+  io::CheckpointWriter w(path, comm);
+  for (const Tensor& t : tensors_)
+    w.write(t.path, t.shape, t.block, buffer_.data() + t.offset);
+  write_attributes(w, attributes_);
+}
+
+template <class T>
+std::int64_t CheckpointSnapshot::bytes_for(const model::ShardedGPT<T>& model) {
+  std::int64_t total = 0;
+  for (const Item& item : checkpoint_items(model, nullptr, nullptr))
+    total += static_cast<std::int64_t>(item.block.size());
+  return total * static_cast<std::int64_t>(sizeof(float));
+}
+
+void CheckpointSnapshot::reserve(std::int64_t bytes) {
+  // Zero-filled: every page is touched here rather than during the first take().
+  buffer_ = Kokkos::View<float*, Kokkos::HostSpace>(
+      "cubelm::checkpoint_snapshot", static_cast<std::size_t>(bytes) / sizeof(float));
+}
+
+std::int64_t CheckpointSnapshot::bytes() const {
+  return static_cast<std::int64_t>(buffer_.extent(0) * sizeof(float));
 }
 
 template <class T>
@@ -363,6 +458,10 @@ int load_checkpoint(const std::string& path, model::ShardedGPT<T>& model,
 }
 
 #define CUBELM_INSTANTIATE_CHECKPOINTS(T)                                                          \
+  template std::int64_t CheckpointSnapshot::bytes_for<T>(const model::ShardedGPT<T>&);             \
+  template void CheckpointSnapshot::take<T>(const Deck&, const model::ShardedGPT<T>&,              \
+                                            const std::vector<kernels::Vec<real>>&,                \
+                                            const std::vector<kernels::Vec<real>>&, int, int);     \
   template void save_checkpoint<T>(const std::string&, const Deck&, const model::ShardedGPT<T>&,   \
                                    const std::vector<kernels::Vec<real>>*,                         \
                                    const std::vector<kernels::Vec<real>>*, int,                    \

@@ -251,7 +251,8 @@ std::vector<Vec<real>> DataParallel::moments(int which) const {
   // The moments of every element of the stage, laid out as values_.
   Vec<real> full = mine;
   if (zero_) {
-    full = Vec<real>("cubelm::moments_gathered", values_.extent(0));
+    full = Vec<real>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::moments_gathered"),
+                     values_.extent(0));
     for (const auto& b : buckets_)
       if (b.shards > 1)
         b.group->all_gather(exec, range(mine, b.moment_first, b.size / b.shards),
@@ -259,13 +260,12 @@ std::vector<Vec<real>> DataParallel::moments(int which) const {
       else
         Kokkos::deep_copy(exec, range(full, b.first, b.size), range(mine, b.moment_first, b.size));
   }
+  // Views into them, no copy: a checkpoint reads them at once (and a snapshot copies them
+  // once, into its own buffers).
   std::vector<Vec<real>> out;
   const Blocks& params = params_;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    Vec<real> copy("cubelm::moment", params[i]->size());
-    Kokkos::deep_copy(exec, copy, range(full, offset_[i], params[i]->size()));
-    out.push_back(copy);
-  }
+  for (std::size_t i = 0; i < params.size(); ++i)
+    out.push_back(range(full, offset_[i], params[i]->size()));
   exec.fence();
   return out;
 }

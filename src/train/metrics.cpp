@@ -117,7 +117,15 @@ std::string format_json(const StepMetrics& m) {
     out << (i == 0 ? "" : ", ") << "\"" << m.time.comm_ms[i].first
         << "\": " << m.time.comm_ms[i].second;
   out << "}, \"idle_ms\": " << m.time.idle_ms << ", \"step_ms\": " << m.time.ms
-      << ", \"skipped\": " << (m.skipped ? "true" : "false") << ", \"comm\": {";
+      << ", \"skipped\": " << (m.skipped ? "true" : "false");
+  if (m.checkpoint_ms >= 0)
+    out << ", \"checkpoint_ms\": " << m.checkpoint_ms
+        << ", \"checkpoint_wait_ms\": " << m.checkpoint_wait_ms;
+  if (!m.background.path.empty())
+    out << ", \"checkpoint_written\": {\"step\": " << m.background.step
+        << ", \"write_s\": " << m.background.seconds
+        << ", \"ok\": " << (m.background.error.empty() ? "true" : "false") << "}";
+  out << ", \"comm\": {";
   bool first = true;
   for (const auto& e : m.traffic) {
     if (e.calls == 0)

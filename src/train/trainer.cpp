@@ -76,6 +76,49 @@ Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
   split_mine_ = Kokkos::View<double*, Kokkos::HostSpace>("cubelm::time_split", n);
   split_all_ =
       Kokkos::View<double*, Kokkos::HostSpace>("cubelm::time_splits", n * grid().world().size());
+  if (deck.checkpoint.async) {
+    if (comm::threads_may_call_mpi()) {
+      saves_ = std::make_unique<BackgroundSaves>(comm_);
+      with_model([&](const auto& model) {
+        saves_->snapshot().reserve(CheckpointSnapshot::bytes_for(model));
+      });
+    } else
+      async_note_ = "checkpoint.async = true, but MPI does not run at MPI_THREAD_MULTIPLE (a "
+                    "writer thread needs it; `cubelm train` asks for it when the deck sets "
+                    "checkpoint.async): checkpoints are written synchronously";
+  }
+}
+
+void Trainer::save_in_background(const std::string& path, std::function<void()> after_commit) {
+  CUBELM_ASSERT(saves_ != nullptr, "Trainer::save_in_background: no background writer");
+  CUBELM_ASSERT(!saves_->in_flight(), "Trainer::save_in_background: a write is in flight");
+  const auto m = dp_->moments(0), v = dp_->moments(1);
+  with_model(
+      [&](const auto& model) { saves_->snapshot().take(deck_, model, m, v, step_, updates_); });
+  saves_->start(path, comm_.rank() == 0 ? std::move(after_commit) : std::function<void()>());
+}
+
+namespace {
+
+// A background write's result, the same on every rank: `failed` ranks' writes failed.
+BackgroundResult agreed(BackgroundResult r, int failed) {
+  if (r.error.empty() && failed > 0)
+    r.error = "checkpoint " + r.path + ": the background write failed on " +
+              std::to_string(failed) + " rank(s) (their messages are in their output)";
+  return r;
+}
+
+} // namespace
+
+std::optional<BackgroundResult> Trainer::finish_background_save() {
+  if (!saves_ || !saves_->in_flight())
+    return std::nullopt;
+  BackgroundResult r = saves_->wait();
+  Kokkos::View<double*, Kokkos::HostSpace> failed("cubelm::save_failed", 1);
+  failed(0) = r.error.empty() ? 0.0 : 1.0;
+  if (grid().world().size() > 1) // on the uncounted group: no step's traffic
+    grid().metrics().all_reduce(HostExecSpace(), failed);
+  return agreed(std::move(r), static_cast<int>(failed(0)));
 }
 
 TimeSplit Trainer::split(double ms,
@@ -136,6 +179,9 @@ std::vector<const tp::ParamBlock<real>*> Trainer::params() const {
 cost::Memory Trainer::memory() const {
   cost::Memory mem = with_model([](const auto& model) { return model.memory(); });
   mem.optimizer = dp_->optimizer_bytes();
+  if (saves_)
+    mem.checkpoint_buffers =
+        with_model([](const auto& model) { return CheckpointSnapshot::bytes_for(model); });
   return mem;
 }
 
@@ -244,8 +290,12 @@ StepMetrics Trainer::step() {
   // The MoE layers' load-balancing loss (trained on, reported apart from the loss): each
   // rank's share of the tokens (the tensor-parallel ranks route a share each).
   sums.aux = with_model([](auto& model) { return model.take_aux_sum(); });
+  // Whether this rank's background writer is done: when no rank's is, every rank takes
+  // the result at this step.
+  sums.save_pending = saves_ && saves_->running() ? 1.0 : 0.0;
+  sums.save_failed = saves_ && saves_->failed() ? 1.0 : 0.0;
   vote_ = StopVotes{};
-  const int n = cost::StepSums::count(deck_.model);
+  const int n = cost::StepSums::count(deck_);
   sums.pack(sums_.data(), n);
   if (grid.world().size() > 1)
     grid.world().all_reduce(HostExecSpace(), Kokkos::subview(sums_, std::make_pair(0, n)));
@@ -259,6 +309,8 @@ StepMetrics Trainer::step() {
   m.stop.sigterm = static_cast<int>(sums.sigterm);
   m.stop.sigusr1 = static_cast<int>(sums.sigusr1);
   m.stop.deadline = static_cast<int>(sums.deadline);
+  if (saves_ && saves_->in_flight() && sums.save_pending == 0)
+    m.background = agreed(saves_->wait(), static_cast<int>(sums.save_failed));
   m.lr = learning_rate(deck_.optimizer, deck_.train.steps, step_);
   // The numeric guard: both sums are reduced over the world, so every rank sees the
   // same values and takes the same decision. A non-finite step leaves parameters

@@ -4,6 +4,7 @@
 #include "cubelm/comm/layout.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/cost/deck.hpp"
+#include "cubelm/cost/memory.hpp"
 
 #include <gtest/gtest.h>
 
@@ -53,6 +54,8 @@ TEST(Deck, EmptyDeckGivesTheDocumentedDefaults) {
   EXPECT_EQ(d.checkpoint.resume, "none");
   EXPECT_EQ(d.checkpoint.dir, "checkpoints"); // a deck given as text
   EXPECT_FALSE(d.checkpoint.allow_other_run);
+  EXPECT_FALSE(d.checkpoint.async);
+  EXPECT_EQ(d.checkpoint.on_error, "fail");
   EXPECT_EQ(d.log.interval, 1);
   EXPECT_DOUBLE_EQ(d.parallel.timeout_s, 600.0);
 }
@@ -157,6 +160,21 @@ TEST(Deck, WrongTypes) {
   EXPECT_HAS(error_of("[train]\nsteps = 3000000000\n"), "must fit a 32-bit integer");
 }
 
+// Background checkpoints: three float32 copies (values and both moments) of the rank's
+// parameters in host memory, apart from the device's total.
+TEST(Deck, BackgroundCheckpointBuffersAreEstimated) {
+  const Deck sync = cost::parse_deck("[parallel]\ntensor_mode = \"1d\"\ntensor_size = 2\n");
+  const Deck async = cost::parse_deck(
+      "[parallel]\ntensor_mode = \"1d\"\ntensor_size = 2\n[checkpoint]\nasync = true\n"
+      "on_error = \"warn\"\n");
+  EXPECT_TRUE(async.checkpoint.async);
+  EXPECT_EQ(async.checkpoint.on_error, "warn");
+  const cost::Memory a = cost::estimate_memory(async), s = cost::estimate_memory(sync);
+  EXPECT_EQ(s.checkpoint_buffers, 0);
+  EXPECT_EQ(a.checkpoint_buffers, 3 * a.parameters); // fp32: 4 bytes a parameter
+  EXPECT_EQ(a.total(), s.total());
+}
+
 TEST(Deck, RulesNameTheValueAndTheRule) {
   EXPECT_HAS(error_of("[model]\nhidden = 100\nheads = 3\n"),
              "deck.toml:2: model.hidden = 100: must be divisible by model.heads = 3");
@@ -191,6 +209,9 @@ TEST(Deck, RulesNameTheValueAndTheRule) {
   EXPECT_HAS(error_of("[data]\nformat = \"llmc\"\n"), "needs data.path");
   EXPECT_HAS(error_of("[data]\nsampler = \"random\"\n"), "\"sequential\", \"shuffle\"");
   EXPECT_HAS(error_of("[checkpoint]\ninterval = -1\n"), "checkpoint.interval = -1");
+  EXPECT_HAS(error_of("[checkpoint]\non_error = \"ignore\"\n"),
+             "checkpoint.on_error = \"ignore\": must be one of \"fail\", \"warn\"");
+  EXPECT_HAS(error_of("[checkpoint]\nasync = 1\n"), "checkpoint.async");
   EXPECT_HAS(error_of("[log]\ninterval = 0\n"), "log.interval = 0: must be at least 1");
 }
 

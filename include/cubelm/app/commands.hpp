@@ -33,6 +33,12 @@ std::string check_json(const Deck& deck, const std::string& deck_path);
 /// \brief `cubelm train DECK`: validates the deck, then trains (train/trainer.hpp).
 int run_train(const std::string& deck_path, const Environment& env);
 
+/// \brief Whether the command line is `cubelm train DECK` with a deck that sets
+/// checkpoint.async = true: then MPI must grant MPI_THREAD_MULTIPLE, which is chosen
+/// before MPI starts. Reads the deck; one that does not read answers false (run_train
+/// then reports it).
+bool train_wants_mpi_threads(int argc, char** argv);
+
 /// \brief `cubelm init DECK -o FILE`: the step-0 checkpoint (model, zero moments, attributes).
 int run_init(const std::string& deck_path, const std::string& output, const Environment& env);
 

@@ -44,4 +44,8 @@ private:
   int size_ = 0;
 };
 
+/// \brief True when MPI runs at MPI_THREAD_MULTIPLE: a second thread may talk to MPI
+/// (on a communicator of its own) while the main thread does.
+bool threads_may_call_mpi();
+
 } // namespace cubelm::comm

@@ -68,7 +68,7 @@ const char* intern(const std::string& name);
 /// \brief Marks a blocking wait in `op` ("all_reduce", "irecv", ...) on group
 /// `group` (an intern()ed name) from construction to destruction.
 ///
-/// For the thread that talks to MPI only. Scopes nest: the inner one is watched
+/// For the thread that talks to MPI (or a SecondThread). Scopes nest: the inner one is watched
 /// until it ends, then the outer one again (from its own start).
 class Scope {
 public:
@@ -84,6 +84,19 @@ private:
   long long since_ = 0;
 };
 
+/// \brief Marks the calling thread, while it lives, as the process's second thread that
+/// talks to MPI (the background checkpoint writer under MPI_THREAD_MULTIPLE): its
+/// Scopes are watched apart from the main thread's, a stall there is reported as the
+/// writer's, and its waits add nothing to comm/wait_time.hpp. One at a time (a second
+/// is an InternalError); construct it first thing in the thread, destroy it last.
+class SecondThread {
+public:
+  SecondThread();
+  ~SecondThread();
+  SecondThread(const SecondThread&) = delete;
+  SecondThread& operator=(const SecondThread&) = delete;
+};
+
 /// \brief What the monitor would report now, for tests and diagnostics.
 struct Wait {
   const char* group = nullptr; ///< nullptr: no wait in progress
@@ -92,7 +105,7 @@ struct Wait {
   int step = -1;
   int micro = -1;
 };
-/// \brief The blocking wait in progress, if any (group == nullptr otherwise).
+/// \brief The main thread's blocking wait in progress, if any (group == nullptr otherwise).
 Wait current();
 
 /// \brief A stuck or failed operation as the message names it.

@@ -130,6 +130,12 @@ struct CheckpointConfig {
   /// resume from a checkpoint of another run (other model keys, data, seed, batch or
   /// precision: train::run_identity), e.g. to start from its weights on new data
   bool allow_other_run = false;
+  /// write checkpoints in the background: the step copies the tensors into host buffers
+  /// and training goes on while a writer thread writes the file (docs/training.md)
+  bool async = false;
+  /// a checkpoint that cannot be written: "fail" ends the run with the error, "warn"
+  /// prints it and trains on (the checkpoint at the end of the run always fails)
+  std::string on_error = "fail";
 };
 
 struct LogConfig {

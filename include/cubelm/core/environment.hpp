@@ -17,7 +17,9 @@ namespace cubelm {
 /// from which the comm layer sees which ranks share a GPU.
 class Environment {
 public:
-  Environment(int& argc, char**& argv);
+  /// `threads_call_mpi`: MPI_THREAD_MULTIPLE is asked for (a background checkpoint
+  /// writer talks to MPI beside the main thread); else MPI_THREAD_FUNNELED.
+  Environment(int& argc, char**& argv, bool threads_call_mpi = false);
   ~Environment();
   Environment(const Environment&) = delete;
   Environment& operator=(const Environment&) = delete;

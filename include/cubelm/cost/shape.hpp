@@ -179,6 +179,10 @@ struct Memory {
   std::int64_t gradients = 0;
   std::int64_t optimizer = 0;   ///< AdamW moments m and v
   std::int64_t activations = 0; ///< saved activations and backward buffers of one micro-batch
+  /// host buffers of background checkpoints (checkpoint.async): the values and moments this
+  /// rank writes, in float32. Host memory, so not in total(), which a device holds; a CPU
+  /// run's admission check adds it.
+  std::int64_t checkpoint_buffers = 0;
   std::int64_t total() const { return parameters + gradients + optimizer + activations; }
 };
 

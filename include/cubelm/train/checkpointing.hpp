@@ -11,6 +11,7 @@
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/config.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/io/checkpoint.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 
 #include <cstdint>
@@ -78,6 +79,56 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 /// that loaded is never pruned in their favour; the run overwrites them as it
 /// reaches their steps. `committed` < 0 counts every checkpoint.
 void prune_checkpoints(const std::string& dir, int keep, int committed = -1);
+
+/// \brief The root and /optimizer attributes of a checkpoint after `step` steps.
+struct CheckpointAttributes {
+  std::int64_t step = 0;
+  std::int64_t tokens_seen = 0;
+  std::string deck;
+  std::string layout;
+  std::int64_t padded_vocab_size = 0;
+  std::int64_t seed = 0;
+  std::string run;
+  std::int64_t optimizer_step = 0;
+  /// `optimizer_step` < 0: `step`.
+  static CheckpointAttributes of(const Deck& deck, int step, int optimizer_step);
+};
+
+/// \brief One checkpoint copied to host buffers, to be written later by any thread (the
+/// background saves of checkpoint.async). take() copies, on the thread that runs the
+/// model, exactly what save_checkpoint would write: the blocks this rank writes (none
+/// for a replica) and the attributes. write() then makes the same file as
+/// save_checkpoint, with no Kokkos call. The buffer is kept for the next take().
+class CheckpointSnapshot {
+public:
+  template <class T>
+  void take(const Deck& deck, const model::ShardedGPT<T>& model,
+            const std::vector<kernels::Vec<real>>& m, const std::vector<kernels::Vec<real>>& v,
+            int step, int optimizer_step);
+  /// \brief Collective over `comm`: writes and commits the file `path`, as save_checkpoint.
+  void write(const std::string& path, const comm::Communicator& comm) const;
+  /// \brief Allocates the buffer for `bytes` (CheckpointSnapshot::bytes_for) and touches
+  /// its pages, so that the first take() pays for neither.
+  void reserve(std::int64_t bytes);
+  /// \brief The host memory the buffer holds.
+  std::int64_t bytes() const;
+  /// \brief The host memory take() needs for `model` on this rank.
+  template <class T>
+  static std::int64_t bytes_for(const model::ShardedGPT<T>& model);
+  /// \brief The step taken.
+  std::int64_t step() const { return attributes_.step; }
+
+private:
+  struct Tensor {
+    std::string path;
+    std::vector<std::uint64_t> shape;
+    io::Block block;
+    std::int64_t offset; ///< of the block's values in buffer_
+  };
+  std::vector<Tensor> tensors_;
+  Kokkos::View<float*, Kokkos::HostSpace> buffer_;
+  CheckpointAttributes attributes_;
+};
 
 /// \brief Collectively writes model (its master weights: float whatever it stores),
 /// moments (zeros when `m`/`v` are null) and attributes. `optimizer_step` (the AdamW

@@ -60,7 +60,8 @@ public:
   void update(const kernels::AdamW& hp, real clip = 1);
 
   /// \brief AdamW moments m (which = 0) or v (which = 1) of every parameter of the stage,
-  /// in params() order, whole blocks (gathered over dp under ZeRO).
+  /// in params() order, whole blocks (gathered over dp under ZeRO): views of the moments
+  /// the optimizer updates (of a gathered copy under ZeRO), valid until the next update.
   std::vector<kernels::Vec<real>> moments(int which) const;
   /// \brief Sets the moments from whole blocks (each rank keeps its shard).
   void set_moments(const std::vector<kernels::Vec<real>>& m,

@@ -21,6 +21,14 @@ struct StopVotes {
   bool any() const { return sigterm + sigusr1 + deadline > 0; }
 };
 
+/// \brief What became of one background checkpoint write (checkpoint.async).
+struct BackgroundResult {
+  std::string path;      ///< the checkpoint written (final name)
+  std::string error;     ///< "" when it was committed; else why not, naming the file
+  double seconds = 0;    ///< the writer's time, from start to commit
+  std::int64_t step = 0; ///< the steps the checkpoint holds
+};
+
 /// \brief A quantity of every rank: its mean and its largest value over the ranks.
 struct Spread {
   double mean = 0;
@@ -71,6 +79,13 @@ struct StepMetrics {
   bool skipped = false;
   /// ranks that asked to stop after this step, by reason (not written to the metrics)
   StopVotes stop;
+  /// a checkpoint was taken after this step: the milliseconds the training loop spent
+  /// on it (a synchronous save: all of it; a background one: waiting for the write in
+  /// flight, then copying to host buffers); negative: none
+  double checkpoint_ms = -1;
+  double checkpoint_wait_ms = 0; ///< of checkpoint_ms, waiting for the write in flight
+  /// a background write that every rank finished during this step (path empty: none)
+  BackgroundResult background;
   std::vector<comm::TrafficEntry> traffic; ///< the same per group and collective kind
 };
 

@@ -10,6 +10,7 @@
 #include "cubelm/io/sampler.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/pipeline/schedule.hpp"
+#include "cubelm/train/background_save.hpp"
 #include "cubelm/train/data_parallel.hpp"
 #include "cubelm/train/metrics.hpp"
 #include "cubelm/train/pipeline.hpp"
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,19 @@ public:
   double entropy_floor() const { return floor_; }
   /// \brief Writes model, moments and attributes after steps_done() steps.
   void save(const std::string& path) const;
+  /// \brief True when checkpoints are written in the background: checkpoint.async, with MPI
+  /// at MPI_THREAD_MULTIPLE (else async_note() says why they are not).
+  bool saves_in_background() const { return saves_ != nullptr; }
+  /// \brief Why checkpoint.async = true writes synchronously after all, or "".
+  const std::string& async_note() const { return async_note_; }
+  /// \brief Collective: copies the state after steps_done() steps into host buffers and
+  /// starts writing `path` from them in the background; training may go on at once. The
+  /// write in flight must have been finished first (finish_background_save). Rank 0 runs
+  /// `after_commit` on the writer thread once the file is committed (files only).
+  void save_in_background(const std::string& path, std::function<void()> after_commit);
+  /// \brief Collective: waits for the background write in flight, if any, and returns what
+  /// became of it, the same on every rank (a write that failed on any rank failed).
+  std::optional<BackgroundResult> finish_background_save();
   /// \brief Continues from a checkpoint: parameters, moments and the step counter. A
   /// checkpoint of another run (train::run_identity) is a train::OtherRunCheckpoint
   /// unless the deck sets checkpoint.allow_other_run; then resume_note() says what differs.
@@ -139,6 +154,9 @@ private:
   double peak_gflops_ = 0;
   double peak_share_ = 1;
   int peak_threads_ = 1;
+  std::string async_note_;
+  // Last, so that it goes first: the write in flight ends before anything it reads.
+  std::unique_ptr<BackgroundSaves> saves_;
 };
 
 } // namespace cubelm::train
