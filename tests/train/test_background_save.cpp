@@ -124,10 +124,10 @@ void expect_background_equals_sync(const std::vector<LayoutCase>& cases, const s
 } // namespace
 
 // Tensor (1D with and without sequence parallelism, 2D, 3D), pipeline (every schedule),
-// data (with ZeRO-1) and context parallelism.
+// data (with ZeRO-1) and context parallelism, and their combinations: the layouts of the
+// allocation tests.
 TEST(BackgroundSave, EqualsTheSynchronousSaveInEveryLayout) {
-  std::vector<LayoutCase> dense =
-      world_size() == 1 ? layout_cases("allocations") : layout_cases("pipeline");
+  std::vector<LayoutCase> dense = layout_cases("allocations");
   for (const LayoutCase& c : layout_cases("context"))
     dense.push_back(c);
   expect_background_equals_sync(dense, "");
