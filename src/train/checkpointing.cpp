@@ -388,7 +388,6 @@ void CheckpointSnapshot::take(const Deck& deck, const model::ShardedGPT<T>& mode
                         Kokkos::subview(*item.source, std::make_pair(std::int64_t(0), n)));
     at += n;
   }
-  Kokkos::fence();
   attributes_ = CheckpointAttributes::of(deck, step, optimizer_step);
 }
 

@@ -104,7 +104,7 @@ namespace {
 BackgroundResult agreed(BackgroundResult r, int failed) {
   if (r.error.empty() && failed > 0)
     r.error = "checkpoint " + r.path + ": the background write failed on " +
-              std::to_string(failed) + " rank(s) (their messages are in their output)";
+              std::to_string(failed) + " rank(s)";
   return r;
 }
 
@@ -180,8 +180,7 @@ cost::Memory Trainer::memory() const {
   cost::Memory mem = with_model([](const auto& model) { return model.memory(); });
   mem.optimizer = dp_->optimizer_bytes();
   if (saves_)
-    mem.checkpoint_buffers =
-        with_model([](const auto& model) { return CheckpointSnapshot::bytes_for(model); });
+    mem.checkpoint_buffers = saves_->snapshot().bytes(); // reserved for this model
   return mem;
 }
 
