@@ -111,6 +111,17 @@ local)
     fail "the sweep of a deck with a relative data.path failed"
   grep -q "^path = \"$work/text.bin\"" "$work/rel/rel/deck.toml" ||
     fail "the relative data.path was not made absolute: $(grep path "$work/rel/rel/deck.toml")"
+  # Held-out validation: the metrics carry val_loss, the report its last value.
+  sed -e 's/^synthetic_tokens = .*/&\nval_fraction = 0.1/' "${decks[0]}" >"$work/val.toml"
+  printf '\n[eval]\ninterval = 2\nbatches = 1\n' >>"$work/val.toml"
+  "$root/scripts/sweep" --steps 4 -o "$work/val" "$work/val.toml" >/dev/null || fail "the sweep with validation failed"
+  [ "$(grep -c '"val_loss": [0-9.]*, "val_ms"' "$work/val/val/metrics.jsonl")" = 2 ] ||
+    fail "not 2 validations in the metrics: $(grep -c val_loss "$work/val/val/metrics.jsonl")"
+  "$root/scripts/report" "$work/val" -o "$work/val-report" >/dev/null || fail "scripts/report of a run with validation failed"
+  grep -q "| final loss | final validation loss |" "$work/val-report/report.md" || fail "report.md has no validation column"
+  val=$(tr -d '\r' <"$work/val-report/report.csv" |
+        awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == "final_val_loss") c = i} NR == 2 {print $c}')
+  [[ "$val" =~ ^[0-9]+\.[0-9]+$ ]] || fail "report.csv: final_val_loss is '$val'"
   "$root/scripts/report" "$work/runs" "$work/llmc" -o "$work/report" || fail "scripts/report failed"
   [ "$(grep -c '^| \(none\|1d\) |' "$work/report/report.md")" = 3 ] || fail "report.md has not 3 rows"
   [ "$(ls "$work/report"/*.png | wc -l)" = 10 ] || fail "not 10 plots (2 campaigns)"
@@ -141,6 +152,8 @@ errors)
   expect_error "badline/metrics.jsonl:4: not a JSON object" report "$d"
   d=$(mk nosplit) && sed -i '2s/"compute_ms"/"compute"/' "$d/metrics.jsonl"
   expect_error "nosplit/metrics.jsonl:2: 'compute_ms' is missing" report "$d"
+  d=$(mk badval) && sed -i '2s/"loss": /"val_loss": "low", &/' "$d/metrics.jsonl"
+  expect_error "badval/metrics.jsonl:2: 'val_loss' is not a number" report "$d"
   d=$(mk twice) && sed -n 2p "$d/metrics.jsonl" >>"$d/metrics.jsonl"
   expect_error "twice/metrics.jsonl:4: step 1 again \(first on line 2\)" report "$d"
   d=$(mk badmode) && sed -i 's/^tensor_mode = .*/tensor_mode = "4d"/' "$d/deck.toml"

@@ -26,7 +26,9 @@ campaign: the median of the runs' start-up sgemm measurements of a node per
 thread they ran on, times each rank's threads and share of its node (raised to
 the highest rate a run reached, if one beat it). Bytes per rank are the median over the steps of `comm_bytes`, beside
 the closed form of `cubelm check --json`; memory is rank 0's allocation beside
-the estimate for the fullest rank; the final loss is the last step's.
+the estimate for the fullest rank; the final loss is the last step's, the final
+validation loss the last validation's (runs with data.val_fraction or data.val_path;
+the loss plot draws it dashed beside the training loss).
 """
 
 import argparse
@@ -72,12 +74,12 @@ CSV_COLUMNS = ["campaign", "model", "mode", "ranks", "layout", "global_batch", "
                "tokens_per_s", "speedup", "efficiency", "comm_bytes", "comm_bytes_closed_form", "mem_bytes",
                "mem_bytes_estimate", "gflop_per_rank_step", "peak_share", "peak_threads", "thread_gflops",
                "peak_gflops", "mfu",
-               "predicted_step_ms", "final_loss", "status", "run_dir", "point", "repeat"]
+               "predicted_step_ms", "final_loss", "final_val_loss", "status", "run_dir", "point", "repeat"]
 POINT_COLUMNS = ["campaign", "model", "point", "mode", "ranks", "layout", "global_batch", "repeats",
                  "step_ms_median", "step_ms_low", "step_ms_high", "step_ms_p90", "compute_ms", "comm_ms", "idle_ms",
                  "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "speedup", "efficiency", "comm_bytes",
                  "comm_bytes_closed_form", "mem_bytes", "mem_bytes_estimate", "peak_gflops", "mfu",
-                 "predicted_step_ms", "final_loss"]
+                 "predicted_step_ms", "final_loss", "final_val_loss"]
 NAN = math.nan
 
 
@@ -195,6 +197,9 @@ class Run:
             "mem_bytes": float(max(s["mem_bytes"] for s in m)),
             "mem_bytes_estimate": float(self.check["mem_bytes"]) if self.check else NAN,
             "final_loss": float(last["loss"]) if last["loss"] is not None else NAN,
+            # the last validation's loss (data.val_fraction / data.val_path), if any
+            "final_val_loss": next((float(s["val_loss"]) for s in reversed(self.steps)
+                                    if s.get("val_loss") is not None), NAN),
         }
 
 
@@ -310,6 +315,8 @@ def read_metrics(path):
                                     "expected a number (cubelm train's log.metrics lines)")
             if "loss" not in s or not (s["loss"] is None or isinstance(s["loss"], (int, float))):
                 raise UserError(f"{where}: 'loss' is missing or not a number")
+            if "val_loss" in s and not (s["val_loss"] is None or isinstance(s["val_loss"], (int, float))):
+                raise UserError(f"{where}: 'val_loss' is not a number")
             for key in SPREAD_KEYS:
                 spread = s.get(key)
                 if not (isinstance(spread, dict) and all(isinstance(spread.get(k), (int, float))
@@ -394,6 +401,8 @@ def table(points, predicted):
             "MB/rank/step closed form", "MiB/rank measured", "MiB/rank estimate", "MFU %"]
     head += ["predicted step ms"] if predicted else []
     head += ["final loss"]
+    validated = any(finite(r.stats["final_val_loss"]) for r in points)
+    head += ["final validation loss"] if validated else []
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in points:
         s = r.stats
@@ -409,6 +418,7 @@ def table(points, predicted):
                   fmt(100 * s["mfu"], ".2f")]
         cells += [fmt(s["predicted_step_ms"], ".2f")] if predicted else []
         cells += [fmt(s["final_loss"], ".4f")]
+        cells += [fmt(s["final_val_loss"], ".4f")] if validated else []
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -416,6 +426,11 @@ def table(points, predicted):
 def reference_of(points):
     """The point the others are compared with: the fewest ranks, then the mode's order."""
     return min(points, key=lambda r: (r.ranks, MODES.index(r.mode), r.name))
+
+
+def val_losses(run):
+    """{step: validation loss} of the steps after which a run validated."""
+    return {s["step"]: s["val_loss"] for s in run.steps if s.get("val_loss") is not None}
 
 
 def loss_agreement(points):
@@ -433,7 +448,12 @@ def loss_agreement(points):
                         worst, where = d, (r, s["step"])
         text = (f"global batch {batch}: {len(rs)} run(s) against {ref.mode} at {ref.ranks} rank(s): largest "
                 f"loss difference {worst:.3g}")
-        lines.append(text + (f" ({where[0].mode} at {where[0].ranks} ranks, step {where[1]})" if where else ""))
+        text += f" ({where[0].mode} at {where[0].ranks} ranks, step {where[1]})" if where else ""
+        ref_val = val_losses(ref)
+        val_worst = [abs(v - ref_val[k]) for r in rs for k, v in val_losses(r).items() if k in ref_val]
+        if val_worst:
+            text += f"; validation loss {max(val_worst):.3g}"
+        lines.append(text)
     return lines
 
 
@@ -661,6 +681,12 @@ def plot_loss(points, title, path, agreement):
         ref_loss = {s["step"]: s["loss"] for s in ref.steps if s["loss"] is not None}
         steps = sorted(ref_loss)
         ax_ref.plot(steps, [ref_loss[k] for k in steps], "-", color=COLORS[ref.mode], linewidth=2)
+        # Validation losses beside the training loss: open circles on a dashed line.
+        ref_val = val_losses(ref)
+        if ref_val:
+            vs = sorted(ref_val)
+            ax_ref.plot(vs, [ref_val[k] for k in vs], "--o", color=COLORS[ref.mode], linewidth=1,
+                        markerfacecolor="none", label="validation")
         refs.append(f"{ref.mode} at {ref.ranks}, batch {batch}")
         others = sorted((r for r in rs if r is not ref), key=lambda r: (MODES.index(r.mode), r.ranks))
         for i, r in enumerate(others):
@@ -671,11 +697,16 @@ def plot_loss(points, title, path, agreement):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", marker=markers[i % len(markers)],
                     markevery=(i % max(len(pts), 1), max(len(others), 1)), markersize=7, color=COLORS[r.mode],
                     label=f"{r.mode} at {r.ranks} (batch {batch})")
+            vpts = sorted((k, v - ref_val[k]) for k, v in val_losses(r).items() if k in ref_val)
+            if vpts:
+                ax.plot([p[0] for p in vpts], [p[1] for p in vpts], "--", marker=markers[i % len(markers)],
+                        markerfacecolor="none", markersize=9, color=COLORS[r.mode],
+                        label=f"{r.mode} at {r.ranks} (batch {batch}), validation")
     ax.axhline(0, color="gray", linewidth=0.8)
     for a in (ax_ref, ax):
         a.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax_ref.set_xlabel("step")
-    ax_ref.set_ylabel("training loss, nats/token")
+    ax_ref.set_ylabel("training loss (validation: dashed), nats/token")
     ax_ref.set_title("reference: " + "\n".join(refs), fontsize=8)
     ax_ref.grid(True, alpha=0.3)
     ax.set_xlabel("step")

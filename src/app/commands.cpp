@@ -263,6 +263,24 @@ Inputs check_inputs(const Deck& deck) {
       in.problems.push_back(std::string("data.path: ") + e.what());
     }
   }
+  if (d.validates() && in.problems.empty()) {
+    try {
+      std::int64_t corpus = d.synthetic_tokens;
+      if (d.format != "synthetic")
+        corpus = io::token_count(d.format, d.path);
+      const std::int64_t file = d.val_path.empty() ? 0 : io::token_count(d.format, d.val_path);
+      const io::TokenSplit t = io::split_tokens(deck, corpus, file);
+      in.data +=
+          "; validation: " +
+          (d.val_path.empty() ? "the last " + std::to_string(t.validation) + " tokens held out, " +
+                                    std::to_string(t.train) + " left to train on"
+                              : d.val_path + ", " + std::to_string(t.validation) + " tokens") +
+          ", " + std::to_string(t.batches) + " batch(es)";
+    } catch (const Error& e) {
+      in.problems.push_back(
+          std::string(d.val_path.empty() ? "data.val_fraction: " : "data.val_path: ") + e.what());
+    }
+  }
   const CheckpointConfig& c = deck.checkpoint;
   const comm::Communicator world = comm::Communicator::world();
   const auto another_run = [&](const std::string& file,

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -202,6 +203,22 @@ int run_training(const Deck& deck, std::ostream& out) {
                   trainer.data_parallel().buckets());
     say << line;
   }
+  if (trainer.validation_batches() > 0) {
+    const DataConfig& d = deck.data;
+    const io::TokenSplit& t = trainer.tokens();
+    const std::string where = d.val_fraction > 0 ? "the last " + std::to_string(t.validation) +
+                                                       " tokens of the corpus, held out (" +
+                                                       std::to_string(t.train) + " train)"
+                                                 : d.val_path;
+    const std::string when =
+        deck.eval.interval > 0
+            ? "every " + std::to_string(deck.eval.interval) + " steps and at the end"
+            : "at the end";
+    std::snprintf(line, sizeof(line), "validation: %s, %d batch(es) of %d x %d tokens, %s\n",
+                  where.c_str(), trainer.validation_batches(), deck.train.global_batch,
+                  deck.model.seq_len, when.c_str());
+    say << line;
+  }
   std::string from;
   const std::string& resume = deck.checkpoint.resume;
   if (resume == "auto") {
@@ -276,7 +293,7 @@ int run_training(const Deck& deck, std::ostream& out) {
         step->checkpoint_wait_ms = timer.seconds() * 1e3;
         step->background = *in_flight;
       }
-      written(*in_flight, at_end);
+      written(*in_flight, false); // an earlier checkpoint's write, never the run's last
     }
     saved = done;
     if (background && !at_end) {
@@ -313,6 +330,8 @@ int run_training(const Deck& deck, std::ostream& out) {
         << " ms after every step (CUBELM_TEST_STEP_PAUSE_MS)\n";
   bool stopped = false;
   bool told_peak_raised = false;
+  std::optional<double> val_loss; // the last validation's, after step val_step
+  int val_step = 0;
   for (int s = first; s < steps && !stopped; ++s) {
     // Votes to stop after this step: a signal received, or too little time left for
     // this step and a checkpoint after it (twice the longest step so far, to be safe).
@@ -328,8 +347,19 @@ int run_training(const Deck& deck, std::ostream& out) {
     total_ms += last.ms;
     wait_ms += last.wait_ms;
     train::accumulate(split_sum, last.time);
-    longest_step = std::max(longest_step, last.ms / 1e3);
     stopped = last.stop.any() && s + 1 < steps;
+    // Validation after every eval.interval steps and the last; not at a stop, which hurries.
+    const int every = deck.eval.interval;
+    if (!stopped && (s + 1 == steps || (every > 0 && (s + 1) % every == 0))) {
+      Kokkos::Timer timer;
+      last.val_loss = trainer.validate();
+      last.val_ms = timer.seconds() * 1e3;
+      if (last.val_loss) {
+        val_loss = last.val_loss;
+        val_step = s;
+      }
+    }
+    longest_step = std::max(longest_step, (last.ms + last.val_ms) / 1e3);
     if (last.peak_raised && !told_peak_raised) {
       told_peak_raised = true;
       std::snprintf(line, sizeof(line),
@@ -338,7 +368,7 @@ int run_training(const Deck& deck, std::ostream& out) {
                     last.step, last.gflops_per_rank);
       say << line;
     }
-    if (s % deck.log.interval == 0 || s + 1 == steps || stopped) {
+    if (s % deck.log.interval == 0 || s + 1 == steps || stopped || last.val_loss) {
       const int run = s + 1 - first;
       say << train::format_step(last, steps, total_ms / run * (steps - s - 1) / 1e3) << "\n"
           << std::flush;
@@ -379,7 +409,7 @@ int run_training(const Deck& deck, std::ostream& out) {
     say << train::format_time_split(split_sum, trainer.steps_done() - first);
     // Calls that sent nothing (a group of one rank) are left out.
     std::string rows;
-    for (const auto& e : trainer.traffic().entries())
+    for (const auto& e : trainer.traffic())
       if (e.calls > 0 && e.bytes > 0) {
         std::snprintf(line, sizeof(line), "  %-8s %-15s %8llu calls %14.0f bytes\n",
                       e.group.c_str(), comm::kind_name(e.kind),
@@ -396,6 +426,11 @@ int run_training(const Deck& deck, std::ostream& out) {
     if (trainer.entropy_floor() >= 0) {
       std::snprintf(line, sizeof(line), " (floor %.4f, %.4f above it)", trainer.entropy_floor(),
                     last.loss - trainer.entropy_floor());
+      say << line;
+    }
+    if (val_loss) {
+      std::snprintf(line, sizeof(line), ", validation loss %.4f (after step %d)", *val_loss,
+                    val_step);
       say << line;
     }
     say << "\n";

@@ -122,6 +122,9 @@ public:
     }
   }
 
+  /// True when the deck sets `key`.
+  bool has(const char* key) const { return table_ && table_->find(key); }
+
   /// Fails with the key's line and value when `ok` is false.
   void require(bool ok, const char* key, const std::string& rule) const {
     if (!ok)
@@ -181,7 +184,7 @@ private:
 };
 
 const char* const kSections[] = {"model", "parallel",   "train", "optimizer",
-                                 "data",  "checkpoint", "log"};
+                                 "data",  "checkpoint", "log",   "eval"};
 
 toml_doc::Value parse_toml(const std::string& text, const std::string& source) {
   toml_doc::Parsed parsed = toml_doc::parse(text, source);
@@ -369,6 +372,8 @@ ReadDeck read_deck(const std::string& text, const std::string& source) {
   data.choice("sampler", d.sampler, {"sequential", "shuffle"});
   data.get("synthetic_tokens", d.synthetic_tokens);
   data.get("synthetic_branching", d.synthetic_branching);
+  data.get("val_path", d.val_path);
+  data.get("val_fraction", d.val_fraction);
   data.require(d.synthetic_tokens >= m.seq_len + 2, "synthetic_tokens",
                "must be at least model.seq_len + 2 = " + std::to_string(m.seq_len + 2));
   data.require(d.synthetic_branching >= 1 && d.synthetic_branching <= m.vocab_size,
@@ -376,6 +381,13 @@ ReadDeck read_deck(const std::string& text, const std::string& source) {
                "must lie in [1, model.vocab_size = " + std::to_string(m.vocab_size) + "]");
   if (d.format != "synthetic" && d.path.empty())
     data.fail("format", "needs data.path (the token or text file to read)");
+  data.require(d.val_fraction >= 0.0 && d.val_fraction <= 0.5, "val_fraction",
+               "must lie in [0, 0.5] (0: no validation tokens taken from the training file)");
+  if (!d.val_path.empty() && d.val_fraction > 0)
+    data.fail("val_path", "and data.val_fraction both name validation tokens: set one of them");
+  if (!d.val_path.empty() && d.format == "synthetic")
+    data.fail("val_path", "is a token file of data.format, which is \"synthetic\" here: set "
+                          "data.val_fraction to hold out part of the synthetic corpus instead");
   data.finish();
 
   Section ckpt = section("checkpoint");
@@ -406,6 +418,17 @@ ReadDeck read_deck(const std::string& text, const std::string& source) {
   log.at_least("peak_gflops", l.peak_gflops, 0.0, "0: measure at start-up");
   log.at_least("interval", l.interval, 1);
   log.finish();
+
+  Section eval = section("eval");
+  EvalConfig& e = deck.eval;
+  eval.get("interval", e.interval);
+  eval.get("batches", e.batches);
+  eval.at_least("interval", e.interval, 0, "0: at the end of the run only");
+  eval.at_least("batches", e.batches, 1);
+  for (const char* key : {"interval", "batches"})
+    if (eval.has(key) && !d.validates())
+      eval.fail(key, "needs validation tokens: set data.val_path or data.val_fraction");
+  eval.finish();
 
   return read;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -299,6 +300,58 @@ TokenData load_tokens(const std::string& format, const std::string& path, int vo
                 "\" is not known: use \"llmc\", \"megatron\" or \"text\"");
   }
   return data;
+}
+
+namespace {
+std::string fraction_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", x);
+  return buf;
+}
+} // namespace
+
+TokenSplit split_tokens(const Deck& deck, std::int64_t corpus, std::int64_t val_file) {
+  const DataConfig& d = deck.data;
+  TokenSplit split;
+  split.train = corpus;
+  if (!d.validates())
+    return split;
+  const std::string source = d.format == "synthetic" ? "the synthetic corpus" : d.path;
+  const std::int64_t context = deck.model.seq_len;
+  if (d.val_fraction > 0) {
+    split.validation = static_cast<std::int64_t>(static_cast<double>(corpus) * d.val_fraction);
+    split.train = corpus - split.validation;
+    if (split.train < context + 2)
+      throw Error(deck.source + ": data.val_fraction = " + fraction_text(d.val_fraction) +
+                      " leaves " + std::to_string(split.train) + " of the " +
+                      std::to_string(corpus) + " tokens of " + source +
+                      " for training, fewer than model.seq_len + 2 = " +
+                      std::to_string(context + 2) + ": lower data.val_fraction",
+                  true);
+  } else {
+    split.validation = val_file;
+  }
+  // The sequential sampler's sequence k of batch b starts at (b B + k) T: b batches of B
+  // sequences read tokens [0, b B T + 1) and repeat none when b B T <= N - 2.
+  const std::int64_t per_batch = static_cast<std::int64_t>(deck.train.global_batch) * context;
+  const std::int64_t whole = split.validation >= 2 ? (split.validation - 2) / per_batch : 0;
+  if (whole < 1) {
+    const std::string what = d.val_fraction > 0
+                                 ? "data.val_fraction = " + fraction_text(d.val_fraction) +
+                                       " holds out " + std::to_string(split.validation) +
+                                       " of the " + std::to_string(corpus) + " tokens of " + source
+                                 : "data.val_path = " + d.val_path + " holds " +
+                                       std::to_string(split.validation) + " tokens";
+    throw Error(deck.source + ": " + what + ", fewer than one validation batch needs (" +
+                    "train.global_batch " + std::to_string(deck.train.global_batch) +
+                    " x model.seq_len " + std::to_string(context) +
+                    " + 2 = " + std::to_string(per_batch + 2) +
+                    "): " + (d.val_fraction > 0 ? "raise data.val_fraction" : "give more tokens") +
+                    " or lower train.global_batch",
+                true);
+  }
+  split.batches = static_cast<int>(std::min<std::int64_t>(whole, deck.eval.batches));
+  return split;
 }
 
 } // namespace cubelm::io

@@ -2,11 +2,28 @@
 
 #include <toml++/toml.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 namespace cubelm::io::toml_doc {
 
 namespace {
+
+// A float as messages show it: the fewest digits that give the same double back, with a
+// point or an exponent as TOML writes floats (0.6, 1.0, 1e-08, inf).
+std::string shortest_text(double x) {
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x || x != x)
+      break;
+  }
+  std::string text = buf;
+  if (text.find_first_of(".eEin") == std::string::npos)
+    text += ".0";
+  return text;
+}
 
 Value convert(const toml::node& node) {
   Value v;
@@ -20,6 +37,8 @@ Value convert(const toml::node& node) {
     v.type = Value::Type::string;
     v.string = node.as_string()->get();
     v.text = "\"" + v.string + "\"";
+  } else if (node.is_floating_point()) { // the shortest text that reads back the same: 0.6
+    v.text = shortest_text(node.as_floating_point()->get());
   } else {
     std::ostringstream out;
     node.visit([&](auto&& x) { out << x; });

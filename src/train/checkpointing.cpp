@@ -150,6 +150,8 @@ std::vector<IdentityKey> run_identity(const Deck& deck) {
       {"data.sampler", quoted(deck.data.sampler)},
       {"data.synthetic_tokens", integer(deck.data.synthetic_tokens)},
       {"data.synthetic_branching", integer(deck.data.synthetic_branching)},
+      // the training tokens end where the held-out validation tokens begin
+      {"data.val_fraction", number_text(deck.data.val_fraction)},
   };
 }
 

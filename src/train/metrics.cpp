@@ -35,6 +35,10 @@ std::string format_step(const StepMetrics& m, int steps, double eta_s) {
     std::snprintf(buf, sizeof(buf), " | aux %.4f", m.aux_loss);
     line.insert(line.find(" | gnorm"), buf);
   }
+  if (m.val_loss) {
+    std::snprintf(buf, sizeof(buf), " | val %.4f", *m.val_loss);
+    line.insert(line.find(" | gnorm"), buf);
+  }
   if (eta_s >= 0)
     line += " | ETA " + format_duration(eta_s);
   if (m.skipped)
@@ -106,6 +110,8 @@ std::string format_json(const StepMetrics& m) {
       << (m.moe ? ", \"aux_loss\": " : "");
   if (m.moe)
     out << Number{m.aux_loss};
+  if (m.val_loss)
+    out << ", \"val_loss\": " << Number{*m.val_loss} << ", \"val_ms\": " << m.val_ms;
   out << ", \"grad_norm\": " << Number{m.grad_norm} << ", \"lr\": " << m.lr << ", \"ms\": " << m.ms
       << ", \"tokens_per_s\": " << m.tokens_per_s << ", \"gflops_per_rank\": " << m.gflops_per_rank
       << ", \"mfu\": " << m.mfu << ", \"peak_gflops\": " << m.peak_gflops

@@ -25,11 +25,15 @@ cost::StageLayout PipelineStage::layout(bool recompute) const {
 }
 
 int PipelineStage::tag(const pipeline::Message& m) const {
+  return tag(m.backward, m.sender, m.micro);
+}
+
+int PipelineStage::tag(bool backward, int sender, int micro) const {
   if (untagged_)
     return 0; // matched in posting order (comm::Matching::in_order)
   // The sender's virtual stage identifies a message between a pair of stages.
   const int stages = plan_.stages * plan_.chunks;
-  const int t = ((m.backward ? 1 : 0) * stages + m.sender) * plan_.micro + m.micro;
+  const int t = ((backward ? 1 : 0) * stages + sender) * plan_.micro + micro;
   CUBELM_ASSERT(t < comm::kInOrderTag, "pipeline message tags exceed the MPI guaranteed tag range");
   return t;
 }
@@ -221,6 +225,54 @@ PipelineStage::Result PipelineStage::run(const ExecSpace& exec, model::ShardedGP
   exec.fence();
   return r;
 }
+
+template <class T>
+double PipelineStage::evaluate(const ExecSpace& exec, model::ShardedGPT<T>& model,
+                               const comm::ProcessGrid& grid,
+                               const std::vector<io::Batch>& batches) {
+  // Every stage takes (micro-batch, virtual stage) in the same order, in which each message
+  // is made before it is needed: a send waited for at once always finds its receive posted
+  // in time, with MPI's tags and in NCCL's posting order alike.
+  const comm::Matching matching = untagged_ ? comm::Matching::in_order : comm::Matching::by_tag;
+  const int p = plan_.stages;
+  constexpr int slot = 0;
+  const auto transfer = [&](bool send, const kernels::Mat<T>& data, int peer, int tag) {
+    comm::Batch batch(grid.pp(), matching);
+    if (send)
+      batch.send(data, peer, tag);
+    else
+      batch.recv(data, peer, tag);
+    std::vector<comm::Request> requests = batch.post(exec);
+    comm::wait_all(requests);
+  };
+  double sum = 0;
+  for (int m = 0; m < plan_.micro; ++m) {
+    const io::Batch& batch = batches.at(static_cast<std::size_t>(m));
+    comm::watchdog::set_micro_batch(m);
+    for (int c = 0; c < plan_.chunks; ++c) {
+      const int v = plan_.virtual_stage(stage_, c);
+      if (plan_.local_prev(c))
+        Kokkos::deep_copy(exec, model.input(slot), model.output(c - 1, slot));
+      else if (!plan_.first(stage_, c))
+        transfer(false, model.input(slot), (stage_ + p - 1) % p, tag(false, v - 1, m));
+      model.forward(exec, c, slot, batch.inputs);
+      if (plan_.last(stage_, c))
+        sum += model.loss(exec, slot, batch.targets);
+      else if (!plan_.local_next(stage_, c))
+        transfer(true, model.output(c, slot), (stage_ + 1) % p, tag(false, v, m));
+    }
+  }
+  comm::watchdog::set_micro_batch(-1);
+  exec.fence();
+  return sum;
+}
+
+template double PipelineStage::evaluate<real>(const ExecSpace&, model::ShardedGPT<real>&,
+                                              const comm::ProcessGrid&,
+                                              const std::vector<io::Batch>&);
+template double PipelineStage::evaluate<bf16>(const ExecSpace&, model::ShardedGPT<bf16>&,
+                                              const comm::ProcessGrid&,
+                                              const std::vector<io::Batch>&);
 
 template PipelineStage::Result PipelineStage::run<real>(const ExecSpace&, model::ShardedGPT<real>&,
                                                         const comm::ProcessGrid&,

@@ -55,6 +55,18 @@ Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
   } else {
     tokens_ = io::load_tokens(d.format, d.path, m.vocab_size).tokens;
   }
+  // Held-out validation tokens: the corpus's tail (never sampled for training), or a file.
+  if (!d.val_path.empty())
+    val_tokens_ = io::load_tokens(d.format, d.val_path, m.vocab_size).tokens;
+  split_ = io::split_tokens(deck, static_cast<std::int64_t>(tokens_.size()),
+                            static_cast<std::int64_t>(val_tokens_.size()));
+  if (d.val_fraction > 0) {
+    val_tokens_.assign(tokens_.begin() + split_.train, tokens_.end());
+    tokens_.resize(static_cast<std::size_t>(split_.train));
+  }
+  if (split_.batches > 0)
+    val_sampler_ = std::make_unique<io::SequentialSampler>(
+        static_cast<std::int64_t>(val_tokens_.size()), deck.train.global_batch, m.seq_len);
   sampler_ = io::make_sampler(d.sampler, static_cast<std::int64_t>(tokens_.size()),
                               deck.train.global_batch, m.seq_len,
                               static_cast<std::uint64_t>(deck.train.seed));
@@ -119,6 +131,64 @@ std::optional<BackgroundResult> Trainer::finish_background_save() {
   if (grid().world().size() > 1) // on the uncounted group: no step's traffic
     grid().metrics().all_reduce(HostExecSpace(), failed);
   return agreed(std::move(r), static_cast<int>(failed(0)));
+}
+
+std::optional<double> Trainer::validate() {
+  if (!val_sampler_)
+    return std::nullopt;
+  kernels::set_gemm_precision(deck_.train.precision);
+  const int micro = deck_.micro_batch();
+  const int count = deck_.parallel.microbatches;
+  const comm::ProcessGrid& grid = this->grid();
+  const std::vector<comm::TrafficEntry> before = grid.traffic().entries();
+  comm::watchdog::set_step(step_);
+  const int d = grid.coords().dp;
+  const bool counts =
+      with_model([](const auto& model) { return model.stage().last; }) && grid.tp().rank() == 0;
+  Kokkos::View<double*, Kokkos::HostSpace> sum("cubelm::validation_loss", 1);
+  for (int b = 0; b < split_.batches; ++b) {
+    // The rows of the global batch a step would give this data-parallel rank.
+    for (int k = 0; k < count; ++k)
+      val_sampler_->fill_rows(val_tokens_, b, (d * count + k) * micro, micro,
+                              batches_[static_cast<std::size_t>(k)]);
+    const double loss = with_model(
+        [&](auto& model) { return stage_.evaluate(ExecSpace(), model, grid, batches_); });
+    if (counts)
+      sum(0) += loss;
+  }
+  with_model([](auto& model) { model.take_aux_sum(); }); // not the next step's
+  if (grid.world().size() > 1) // on the uncounted group: no step's traffic
+    grid.metrics().all_reduce(HostExecSpace(), sum);
+  for (const comm::TrafficEntry& e : grid.traffic().entries()) {
+    comm::TrafficEntry mine = e;
+    for (const comm::TrafficEntry& b : before)
+      if (b.group == e.group && b.kind == e.kind) {
+        mine.calls -= b.calls;
+        mine.bytes -= b.bytes;
+      }
+    const auto it = std::find_if(val_traffic_.begin(), val_traffic_.end(), [&](const auto& v) {
+      return v.group == e.group && v.kind == e.kind;
+    });
+    if (it == val_traffic_.end())
+      val_traffic_.push_back(mine);
+    else {
+      it->calls += mine.calls;
+      it->bytes += mine.bytes;
+    }
+  }
+  return sum(0) /
+         (static_cast<double>(split_.batches) * deck_.train.global_batch * deck_.model.seq_len);
+}
+
+std::vector<comm::TrafficEntry> Trainer::traffic() const {
+  std::vector<comm::TrafficEntry> out = grid().traffic().entries();
+  for (comm::TrafficEntry& e : out)
+    for (const comm::TrafficEntry& v : val_traffic_)
+      if (v.group == e.group && v.kind == e.kind) {
+        e.calls -= v.calls;
+        e.bytes -= v.bytes;
+      }
+  return out;
 }
 
 TimeSplit Trainer::split(double ms,

@@ -215,6 +215,35 @@ TEST(Deck, RulesNameTheValueAndTheRule) {
   EXPECT_HAS(error_of("[log]\ninterval = 0\n"), "log.interval = 0: must be at least 1");
 }
 
+// Held-out validation (docs/training.md#validation): defaults, keys and their rules.
+TEST(Deck, ValidationKeys) {
+  const Deck none = parse_deck("");
+  EXPECT_FALSE(none.data.validates());
+  EXPECT_EQ(none.eval.interval, 0);
+  EXPECT_EQ(none.eval.batches, 8);
+  const Deck d = parse_deck("[data]\nval_fraction = 0.1\n[eval]\ninterval = 50\nbatches = 4\n");
+  EXPECT_TRUE(d.data.validates());
+  EXPECT_DOUBLE_EQ(d.data.val_fraction, 0.1);
+  EXPECT_EQ(d.eval.interval, 50);
+  EXPECT_EQ(d.eval.batches, 4);
+  EXPECT_EQ(parse_deck("[data]\nformat = \"llmc\"\npath = \"a.bin\"\nval_path = \"b.bin\"\n")
+                .data.val_path,
+            "b.bin");
+  EXPECT_HAS(error_of("[data]\nval_fraction = 0.6\n"),
+             "deck.toml:2: data.val_fraction = 0.6: must lie in [0, 0.5]");
+  EXPECT_HAS(error_of("[data]\nformat = \"llmc\"\npath = \"a.bin\"\nval_path = \"b.bin\"\n"
+                      "val_fraction = 0.1\n"),
+             "data.val_path = \"b.bin\": and data.val_fraction both name validation tokens");
+  EXPECT_HAS(error_of("[data]\nval_path = \"b.bin\"\n"),
+             "data.val_fraction to hold out part of the synthetic corpus");
+  EXPECT_HAS(error_of("[eval]\ninterval = 10\n"),
+             "deck.toml:2: eval.interval = 10: needs validation tokens: set data.val_path or "
+             "data.val_fraction");
+  EXPECT_HAS(error_of("[data]\nval_fraction = 0.1\n[eval]\nbatches = 0\n"),
+             "eval.batches = 0: must be at least 1");
+  EXPECT_HAS(error_of("[eval]\nbatch = 2\n"), "unknown key 'eval.batch'; did you mean 'batches'?");
+}
+
 // parallel.context_size (docs/grid.md#context-parallelism): 2 x context_size equal chunks
 // of model.seq_len; the error lists the sizes that fit, and expert_size divides the
 // replicas data_size x context_size.

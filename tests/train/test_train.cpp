@@ -311,6 +311,7 @@ TEST(RunIdentity, KeysAndValues) {
   Deck d = small_deck(1, 2);
   d.model.aux_loss = 0.01;
   d.data.path = "tokens.bin";
+  d.data.val_fraction = 0.05;
   std::string text;
   for (const auto& k : train::run_identity(d))
     text += k.key + " = " + k.value + "\n";
@@ -320,7 +321,7 @@ TEST(RunIdentity, KeysAndValues) {
                   "train.seed = 5\ntrain.global_batch = 8\ntrain.precision = \"fp32\"\n"
                   "data.format = \"synthetic\"\ndata.path = \"tokens.bin\"\n"
                   "data.sampler = \"shuffle\"\ndata.synthetic_tokens = 20000\n"
-                  "data.synthetic_branching = 2\n");
+                  "data.synthetic_branching = 2\ndata.val_fraction = 0.05\n");
 }
 
 // What a continuation may change (steps, the optimizer, the layout, checkpoints, logs)

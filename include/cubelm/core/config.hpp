@@ -120,6 +120,20 @@ struct DataConfig {
   std::string sampler = "shuffle";         ///< sequential | shuffle
   std::int64_t synthetic_tokens = 1 << 20; ///< corpus size for format = "synthetic"
   int synthetic_branching = 4;             ///< successors per token: entropy floor ln(branching)
+  /// held-out validation tokens (docs/training.md#validation): a token file of `format`,
+  /// or the last `val_fraction` of the training tokens (never sampled for training)
+  std::string val_path;
+  double val_fraction = 0; ///< in [0, 0.5]; 0: none (val_path may give them instead)
+
+  /// \brief True when the deck names validation tokens.
+  bool validates() const { return !val_path.empty() || val_fraction > 0; }
+};
+
+/// \brief Held-out validation (docs/training.md#validation): the loss of `batches`
+/// global batches of the validation tokens, every `interval` steps and at the end.
+struct EvalConfig {
+  int interval = 0; ///< steps between validations; 0: at the end of the run only
+  int batches = 8;  ///< global batches per validation (fewer when the tokens hold fewer)
 };
 
 struct CheckpointConfig {
@@ -155,6 +169,7 @@ struct Deck {
   DataConfig data;
   CheckpointConfig checkpoint;
   LogConfig log;
+  EvalConfig eval;
 
   /// \brief Sequences per micro-batch: global_batch / (data_size * microbatches).
   int micro_batch() const {

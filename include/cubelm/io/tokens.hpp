@@ -8,6 +8,8 @@
 /// the file sees it) whose message names the file, the byte offset or token
 /// index, the value found and the rule it breaks.
 
+#include "cubelm/core/config.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,6 +38,22 @@ std::int64_t token_count(const std::string& format, const std::string& path);
 
 /// \brief Reads a corpus; `format` is "llmc", "megatron" or "text".
 TokenData load_tokens(const std::string& format, const std::string& path, int vocab_size);
+
+/// \brief How a run's tokens divide between training and held-out validation
+/// (data.val_path, data.val_fraction; docs/training.md#validation).
+struct TokenSplit {
+  std::int64_t train = 0;      ///< training tokens: the corpus less its held-out tail
+  std::int64_t validation = 0; ///< validation tokens; 0 when the deck names none
+  int batches = 0;             ///< validation global batches: eval.batches, or fewer when the
+                               ///< validation tokens hold fewer without repeating any
+};
+
+/// \brief The split of a corpus of `corpus` tokens; `val_file` is the token count of
+/// data.val_path (unused without one). A part too small for its use is a collective
+/// cubelm::Error naming the key, the counts and the rule: the training tokens must hold
+/// model.seq_len + 2 (the samplers' rule), the validation tokens one global batch
+/// (train.global_batch x model.seq_len + 2).
+TokenSplit split_tokens(const Deck& deck, std::int64_t corpus, std::int64_t val_file = 0);
 
 /// \brief Writes an llm.c token file; refuses tokens outside [0, 65535].
 void write_llmc(const std::string& path, const std::vector<std::int32_t>& tokens);

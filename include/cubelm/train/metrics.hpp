@@ -6,6 +6,7 @@
 #include "cubelm/comm/traffic.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,6 +57,9 @@ struct StepMetrics {
   /// the step trains on loss + aux_loss
   double aux_loss = 0;
   double grad_norm = 0; ///< global L2 norm before clipping
+  /// the validation loss after this step (Trainer::validate), when one was computed
+  std::optional<double> val_loss;
+  double val_ms = 0; ///< the milliseconds the validation took (not in ms)
   double lr = 0;
   double ms = 0;
   double tokens_per_s = 0;

@@ -51,6 +51,15 @@ public:
              const std::vector<io::Batch>& batches, double grad_scale,
              const typename model::ShardedGPT<T>::UnitDone& done);
 
+  /// \brief The loss of `batches` without gradients (validation): forward passes only, each
+  /// micro-batch in turn through the virtual stages in order, every activation sent as soon
+  /// as it is made and waited for, then the head's loss on the stage that holds it (the
+  /// same kernels and collectives as a step's forward and loss). Uses slot 0 and the
+  /// inputs' buffers; returns the token losses summed on this stage (0 without the head).
+  template <class T>
+  double evaluate(const ExecSpace& exec, model::ShardedGPT<T>& model, const comm::ProcessGrid& grid,
+                  const std::vector<io::Batch>& batches);
+
   /// \brief True when messages go in posting order without tags (NCCL-capable; see
   /// pipeline::plan_exchanges), false when MPI matches them by tag.
   bool untagged() const { return untagged_; }
@@ -65,6 +74,7 @@ public:
 
 private:
   int tag(const pipeline::Message& m) const;
+  int tag(bool backward, int sender, int micro) const;
   // Gives `slot` another input buffer from the pool while a send still holds its current one.
   template <class T>
   void detach_input(model::ShardedGPT<T>& model, int slot);

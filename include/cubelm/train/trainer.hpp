@@ -8,6 +8,7 @@
 #include "cubelm/core/config.hpp"
 #include "cubelm/cost/step_sums.hpp"
 #include "cubelm/io/sampler.hpp"
+#include "cubelm/io/tokens.hpp"
 #include "cubelm/model/sharded_gpt.hpp"
 #include "cubelm/pipeline/schedule.hpp"
 #include "cubelm/train/background_save.hpp"
@@ -40,6 +41,16 @@ public:
   /// reduction sums them over the ranks into StepMetrics::stop, so every rank learns
   /// of a request made on any one (docs/reliability.md#walltime-and-signals).
   void vote_stop(const StopVotes& vote) { vote_ = vote; }
+  /// \brief Collective: the mean loss per token of the validation batches
+  /// (validation_batches() global batches of the held-out tokens, the same ones every
+  /// time), computed under this run's layout by forward passes and the head's loss
+  /// (PipelineStage::evaluate); parameters, moments and the next step are untouched. std::nullopt
+  /// when the deck names no validation tokens (docs/training.md#validation).
+  std::optional<double> validate();
+  /// \brief Validation global batches per validate(); 0 without validation tokens.
+  int validation_batches() const { return split_.batches; }
+  /// \brief The training and validation token counts (io::split_tokens).
+  const io::TokenSplit& tokens() const { return split_; }
   /// \brief Steps done so far (the next step's number), skipped ones included.
   int steps_done() const { return step_; }
   /// \brief AdamW updates applied so far (steps_done() less the skipped steps); the
@@ -91,8 +102,9 @@ public:
       const std::function<void(const std::string& file, const std::string& why)>& skipped);
   /// \brief This rank's memory: parameters, gradients, AdamW moments, activation buffers.
   cost::Memory memory() const;
-  /// \brief Everything this rank sent so far, per group and collective kind.
-  const comm::TrafficCounters& traffic() const { return grid().traffic(); }
+  /// \brief Everything this rank sent so far, per group and collective kind: the steps'
+  /// (validation's is not counted in them).
+  std::vector<comm::TrafficEntry> traffic() const;
   /// \brief True on the rank that prints (world rank 0).
   bool is_root() const { return grid().coords().world == 0; }
   /// \brief Sets the per-rank peak used for MFU: the node's rate alone, measured
@@ -117,6 +129,10 @@ private:
   comm::Watchdog watchdog_; // parallel.timeout_s, from the first collective to the last
   std::vector<std::int32_t> tokens_;
   std::unique_ptr<io::Sampler> sampler_;
+  io::TokenSplit split_;
+  std::vector<std::int32_t> val_tokens_; // held out: validate() reads them
+  std::unique_ptr<io::Sampler> val_sampler_;
+  std::vector<comm::TrafficEntry> val_traffic_; // what validate() sent, left out of traffic()
   pipeline::PipelinePlan plan_;
   pipeline::Timeline timeline_;
   PipelineStage stage_;
