@@ -1,6 +1,7 @@
 // The `cubelm` command: parses the command line and runs one subcommand.
 
 #include "cubelm/app/commands.hpp"
+#include "cubelm/app/hf.hpp"
 #include "cubelm/app/plan.hpp"
 #include "cubelm/core/environment.hpp"
 #include "cubelm/core/error.hpp"
@@ -147,6 +148,27 @@ int main(int argc, char** argv) {
       ->required();
   data->add_option("-o,--output", data_output, "The .bin file to write")->required();
 
+  std::string convert_to, convert_from, convert_input, convert_output;
+  CLI::App* convert = app.add_subcommand(
+      "convert", "Convert a model between a cubelm checkpoint and a Hugging Face GPT-2 "
+                 "directory (model.safetensors and config.json, as transformers' "
+                 "GPT2LMHeadModel loads them); runs on one process (docs/training.md)");
+  convert
+      ->add_option("--to", convert_to,
+                   "hf: write the model of the checkpoint INPUT as the directory OUTPUT")
+      ->check(CLI::IsMember({"hf"}));
+  convert
+      ->add_option("--from", convert_from,
+                   "hf: write the model of the directory INPUT as the step-0 checkpoint "
+                   "OUTPUT (.h5; zero optimizer moments)")
+      ->check(CLI::IsMember({"hf"}));
+  convert->add_option("input", convert_input, "The checkpoint (--to) or directory (--from) to read")
+      ->required();
+  convert
+      ->add_option("-o,--output", convert_output,
+                   "The directory (--to) or checkpoint (--from) to write")
+      ->required();
+
   std::vector<std::string> verify_files;
   CLI::App* verify = app.add_subcommand(
       "verify", "Verify checkpoint files: read every dataset and check its checksums "
@@ -204,6 +226,8 @@ int main(int argc, char** argv) {
       return cubelm::app::run_data(data_inputs, data_output, env);
     if (*verify)
       return cubelm::app::run_verify(verify_files, env);
+    if (*convert)
+      return cubelm::app::run_convert(convert_to, convert_from, convert_input, convert_output, env);
     if (rank == 0)
       std::printf("%s", app.help().c_str());
     return 0;

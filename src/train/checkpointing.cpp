@@ -367,6 +367,38 @@ void save_checkpoint(const std::string& path, const Deck& deck, const model::Sha
   write_attributes(w, CheckpointAttributes::of(deck, step, optimizer_step));
 }
 
+void save_model_tensors(const std::string& path, const Deck& deck,
+                        const std::map<std::string, std::vector<float>>& values,
+                        const comm::Communicator& comm) {
+  const auto tensors = all_tensors(deck.model);
+  const bool writer = comm.rank() == 0;
+  std::size_t largest = 0;
+  for (const auto& [name, shape] : tensors) {
+    std::size_t n = 1;
+    for (const std::uint64_t d : shape)
+      n *= static_cast<std::size_t>(d);
+    largest = std::max(largest, n);
+    if (!writer)
+      continue;
+    const auto it = values.find(name);
+    CUBELM_ASSERT(it != values.end() && it->second.size() == n,
+                  "save_model_tensors: no values of the right size for " + name);
+  }
+  make_parent(path, comm);
+  io::CheckpointWriter w(path, comm);
+  const std::vector<float> zeros(writer ? largest : 0, 0.0f);
+  const float nothing = 0.0f;
+  for (const char* group : {"/model/", "/optimizer/m/", "/optimizer/v/"})
+    for (const auto& [name, shape] : tensors) {
+      const io::Block block = writer ? io::Block::whole(shape) : io::Block::none();
+      const float* data = !writer                           ? &nothing
+                          : std::string(group) == "/model/" ? values.at(name).data()
+                                                            : zeros.data();
+      w.write(group + name, shape, block, data);
+    }
+  write_attributes(w, CheckpointAttributes::of(deck, 0, 0));
+}
+
 template <class T>
 void CheckpointSnapshot::take(const Deck& deck, const model::ShardedGPT<T>& model,
                               const std::vector<kernels::Vec<real>>& m,

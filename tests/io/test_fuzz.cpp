@@ -10,6 +10,8 @@
 #include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/memory.hpp"
 #include "cubelm/io/checkpoint.hpp"
+#include "cubelm/io/json.hpp"
+#include "cubelm/io/safetensors.hpp"
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/train/trainer.hpp"
 
@@ -175,6 +177,47 @@ TEST(Fuzz, TokenFilesAreReadOrRefusedWithAnError) {
   std::printf("token files: %d read, %d refused with an error\n", read, refused);
   EXPECT_GT(refused, runs() / 2);
   fs::remove_all(llmc.parent_path());
+}
+
+// safetensors files with damaged headers (and data, and lengths), as `cubelm convert
+// --from hf` reads them: each is read whole or refused with an Error naming the file.
+TEST(Fuzz, SafetensorsFilesAreReadOrRefusedWithAnError) {
+  std::vector<float> a(12), b(7);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    a[i] = 0.25f * static_cast<float>(i);
+  for (std::size_t i = 0; i < b.size(); ++i)
+    b[i] = -1.0f - static_cast<float>(i);
+  const fs::path path = scratch("seed.safetensors");
+  io::write_safetensors(
+      path.string(), {{"h.0.attn.c_attn.weight", {3, 4}, a.data()}, {"ln_f.bias", {7}, b.data()}},
+      {{"format", "pt"}});
+  const std::string bytes = read_file(path);
+  std::size_t header = 0; // 8 + the header's length (little-endian)
+  for (int i = 7; i >= 0; --i)
+    header = (header << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  header += 8;
+  std::mt19937_64 gen(5);
+  int read = 0, refused = 0;
+  for (int r = 0; r < runs(); ++r) {
+    const bool in_header = gen() % 4 != 0; // mostly the header; sometimes anywhere
+    write_file(path, mutate(bytes, gen, false, 0, in_header ? header : std::string::npos));
+    try {
+      const io::SafetensorsReader reader(path.string());
+      for (const io::SafetensorsEntry& e : reader.tensors())
+        if (e.dtype == "F32" || e.dtype == "F16" || e.dtype == "BF16")
+          EXPECT_EQ(reader.read_floats(e.name).size(), e.elements());
+      ++read;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
+      ++refused;
+    } catch (const std::exception& e) {
+      FAIL() << "safetensors input " << r << ": not a cubelm::Error (" << typeid(e).name() << ": "
+             << e.what() << ")";
+    }
+  }
+  std::printf("safetensors files: %d read, %d refused with an error\n", read, refused);
+  EXPECT_GT(refused, runs() / 2);
+  fs::remove_all(path.parent_path());
 }
 
 // A real checkpoint of the tiny model with bytes flipped or overwritten (data and

@@ -15,6 +15,7 @@
 #include "cubelm/model/sharded_gpt.hpp"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,16 @@ void save_checkpoint(const std::string& path, const Deck& deck, const model::Sha
                      const std::vector<kernels::Vec<real>>* m,
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm, int optimizer_step = -1);
+
+/// \brief Collectively writes a step-0 checkpoint of `deck`'s model from whole tensors in
+/// host memory, as `cubelm init` writes one: `values` maps every name of
+/// cost::parameter_table (below /model) to its values, row-major with the stored shape
+/// (wte: vocab_size rows); the AdamW moments are zeros and the attributes those of step 0.
+/// The first rank of `comm` writes everything (the others may pass an empty map). A
+/// missing name or a wrong count is a cubelm::InternalError. Used by `cubelm convert`.
+void save_model_tensors(const std::string& path, const Deck& deck,
+                        const std::map<std::string, std::vector<float>>& values,
+                        const comm::Communicator& comm);
 
 /// \brief Reads a checkpoint into the model's master weights (and a bf16 model's copy of
 /// them) and the moments; every shape must match the deck (a message names the file, the
