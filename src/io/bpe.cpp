@@ -813,8 +813,9 @@ Bpe Bpe::load(const std::string& name, const std::string& vocab_path,
     std::string merges = merges_path;
     if (merges.empty())
       merges = (fs::path(vocab_path).parent_path() / "merges.txt").string();
+    const std::string vocab = read_file(vocab_path, "BPE vocabulary (vocab.json)");
     return from_vocab_merges(
-        read_file(vocab_path, "BPE vocabulary (vocab.json)"),
+        vocab,
         read_file(merges, "BPE merges file (merges.txt beside vocab.json, or --merges FILE)"),
         vocab_path, merges);
   }
