@@ -521,9 +521,16 @@ struct BpeTables {
   std::vector<std::uint64_t> slots; // hash >> 32 << 32 | entry + 1; 0: an empty slot
   std::uint64_t mask = 0;
   std::uint32_t longest = 0; // the longest mergeable token, in bytes
+  // One bit per hash value's bits 40..59, set for each entry: most byte strings that are
+  // no token are turned away here, in 128 KiB, without reading the slots.
+  std::vector<std::uint64_t> filter;
+  static std::uint64_t filter_bit(std::uint64_t h) { return (h >> 40) & 0xFFFFFu; }
 
   // The entry of the mergeable token p[0, n), n > 2, whose hash is h; nullptr if none.
   const Entry* find(const unsigned char* p, std::size_t n, std::uint64_t h) const {
+    const std::uint64_t bit = filter_bit(h);
+    if ((filter[bit >> 6] >> (bit & 63) & 1) == 0)
+      return nullptr;
     const std::uint64_t tag = h >> 32;
     for (std::uint64_t i = h & mask;; i = (i + 1) & mask) {
       const std::uint64_t v = slots[i];
@@ -596,6 +603,7 @@ struct BpeTables {
       capacity *= 2;
     slots.assign(capacity, 0);
     mask = capacity - 1;
+    filter.assign((std::size_t{1} << 20) / 64, 0);
     for (const auto& [id, r] : mergeable) {
       const auto* p = bytes(arena) + offset[id];
       const auto n = static_cast<std::uint32_t>(length[id]);
@@ -610,6 +618,7 @@ struct BpeTables {
       while (slots[i] != 0)
         i = (i + 1) & mask;
       slots[i] = (h >> 32 << 32) | entries.size();
+      filter[filter_bit(h) >> 6] |= std::uint64_t{1} << (filter_bit(h) & 63);
       longest = std::max(longest, n);
     }
   }
