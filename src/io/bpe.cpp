@@ -633,9 +633,11 @@ struct BpeCache {
     std::uint32_t key, key_length, ids, count;
   };
   // Pieces up to this long are cached (longer ones are rare and seldom repeat); the
-  // cache starts over when it holds kMaxEntries pieces.
+  // cache starts over when it holds kMaxEntries pieces. At 2^18 its slots (4 MiB) stay
+  // mostly in the processor's caches: 2^20 was no faster on English text and slower on
+  // text of ever new words.
   static constexpr std::size_t kLongestCached = 128;
-  static constexpr std::size_t kMaxEntries = std::size_t{1} << 20;
+  static constexpr std::size_t kMaxEntries = std::size_t{1} << 18;
   std::vector<std::uint64_t> slots = std::vector<std::uint64_t>(std::size_t{1} << 14, 0);
   std::vector<Entry> entries;
   std::string keys;

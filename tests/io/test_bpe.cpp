@@ -255,7 +255,7 @@ TEST(Gpt2Pieces, UnicodeWhiteSpace) {
   EXPECT_EQ(pieces("a \xe2\x80\x83"
                    "b"),
             (Pieces{"a", " ", "\xe2\x80\x83", "b"}));
-  // U+0085 is White_Space (tiktoken, Python's regex); U+FEFF is not (unlike JavaScript).
+  // U+0085 is White_Space (as in tiktoken); U+FEFF is not (unlike JavaScript's \s).
   EXPECT_EQ(pieces(" \xc2\x85"
                    "b"),
             (Pieces{" ", "\xc2\x85", "b"}));
