@@ -140,13 +140,30 @@ int main(int argc, char** argv) {
   init->add_option("deck", init_deck, "The TOML input deck")->required();
   init->add_option("-o,--output", init_output, "The checkpoint file to write (.h5)")->required();
 
-  std::vector<std::string> data_inputs;
-  std::string data_output;
+  cubelm::app::DataOptions data_options;
   CLI::App* data = app.add_subcommand(
-      "data", "Turn text files into an llm.c .bin token file (byte vocabulary, 256 tokens)");
-  data->add_option("inputs", data_inputs, "Text files, concatenated in the order given")
-      ->required();
-  data->add_option("-o,--output", data_output, "The .bin file to write")->required();
+      "data", "Turn text files into an llm.c .bin token file: one token per byte, or GPT-2's "
+              "BPE (--bpe gpt2 --vocab FILE) with <|endoftext|> between the files; or a token "
+              "file back into text (--decode T.bin)");
+  data->add_option("inputs", data_options.inputs,
+                   "Text files, in the order given; under --bpe each is one document");
+  data->add_option("-o,--output", data_options.output,
+                   "The .bin file to write; with --decode the text file (default: standard "
+                   "output)");
+  data->add_option("--bpe", data_options.bpe,
+                   "Tokenise with a byte-level BPE: gpt2 (GPT-2's, r50k_base; needs --vocab). "
+                   "Without it each byte is a token (vocabulary 256)");
+  data->add_option("--vocab", data_options.vocab,
+                   "The BPE's ranks: a .tiktoken file, or Hugging Face's vocab.json (read with "
+                   "the merges.txt beside it)");
+  data->add_option("--merges", data_options.merges,
+                   "Hugging Face's merges.txt, when it is not beside vocab.json");
+  data->add_option("--threads", data_options.threads,
+                   "Encoding threads (default: every CPU this process may run on)")
+      ->check(CLI::Range(1, 4096));
+  data->add_option("--decode", data_options.decode,
+                   "Write the text of this llm.c token file: the tokens of --vocab, or bytes "
+                   "without it");
 
   std::string convert_to, convert_from, convert_input, convert_output;
   CLI::App* convert = app.add_subcommand(
@@ -223,7 +240,7 @@ int main(int argc, char** argv) {
     if (*init)
       return cubelm::app::run_init(init_deck, init_output, env);
     if (*data)
-      return cubelm::app::run_data(data_inputs, data_output, env);
+      return cubelm::app::run_data(data_options, env);
     if (*verify)
       return cubelm::app::run_verify(verify_files, env);
     if (*convert)

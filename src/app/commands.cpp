@@ -7,10 +7,12 @@
 #include "cubelm/core/format.hpp"
 #include "cubelm/core/memory_check.hpp"
 #include "cubelm/core/memory_info.hpp"
+#include "cubelm/core/placement.hpp"
 #include "cubelm/core/version.hpp"
 #include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/memory.hpp"
 #include "cubelm/cost/traffic.hpp"
+#include "cubelm/io/bpe.hpp"
 #include "cubelm/io/checkpoint.hpp"
 #include "cubelm/io/sampler.hpp"
 #include "cubelm/io/tokens.hpp"
@@ -24,6 +26,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -437,14 +440,83 @@ int run_train(const std::string& deck_path, const Environment& env) {
   return run_training(deck, std::cout);
 }
 
-int run_data(const std::vector<std::string>& inputs, const std::string& output,
-             const Environment& env) {
-  // One writer: the file is made on rank 0 alone.
-  if (env.world_rank() == 0) {
-    const std::int64_t count = io::text_to_llmc(inputs, output);
-    std::printf("%s: %lld tokens (bytes of %zu text file%s, vocabulary 256)\n", output.c_str(),
-                static_cast<long long>(count), inputs.size(), inputs.size() == 1 ? "" : "s");
+int run_data(const DataOptions& o, const Environment& env) {
+  // The command line's rules, checked on every rank alike.
+  const auto refuse = [](const std::string& why) { throw Error("cubelm data: " + why, true); };
+  if (!o.merges.empty() && o.vocab.empty())
+    refuse("--merges " + o.merges + " goes with --vocab vocab.json");
+  if (!o.decode.empty()) {
+    if (!o.inputs.empty())
+      refuse("--decode " + o.decode + " takes no text files (" + o.inputs.front() +
+             "): it writes the text of one token file");
+  } else {
+    if (o.inputs.empty())
+      refuse("no text files to convert (cubelm data A.txt ... -o T.bin)");
+    if (o.output.empty())
+      refuse("no output file: -o T.bin");
+    if (!o.bpe.empty() && o.vocab.empty())
+      refuse("--bpe " + o.bpe +
+             " needs --vocab FILE: the BPE's ranks as a .tiktoken file "
+             "(r50k_base.tiktoken for gpt2) or Hugging Face's vocab.json, with merges.txt "
+             "beside it");
+    if (o.bpe.empty() && !o.vocab.empty())
+      refuse("--vocab " + o.vocab + " needs --bpe gpt2 (without --bpe each byte is a token)");
   }
+  // One writer: the file is made on rank 0 alone.
+  if (env.world_rank() != 0)
+    return 0;
+
+  if (!o.decode.empty()) {
+    std::optional<io::Bpe> bpe;
+    if (!o.vocab.empty())
+      bpe = io::Bpe::load(o.bpe.empty() ? "gpt2" : o.bpe, o.vocab, o.merges);
+    const io::Bpe* vocabulary = bpe ? &*bpe : nullptr;
+    if (o.output.empty()) {
+      io::llmc_to_text(o.decode, vocabulary, std::cout);
+      return 0;
+    }
+    std::ofstream file(o.output, std::ios::binary | std::ios::trunc);
+    if (!file)
+      throw Error(o.output + ": cannot create the file (does the directory exist and is it "
+                             "writable?)");
+    const std::int64_t count = io::llmc_to_text(o.decode, vocabulary, file);
+    file.close();
+    if (!file)
+      throw Error(o.output + ": writing the file failed (is the disk full?)");
+    std::printf("%s: the text of %lld tokens of %s (%s)\n", o.output.c_str(),
+                static_cast<long long>(count), o.decode.c_str(),
+                bpe ? bpe->source().c_str() : "byte vocabulary, 256");
+    return 0;
+  }
+
+  if (o.bpe.empty()) {
+    const std::int64_t count = io::text_to_llmc(o.inputs, o.output);
+    std::printf("%s: %lld tokens (bytes of %zu text file%s, vocabulary 256)\n", o.output.c_str(),
+                static_cast<long long>(count), o.inputs.size(), o.inputs.size() == 1 ? "" : "s");
+    return 0;
+  }
+  const io::Bpe bpe = io::Bpe::load(o.bpe, o.vocab, o.merges);
+  io::BpeRunOptions run;
+  // Threads inherit the mask of the thread that starts them: give it the launcher's CPUs
+  // back, which the OpenMP runtime may have narrowed to one.
+  restore_launch_affinity();
+  run.threads =
+      o.threads > 0 ? o.threads : std::max<int>(1, static_cast<int>(launch_cpus().size()));
+  run.progress = [](const io::BpeProgress& p) {
+    std::fprintf(stderr, "cubelm data: %sB of %sB (%.0f%%), %.1f MB/s\n",
+                 si(static_cast<double>(p.bytes_done), 1).c_str(),
+                 si(static_cast<double>(p.bytes_total), 1).c_str(),
+                 p.bytes_total > 0 ? 100.0 * p.bytes_done / p.bytes_total : 100.0,
+                 p.bytes_done / 1e6 / std::max(p.seconds, 1e-9));
+    std::fflush(stderr);
+  };
+  const io::BpeRunResult r = io::bpe_text_to_llmc(bpe, o.inputs, o.output, run);
+  std::printf("%s: %lld tokens (GPT-2 BPE of %zu text file%s, %sB; vocabulary %d, "
+              "<|endoftext|> %d between files; %.1f MB/s on %d thread%s)\n",
+              o.output.c_str(), static_cast<long long>(r.tokens), o.inputs.size(),
+              o.inputs.size() == 1 ? "" : "s", si(static_cast<double>(r.bytes), 1).c_str(),
+              bpe.id_limit(), bpe.end_of_text(), r.bytes / 1e6 / std::max(r.seconds, 1e-9),
+              run.threads, run.threads == 1 ? "" : "s");
   return 0;
 }
 

@@ -59,6 +59,16 @@ inline void put_le(std::vector<unsigned char>& out, std::uint64_t v, int bytes) 
     out.push_back(static_cast<unsigned char>(v >> (8 * i)));
 }
 
+/// The 1024-byte header of an llm.c token file of `count` uint16 tokens.
+inline std::vector<unsigned char> llmc_header(std::int64_t count) {
+  std::vector<unsigned char> header;
+  put_le(header, static_cast<std::uint32_t>(kLlmcMagic), 4);
+  put_le(header, static_cast<std::uint32_t>(kLlmcVersion), 4);
+  put_le(header, static_cast<std::uint32_t>(count), 4);
+  header.resize(kLlmcHeaderBytes, 0);
+  return header;
+}
+
 /// A file opened for reading, with its size and reads at given offsets.
 class InFile {
 public:
@@ -105,6 +115,13 @@ public:
   void write(const std::vector<unsigned char>& bytes) {
     out_.write(reinterpret_cast<const char*>(bytes.data()),
                static_cast<std::streamsize>(bytes.size()));
+  }
+  /// Writes `bytes` over those at `offset` (a header known only at the end), then
+  /// continues at the end of the file.
+  void rewrite(std::uint64_t offset, const std::vector<unsigned char>& bytes) {
+    out_.seekp(static_cast<std::streamoff>(offset));
+    write(bytes);
+    out_.seekp(0, std::ios::end);
   }
   void close() {
     out_.close();

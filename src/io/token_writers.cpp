@@ -16,12 +16,7 @@ using namespace detail;
 namespace {
 
 void write_llmc_header(OutFile& out, std::int64_t count) {
-  std::vector<unsigned char> header;
-  put_le(header, static_cast<std::uint32_t>(kLlmcMagic), 4);
-  put_le(header, static_cast<std::uint32_t>(kLlmcVersion), 4);
-  put_le(header, static_cast<std::uint32_t>(count), 4);
-  header.resize(kLlmcHeaderBytes, 0);
-  out.write(header);
+  out.write(llmc_header(count));
 }
 
 } // namespace

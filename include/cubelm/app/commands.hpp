@@ -42,9 +42,22 @@ bool train_wants_mpi_threads(int argc, char** argv);
 /// \brief `cubelm init DECK -o FILE`: the step-0 checkpoint (model, zero moments, attributes).
 int run_init(const std::string& deck_path, const std::string& output, const Environment& env);
 
-/// \brief `cubelm data TEXT... -o OUT.bin`: bytes of the text files as an llm.c token file.
-int run_data(const std::vector<std::string>& inputs, const std::string& output,
-             const Environment& env);
+/// \brief What `cubelm data` is asked to do (docs/data.md).
+struct DataOptions {
+  std::vector<std::string> inputs; ///< text files, one document each, in order
+  std::string output;              ///< the .bin to write; with `decode` the text ("": stdout)
+  std::string bpe;                 ///< "" for the byte vocabulary, or "gpt2"
+  std::string vocab;               ///< the BPE's .tiktoken ranks file or vocab.json
+  std::string merges;              ///< merges.txt when not beside vocab.json
+  std::string decode;              ///< an llm.c token file to turn back into text
+  int threads = 0;                 ///< encoding threads; 0: every CPU the process may use
+};
+
+/// \brief `cubelm data TEXT... -o OUT.bin [--bpe gpt2 --vocab FILE]`: the text files as an
+/// llm.c token file, one token per byte or GPT-2's BPE with `<|endoftext|>` between the
+/// files; `cubelm data --decode T.bin [--vocab FILE] [-o TEXT]`: the text of a token file.
+/// Rank 0 does the work.
+int run_data(const DataOptions& options, const Environment& env);
 
 /// \brief `cubelm verify FILE...`: reads every dataset of each checkpoint, verifying its
 /// checksums; prints one line per file. Returns 0 when every file is sound, 1 otherwise.
