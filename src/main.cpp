@@ -1,6 +1,7 @@
 // The `cubelm` command: parses the command line and runs one subcommand.
 
 #include "cubelm/app/commands.hpp"
+#include "cubelm/app/generate.hpp"
 #include "cubelm/app/hf.hpp"
 #include "cubelm/app/plan.hpp"
 #include "cubelm/core/environment.hpp"
@@ -192,6 +193,31 @@ int main(int argc, char** argv) {
                 "(exit 1 if any file is damaged)");
   verify->add_option("files", verify_files, "Checkpoint files (.h5)")->required();
 
+  cubelm::app::GenerateOptions gen_options;
+  std::string gen_prompt;
+  CLI::App* gen = app.add_subcommand(
+      "generate", "Generate text from a checkpoint of any layout, on one process, with a "
+                  "key/value cache (docs/generate.md); tokens go to stdout as they come");
+  gen->add_option("checkpoint", gen_options.checkpoint, "The checkpoint file (.h5)")->required();
+  CLI::Option* gen_text =
+      gen->add_option("--prompt", gen_prompt,
+                      "The prompt as text: its bytes, for a byte-vocabulary model "
+                      "(model.vocab_size = 256, as `cubelm data` writes)");
+  gen->add_option("--prompt-tokens", gen_options.prompt_tokens,
+                  "The prompt as token ids: an llm.c token file, or decimal ids separated "
+                  "by whitespace");
+  gen->add_option("--tokens", gen_options.tokens, "Tokens to generate (default 32)");
+  gen->add_option("--temperature", gen_options.sampling.temperature,
+                  "Sample from softmax(logits / T); 0: greedy, the most probable token "
+                  "(default 1)");
+  gen->add_option("--top-k", gen_options.sampling.top_k,
+                  "Sample among the K most probable tokens only (default 0: all)");
+  gen->add_option("--top-p", gen_options.sampling.top_p,
+                  "Then among the fewest most probable tokens whose probability reaches P, in "
+                  "(0, 1] (default 1: all)");
+  gen->add_option("--seed", gen_options.sampling.seed,
+                  "Seed of the sampling's random numbers (default 1)");
+
   // A first word that is no command: say so (CLI11 would say the argument was not expected).
   if (argc > 1 && argv[1][0] != '-') {
     std::string names;
@@ -245,6 +271,11 @@ int main(int argc, char** argv) {
       return cubelm::app::run_verify(verify_files, env);
     if (*convert)
       return cubelm::app::run_convert(convert_to, convert_from, convert_input, convert_output, env);
+    if (*gen) {
+      if (*gen_text)
+        gen_options.prompt = gen_prompt;
+      return cubelm::app::run_generate(gen_options, env);
+    }
     if (rank == 0)
       std::printf("%s", app.help().c_str());
     return 0;

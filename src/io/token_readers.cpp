@@ -269,6 +269,52 @@ std::vector<std::int32_t> read_text(const std::string& path, int vocab_size) {
   return tokens;
 }
 
+std::vector<std::int32_t> read_token_ids(const std::string& path, int vocab_size) {
+  check_vocab(vocab_size);
+  InFile f(path, "token file");
+  unsigned char h[4] = {};
+  if (f.size() >= 4) {
+    f.read(0, h, 4);
+    if (get_i32(h) == kLlmcMagic)
+      return read_llmc(path, vocab_size);
+  }
+  // Decimal ids separated by whitespace.
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(f.size()));
+  if (!bytes.empty())
+    f.read(0, bytes.data(), bytes.size());
+  std::vector<std::int32_t> tokens;
+  const auto space = [](unsigned char c) {
+    return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+  };
+  std::size_t i = 0;
+  while (i < bytes.size()) {
+    if (space(bytes[i])) {
+      ++i;
+      continue;
+    }
+    const std::size_t start = i;
+    while (i < bytes.size() && !space(bytes[i]))
+      ++i;
+    const std::string word(bytes.begin() + static_cast<std::ptrdiff_t>(start),
+                           bytes.begin() + static_cast<std::ptrdiff_t>(i));
+    const std::string where =
+        str(static_cast<std::int64_t>(tokens.size())) + " (byte offset " + ustr(start) + ")";
+    const bool digits = word.size() <= 18 && std::all_of(word.begin(), word.end(), [](char c) {
+                          return c >= '0' && c <= '9';
+                        });
+    if (!digits)
+      fail(path, "token " + where + " is \"" +
+                     escaped(&bytes[start], std::min<std::size_t>(word.size(), 40)) +
+                     "\", not a token id: the file is either an llm.c token file or token ids "
+                     "written as decimal numbers separated by whitespace");
+    const std::int64_t v = std::stoll(word);
+    if (v >= vocab_size)
+      bad_token(path, where, v, vocab_size);
+    tokens.push_back(static_cast<std::int32_t>(v));
+  }
+  return tokens;
+}
+
 std::int64_t token_count(const std::string& format, const std::string& path) {
   if (format == "llmc") {
     InFile f(path, "llm.c token file");

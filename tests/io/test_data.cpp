@@ -212,6 +212,41 @@ TEST(Llmc, MissingFile) {
   EXPECT_HAS(error_of([&] { read_llmc(dir.path(""), 256); }), "not a regular file");
 }
 
+// ---- token ids (a prompt) -----------------------------------------------------
+
+TEST(TokenIds, DecimalIdsOrAnLlmcFile) {
+  TempDir dir;
+  const std::string text = dir.path("ids.txt"), bin = dir.path("ids.bin");
+  write_file(text, std::string(" 5\t99\n\n100  7 \r\n"));
+  EXPECT_EQ(read_token_ids(text, 101), (std::vector<std::int32_t>{5, 99, 100, 7}));
+  write_file(bin, llmc_bytes(20240520, 1, 4, {5, 99, 100, 7}).b);
+  EXPECT_EQ(read_token_ids(bin, 101), (std::vector<std::int32_t>{5, 99, 100, 7}));
+  // The llm.c reader's own checks apply to an llm.c file.
+  EXPECT_HAS(error_of([&] { read_token_ids(bin, 100); }), "token 2 (byte offset 1028) is 100");
+  write_file(text, std::string(""));
+  EXPECT_TRUE(read_token_ids(text, 10).empty());
+  write_file(text, std::string("\n \n"));
+  EXPECT_TRUE(read_token_ids(text, 10).empty());
+}
+
+TEST(TokenIds, RefusesWordsAndIdsOutsideTheVocabulary) {
+  TempDir dir;
+  const std::string path = dir.path("bad.txt");
+  write_file(path, std::string("1 2\n300 4"));
+  std::string msg = error_of([&] { read_token_ids(path, 256); });
+  EXPECT_HAS(msg, path + ": token 2 (byte offset 4) is 300, outside the vocabulary");
+  EXPECT_HAS(msg, "vocab_size = 256");
+  write_file(path, std::string("1 -2"));
+  msg = error_of([&] { read_token_ids(path, 256); });
+  EXPECT_HAS(msg, path + ": token 1 (byte offset 2) is \"-2\", not a token id");
+  write_file(path, std::string("7 3x 1"));
+  EXPECT_HAS(error_of([&] { read_token_ids(path, 256); }), "token 1 (byte offset 2) is \"3x\"");
+  write_file(path, std::string("99999999999999999999999"));
+  EXPECT_HAS(error_of([&] { read_token_ids(path, 256); }), "not a token id");
+  EXPECT_HAS(error_of([&] { read_token_ids(dir.path("none.txt"), 256); }),
+             "cannot open the token file: no such file");
+}
+
 // ---- Megatron ----------------------------------------------------------------
 
 namespace {

@@ -31,6 +31,12 @@ std::vector<std::int32_t> read_megatron(const std::string& path, int vocab_size)
 /// \brief Reads a file's bytes as tokens; every byte must be < vocab_size.
 std::vector<std::int32_t> read_text(const std::string& path, int vocab_size = 256);
 
+/// \brief Reads a short list of token ids, such as a prompt: an llm.c token file (a file
+/// that starts with its magic number), or else decimal ids separated by whitespace.
+/// Every id must be in [0, vocab_size); a word that is not a decimal number is an Error
+/// naming its position and byte offset. An empty file gives no tokens.
+std::vector<std::int32_t> read_token_ids(const std::string& path, int vocab_size);
+
 /// \brief The tokens a corpus holds, from its headers alone (llm.c: the header; Megatron:
 /// the index, each sequence checked to lie inside the .bin; text: the size), with the
 /// readers' checks of them; the tokens themselves (their range) are not read.

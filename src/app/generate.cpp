@@ -1,0 +1,115 @@
+#include "cubelm/app/generate.hpp"
+
+#include "cubelm/comm/communicator.hpp"
+#include "cubelm/core/error.hpp"
+#include "cubelm/io/checkpoint.hpp"
+#include "cubelm/io/tokens.hpp"
+#include "cubelm/kernels/precision.hpp"
+#include "cubelm/model/generator.hpp"
+
+#include <chrono>
+#include <cstdio>
+
+namespace cubelm::app {
+
+Codec codec_for(const ModelConfig& model) {
+  if (model.vocab_size == 256)
+    return Codec{"bytes",
+                 [](const std::string& text) {
+                   std::vector<std::int32_t> ids;
+                   for (const char c : text)
+                     ids.push_back(static_cast<unsigned char>(c));
+                   return ids;
+                 },
+                 [](std::int32_t token) { return std::string(1, static_cast<char>(token)); }, ""};
+  const int vocab = model.vocab_size;
+  return Codec{"ids",
+               [vocab](const std::string&) -> std::vector<std::int32_t> {
+                 throw Error("--prompt TEXT needs the byte vocabulary (model.vocab_size = 256); "
+                             "this checkpoint's model has vocab_size = " +
+                             std::to_string(vocab) +
+                             ": give the prompt's token ids with --prompt-tokens FILE");
+               },
+               [](std::int32_t token) { return std::to_string(token); }, " "};
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int generate(const GenerateOptions& o) {
+  // The options first: they cost nothing to check.
+  const std::string bad = model::check_sampling(o.sampling);
+  if (!bad.empty())
+    throw Error(bad, true);
+  if (o.tokens < 0)
+    throw Error("--tokens " + std::to_string(o.tokens) + ": must be >= 0", true);
+  if (o.prompt.has_value() == !o.prompt_tokens.empty())
+    throw Error("give the prompt once: --prompt TEXT or --prompt-tokens FILE", true);
+
+  const io::CheckpointReader reader(o.checkpoint, comm::Communicator::world());
+  const ModelConfig model = model::checkpoint_model(reader);
+  const Codec codec = codec_for(model);
+  const std::vector<std::int32_t> prompt =
+      o.prompt.has_value() ? codec.encode(*o.prompt)
+                           : io::read_token_ids(o.prompt_tokens, model.vocab_size);
+  const std::string source = o.prompt.has_value() ? "--prompt" : o.prompt_tokens;
+  if (prompt.empty())
+    throw Error(source + ": the prompt is empty: generation continues a prompt of at least one "
+                         "token",
+                true);
+  const std::int64_t positions = static_cast<std::int64_t>(prompt.size()) + o.tokens;
+  if (positions > model.seq_len)
+    throw Error("the prompt's " + std::to_string(prompt.size()) + " tokens and --tokens " +
+                    std::to_string(o.tokens) + " need " + std::to_string(positions) +
+                    " positions, more than the model's context of model.seq_len = " +
+                    std::to_string(model.seq_len) + " (checkpoint " + o.checkpoint + ")",
+                true);
+  // Checkpoints hold fp32 weights whatever precision trained them: generate in fp32.
+  kernels::set_gemm_precision(Precision::fp32);
+  model::Generator generator(reader, model);
+  model::TokenSampler sampler(o.sampling);
+
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<float>* logits = &generator.feed(prompt);
+  const double prompt_s = seconds_since(start);
+  const auto steps = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.tokens; ++i) {
+    const std::int32_t token = sampler.next(logits->data(), model.vocab_size);
+    const std::string text = (i == 0 ? "" : codec.separator) + codec.decode(token);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    if (i + 1 < o.tokens)
+      logits = &generator.feed({token});
+  }
+  const double gen_s = seconds_since(steps);
+  if (o.tokens > 0)
+    std::fputc('\n', stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "cubelm: generated %d tokens in %.3f s: %.2f tokens/s (prompt of %zu tokens in "
+               "%.3f s)\n",
+               o.tokens, gen_s, gen_s > 0 ? o.tokens / gen_s : 0.0, prompt.size(), prompt_s);
+  return 0;
+}
+
+} // namespace
+
+int run_generate(const GenerateOptions& options, const Environment& env) {
+  if (env.world_size() > 1)
+    throw Error("cubelm generate runs on one process; this job has " +
+                    std::to_string(env.world_size()) + " (start it without mpiexec)",
+                true);
+  try {
+    return generate(options);
+  } catch (const Error& e) {
+    // One process: every error is the whole job's, reported as such (no rank number).
+    if (!e.collective())
+      throw Error(e.what(), true);
+    throw;
+  }
+}
+
+} // namespace cubelm::app
