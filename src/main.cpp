@@ -201,12 +201,20 @@ int main(int argc, char** argv) {
   gen->add_option("checkpoint", gen_options.checkpoint, "The checkpoint file (.h5)")->required();
   CLI::Option* gen_text =
       gen->add_option("--prompt", gen_prompt,
-                      "The prompt as text: its bytes, for a byte-vocabulary model "
-                      "(model.vocab_size = 256, as `cubelm data` writes)");
+                      "The prompt as text: its BPE tokens with --vocab, else its bytes for a "
+                      "byte-vocabulary model (model.vocab_size = 256, as `cubelm data` writes)");
   gen->add_option("--prompt-tokens", gen_options.prompt_tokens,
                   "The prompt as token ids: an llm.c token file, or decimal ids separated "
                   "by whitespace");
+  gen->add_option("--vocab", gen_options.vocab,
+                  "A BPE vocabulary (.tiktoken ranks, or vocab.json with merges.txt beside it "
+                  "or --merges), as `cubelm data --bpe gpt2` took: the prompt is encoded and "
+                  "the tokens printed as text");
+  gen->add_option("--merges", gen_options.merges, "merges.txt, when not beside vocab.json");
   gen->add_option("--tokens", gen_options.tokens, "Tokens to generate (default 32)");
+  gen->add_option("--logits", gen_options.logits,
+                  "Write the logits each token was drawn from to this file: one row of "
+                  "model.vocab_size float32 (little-endian) per generated token");
   gen->add_option("--temperature", gen_options.sampling.temperature,
                   "Sample from softmax(logits / T); 0: greedy, the most probable token "
                   "(default 1)");

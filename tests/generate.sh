@@ -13,6 +13,8 @@
 #   sampling      one seed twice: the same tokens; two seeds: different ones; top-k 1 at
 #                 temperature 1 is greedy; the closing line on stderr
 #   ids           a 64-token vocabulary prints ids separated by spaces; --prompt is refused
+#   bpe           --vocab (a small .tiktoken): the prompt is the ids `cubelm data --bpe` writes,
+#                 the output the generated ids' bytes; a BPE larger than the model is refused
 #   bad-input     each bad option, prompt and checkpoint: exit status 1 (CLI11's own for
 #                 syntax errors) and a message naming the thing, the value and the rule
 #   help          `cubelm generate --help` lists every option
@@ -116,8 +118,37 @@ echo "1 2 3" >wide_ids.txt
 gen wide wide.h5 --prompt-tokens wide_ids.txt --tokens 10 --temperature 0
 [ $rc -eq 0 ] || fail "ids generation failed: $(cat wide.err)"
 grep -Eq '^[0-9]+( [0-9]+){9}$' wide.out || fail "expected 10 ids separated by spaces: $(cat wide.out)"
-refused wide_text 1 "--prompt TEXT needs the byte vocabulary \(model.vocab_size = 256\); this checkpoint's model has vocab_size = 64: give the prompt's token ids with --prompt-tokens FILE" \
+refused wide_text 1 "--prompt TEXT needs the byte vocabulary \(model.vocab_size = 256\) or a BPE vocabulary \(--vocab FILE\); this checkpoint's model has vocab_size = 64: give --vocab, or the prompt's token ids with --prompt-tokens FILE" \
   wide.h5 --prompt "hello"
+
+case_name=bpe
+# A BPE of 269 ids (tests/bpe/small.tiktoken) on a model of 300: --vocab encodes the prompt
+# as `cubelm data --bpe` does and prints each token's bytes.
+small=$(dirname "${BASH_SOURCE[0]}")/bpe/small.tiktoken
+deck bpe 300 ckpt_bpe
+"$cubelm" init bpe.toml -o bpe.h5 >/dev/null 2>&1 || fail "cubelm init failed"
+printf 'the cube' >bpe_prompt.txt
+"$cubelm" data --bpe gpt2 --vocab "$small" bpe_prompt.txt -o bpe_prompt.bin >/dev/null 2>&1 ||
+  fail "cubelm data --bpe failed"
+gen bpe_text bpe.h5 --vocab "$small" --prompt "the cube" --tokens 12 --temperature 0
+[ $rc -eq 0 ] || fail "generation with --vocab failed: $(cat bpe_text.err)"
+gen bpe_ids bpe.h5 --prompt-tokens bpe_prompt.bin --tokens 12 --temperature 0
+[ $rc -eq 0 ] || fail "generation from the prompt's ids failed: $(cat bpe_ids.err)"
+n=$((($(stat -c %s bpe_prompt.bin) - 1024) / 2)) # the llm.c header is 1024 bytes
+grep -q "prompt of $n tokens" bpe_text.err || fail "--prompt is not the $n tokens cubelm data wrote: $(cat bpe_text.err)"
+cmp -s bpe_text.out bpe_ids.out && fail "--vocab printed ids: $(cat bpe_text.out)"
+# The ids' bytes from the ranks file itself (<|endoftext|>, 268, has none there).
+: >bpe_expected.out
+for id in $(cat bpe_ids.out); do
+  if [ "$id" = 268 ]; then printf '<|endoftext|>' >>bpe_expected.out; continue; fi
+  [ "$id" -lt 268 ] || { printf '<%s>' "$id" >>bpe_expected.out; continue; }
+  awk -v id="$id" '$2 == id {print $1}' "$small" | base64 -d >>bpe_expected.out
+done
+echo >>bpe_expected.out
+cmp -s bpe_text.out bpe_expected.out ||
+  fail "--vocab printed other text than the ids' bytes: $(od -c bpe_text.out | head -3) vs $(od -c bpe_expected.out | head -3)"
+refused bpe_too_big 1 "--vocab [^ ]*small.tiktoken: its ids go up to 268, beyond the model's vocabulary \(model.vocab_size = 256\)" \
+  $one --vocab "$small" --prompt x
 
 case_name=bad-input
 refused top_p0 1 "^cubelm: error: --top-p 0: must be in \(0, 1\]" $one --prompt x --top-p 0

@@ -14,6 +14,8 @@
 #               reports from it equals the loss numpy computes in float64 from
 #               model.safetensors and config.json with its own safetensors reader, within
 #               1e-5 relative
+#   logits      the logits `cubelm generate --logits` writes for a prompt and 6 greedy tokens
+#               equal numpy's within 1e-5 of the largest, and the tokens are numpy's argmax
 #   export      `convert --to hf` of that checkpoint: every tensor equals the input's as
 #               float32, bit for bit; the names are the published gpt2's (no prefix, no
 #               lm_head, no masks), all F32, the header padded to 8 bytes and the data
@@ -166,6 +168,50 @@ def loss(directory, tokens_path, B):
     lse = (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))[..., 0]
     return float(np.mean(lse - np.take_along_axis(logits, tgt[..., None], -1)[..., 0]))
 
+def logits(directory, ids):
+    """The logits of every position of the sequence `ids`, in float64: [len(ids), V]."""
+    config = json.load(open(f"{directory}/config.json"))
+    _, _, w = read_safetensors(f"{directory}/model.safetensors")
+    w = {(k[len("transformer."):] if k.startswith("transformer.") else k): v.astype(np.float64)
+         for k, v in w.items()}
+    H, A, L = config["n_embd"], config["n_head"], config["n_layer"]
+    eps = config.get("layer_norm_epsilon", 1e-5)
+    T, D = len(ids), H // A
+    def ln(x, g, b):
+        mu = x.mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * g + b
+    gelu = lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    x = w["wte.weight"][np.array(ids)] + w["wpe.weight"][:T]
+    causal = np.tril(np.ones((T, T), bool))
+    for l in range(L):
+        h = f"h.{l}."
+        y = ln(x, w[h + "ln_1.weight"], w[h + "ln_1.bias"])
+        qkv = y @ w[h + "attn.c_attn.weight"] + w[h + "attn.c_attn.bias"]
+        q, k, v = (a.reshape(T, A, D).transpose(1, 0, 2) for a in np.split(qkv, 3, axis=-1))
+        s = np.where(causal, q @ k.transpose(0, 2, 1) / np.sqrt(D), -np.inf)
+        s = np.exp(s - s.max(-1, keepdims=True))
+        o = (s / s.sum(-1, keepdims=True)) @ v
+        x = x + o.transpose(1, 0, 2).reshape(T, H) @ w[h + "attn.c_proj.weight"] + w[h + "attn.c_proj.bias"]
+        y = ln(x, w[h + "ln_2.weight"], w[h + "ln_2.bias"])
+        x = x + gelu(y @ w[h + "mlp.c_fc.weight"] + w[h + "mlp.c_fc.bias"]) @ w[h + "mlp.c_proj.weight"] + w[h + "mlp.c_proj.bias"]
+    return ln(x, w["ln_f.weight"], w["ln_f.bias"]) @ w["wte.weight"].T
+
+def check_logits(directory, prompt_path, generated_path, logits_path):
+    """cubelm's logits (--logits) of the prompt's last position and of each generated token but
+    the last equal numpy's within 1e-5 of the largest logit's magnitude."""
+    prompt = [int(t) for t in open(prompt_path).read().split()]
+    generated = [int(t) for t in open(generated_path).read().split()]
+    V = json.load(open(f"{directory}/config.json"))["vocab_size"]
+    got = np.fromfile(logits_path, dtype="<f4").reshape(-1, V).astype(np.float64)
+    assert got.shape[0] == len(generated), f"{got.shape[0]} rows of logits for {len(generated)} tokens"
+    ids = prompt + generated[:-1]
+    want = logits(directory, ids)[len(prompt) - 1:]
+    err = np.abs(got - want).max() / np.abs(want).max()
+    print(f"logits of {len(generated)} positions ({len(prompt)}-token prompt): largest difference "
+          f"{err:.2e} of the largest logit")
+    assert err <= 1e-5, "cubelm's logits differ from numpy's"
+    assert generated == [int(r.argmax()) for r in want], "greedy tokens differ from numpy's argmax"
+
 def check_export(original, exported):
     """exported (cubelm's model.safetensors and config.json) holds original's model."""
     n, header, out = read_safetensors(f"{exported}/model.safetensors")
@@ -204,6 +250,8 @@ if __name__ == "__main__":
         write_tokens(sys.argv[3], 96, 3000, seed=12)
     elif what == "loss":
         print(repr(loss(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+    elif what == "logits":
+        check_logits(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     elif what == "check-export":
         check_export(sys.argv[2], sys.argv[3])
 EOF
@@ -265,6 +313,13 @@ grep -q "allow_other_run" one.log || fail "the run did not say it resumed anothe
 loss=$(loss_of m1.jsonl 0)
 [ -n "$loss" ] || fail "no loss of step 0 in m1.jsonl"
 close "$loss" "$reference" || fail "cubelm's loss differs from numpy's (above)"
+
+case_name=logits
+# The logits `cubelm generate` draws greedy tokens from, against numpy's of the same model.
+echo "5 17 3 88 42 9" >prompt.txt
+"$cubelm" generate from_hf.h5 --prompt-tokens prompt.txt --tokens 6 --temperature 0 --logits logits.f32 \
+  >generated.txt 2>generate.err || fail "cubelm generate: $(cat generate.err)"
+"$py" hf_ref.py logits hf_in prompt.txt generated.txt logits.f32 || fail "the logits differ (above)"
 
 case_name=export
 "$cubelm" convert --to hf from_hf.h5 -o hf_out >export.log 2>&1 || fail "convert --to hf: $(tail -n 3 export.log)"

@@ -2,6 +2,7 @@
 
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/io/bpe.hpp"
 #include "cubelm/io/checkpoint.hpp"
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/kernels/precision.hpp"
@@ -9,10 +10,34 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <memory>
 
 namespace cubelm::app {
 
-Codec codec_for(const ModelConfig& model) {
+Codec codec_for(const ModelConfig& model, const std::string& vocab, const std::string& merges) {
+  if (!vocab.empty()) {
+    const io::Bpe bpe = io::Bpe::load("gpt2", vocab, merges);
+    if (bpe.id_limit() > model.vocab_size)
+      throw Error("--vocab " + bpe.source() + ": its ids go up to " +
+                      std::to_string(bpe.id_limit() - 1) +
+                      ", beyond the model's vocabulary "
+                      "(model.vocab_size = " +
+                      std::to_string(model.vocab_size) +
+                      "): the checkpoint was not trained on this BPE's tokens",
+                  true);
+    // Shared by the two functions: an encoder keeps a cache (one thread here).
+    const auto encoder = std::make_shared<io::BpeEncoder>(bpe);
+    return Codec{"bpe", [encoder](const std::string& text) { return encoder->encode(text); },
+                 [bpe](std::int32_t token) {
+                   // Ids the BPE lacks (a padded vocabulary's) print as <id>.
+                   return bpe.has(token) ? std::string(bpe.bytes_of(token))
+                                         : "<" + std::to_string(token) + ">";
+                 },
+                 ""};
+  }
+  if (!merges.empty())
+    throw Error("--merges " + merges + ": needs --vocab vocab.json", true);
   if (model.vocab_size == 256)
     return Codec{"bytes",
                  [](const std::string& text) {
@@ -22,13 +47,15 @@ Codec codec_for(const ModelConfig& model) {
                    return ids;
                  },
                  [](std::int32_t token) { return std::string(1, static_cast<char>(token)); }, ""};
-  const int vocab = model.vocab_size;
+  const int size = model.vocab_size;
   return Codec{"ids",
-               [vocab](const std::string&) -> std::vector<std::int32_t> {
-                 throw Error("--prompt TEXT needs the byte vocabulary (model.vocab_size = 256); "
-                             "this checkpoint's model has vocab_size = " +
-                             std::to_string(vocab) +
-                             ": give the prompt's token ids with --prompt-tokens FILE");
+               [size](const std::string&) -> std::vector<std::int32_t> {
+                 throw Error("--prompt TEXT needs the byte vocabulary (model.vocab_size = 256) "
+                             "or a BPE vocabulary (--vocab FILE); this checkpoint's model has "
+                             "vocab_size = " +
+                             std::to_string(size) +
+                             ": give --vocab, or the prompt's token ids with --prompt-tokens "
+                             "FILE");
                },
                [](std::int32_t token) { return std::to_string(token); }, " "};
 }
@@ -51,7 +78,7 @@ int generate(const GenerateOptions& o) {
 
   const io::CheckpointReader reader(o.checkpoint, comm::Communicator::world());
   const ModelConfig model = model::checkpoint_model(reader);
-  const Codec codec = codec_for(model);
+  const Codec codec = codec_for(model, o.vocab, o.merges);
   const std::vector<std::int32_t> prompt =
       o.prompt.has_value() ? codec.encode(*o.prompt)
                            : io::read_token_ids(o.prompt_tokens, model.vocab_size);
@@ -72,11 +99,20 @@ int generate(const GenerateOptions& o) {
   model::Generator generator(reader, model);
   model::TokenSampler sampler(o.sampling);
 
+  std::ofstream logits_file;
+  if (!o.logits.empty()) {
+    logits_file.open(o.logits, std::ios::binary | std::ios::trunc);
+    if (!logits_file)
+      throw Error("--logits " + o.logits + ": cannot open the file for writing", true);
+  }
   const auto start = std::chrono::steady_clock::now();
   const std::vector<float>* logits = &generator.feed(prompt);
   const double prompt_s = seconds_since(start);
   const auto steps = std::chrono::steady_clock::now();
   for (int i = 0; i < o.tokens; ++i) {
+    if (logits_file.is_open()) // float is IEEE binary32, little-endian where cubelm runs
+      logits_file.write(reinterpret_cast<const char*>(logits->data()),
+                        static_cast<std::streamsize>(sizeof(float)) * model.vocab_size);
     const std::int32_t token = sampler.next(logits->data(), model.vocab_size);
     const std::string text = (i == 0 ? "" : codec.separator) + codec.decode(token);
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -85,6 +121,8 @@ int generate(const GenerateOptions& o) {
       logits = &generator.feed({token});
   }
   const double gen_s = seconds_since(steps);
+  if (logits_file.is_open() && !logits_file.flush())
+    throw Error("--logits " + o.logits + ": writing failed (is the disk full?)", true);
   if (o.tokens > 0)
     std::fputc('\n', stdout);
   std::fflush(stdout);

@@ -20,16 +20,21 @@ struct GenerateOptions {
   std::string checkpoint;            ///< the checkpoint file (.h5)
   std::optional<std::string> prompt; ///< --prompt TEXT
   std::string prompt_tokens;         ///< --prompt-tokens FILE (when no --prompt)
-  int tokens = 32;                   ///< tokens to generate
+  std::string vocab;                 ///< --vocab FILE: a BPE vocabulary (io/bpe.hpp), or ""
+  std::string merges;                ///< --merges FILE beside a vocab.json, or ""
+  /// --logits FILE: the logits each generated token was drawn from, one row of
+  /// model.vocab_size float32 (little-endian) per token; "" writes none
+  std::string logits;
+  int tokens = 32; ///< tokens to generate
   model::SamplingOptions sampling{1.0, 0, 1.0, 1};
 };
 
-/// \brief How text becomes tokens and tokens become text. The byte vocabulary
-/// (vocab_size 256, what `cubelm data` writes) has one; every other vocabulary is read
-/// and printed as ids until a tokenizer is given (a third Codec, from a vocabulary
-/// file, is where one plugs in).
+/// \brief How text becomes tokens and tokens become text: GPT-2's byte-level BPE from a
+/// vocabulary file (--vocab, `cubelm data --bpe gpt2` wrote the training tokens with it);
+/// without one the byte vocabulary (vocab_size 256, what `cubelm data` writes without
+/// --bpe), and any other vocabulary is read and printed as ids.
 struct Codec {
-  std::string name; ///< "bytes", "ids"
+  std::string name; ///< "bpe", "bytes", "ids"
   /// the tokens of a prompt text; an Error naming the rule when the text cannot be encoded
   std::function<std::vector<std::int32_t>(const std::string& text)> encode;
   /// the text of one token
@@ -37,8 +42,11 @@ struct Codec {
   std::string separator; ///< printed between decoded tokens
 };
 
-/// \brief The Codec of a model: bytes for vocab_size 256, else ids.
-Codec codec_for(const ModelConfig& model);
+/// \brief The Codec of a model: the BPE of `vocab` (and `merges`) when given, whose ids
+/// must fit the model's vocabulary (an Error naming both sizes otherwise); else bytes for
+/// vocab_size 256, else ids.
+Codec codec_for(const ModelConfig& model, const std::string& vocab = "",
+                const std::string& merges = "");
 
 /// \brief `cubelm generate CKPT ...`: prints the generated tokens as they come (stdout,
 /// flushed after each) and a closing line with the count and tokens/s (stderr). One
