@@ -6,14 +6,15 @@
 #include "cubelm/io/bpe.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/io/json.hpp"
 #include "token_format.hpp"
 #include "unicode_classes.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -326,176 +327,6 @@ bool utf8_code_points(std::string_view s, std::vector<std::uint32_t>& cps, std::
   }
   return true;
 }
-
-// Reads vocab.json: one JSON object whose keys are strings and whose values integers.
-class VocabJson {
-public:
-  VocabJson(std::string_view text, std::string source) : s_(text), source_(std::move(source)) {}
-
-  // Calls f(key as code points, id) for each member, in order.
-  template <class F>
-  void members(F&& f) {
-    space();
-    expect('{', "the opening '{' of an object");
-    space();
-    if (peek() == '}') {
-      ++pos_;
-    } else {
-      std::vector<std::uint32_t> key;
-      for (;;) {
-        space();
-        const std::size_t at = pos_;
-        string(key);
-        space();
-        expect(':', "':' after a key");
-        space();
-        f(key, integer(), at);
-        space();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect('}', "',' or the closing '}'");
-        break;
-      }
-    }
-    space();
-    if (pos_ != s_.size())
-      wrong("text after the object");
-  }
-
-  [[noreturn]] void wrong(const std::string& what, std::size_t at) const {
-    fail(source_, "byte offset " + ustr(at) + ": " + what +
-                      ": vocab.json must be one JSON object of token strings to integer ids");
-  }
-  [[noreturn]] void wrong(const std::string& what) const { wrong(what, pos_); }
-
-private:
-  char peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
-  void space() {
-    while (pos_ < s_.size() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-  void expect(char c, const char* what) {
-    if (peek() != c || pos_ >= s_.size())
-      wrong(std::string("expected ") + what + ", found " +
-            (pos_ < s_.size() ? shown(s_.substr(pos_, 1)) : std::string("the end")));
-    ++pos_;
-  }
-  unsigned hex4() {
-    if (pos_ + 4 > s_.size())
-      wrong("a \\u escape needs four hex digits");
-    unsigned v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = s_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9')
-        v |= unsigned(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        v |= unsigned(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        v |= unsigned(c - 'A' + 10);
-      else
-        wrong("a \\u escape needs four hex digits", pos_ - 1);
-    }
-    return v;
-  }
-  void string(std::vector<std::uint32_t>& out) {
-    out.clear();
-    if (peek() != '"')
-      wrong("expected a string key, found " +
-            (pos_ < s_.size() ? shown(s_.substr(pos_, 1)) : std::string("the end")));
-    ++pos_;
-    const unsigned char* p = bytes(s_);
-    for (;;) {
-      if (pos_ >= s_.size())
-        wrong("a string that does not end");
-      const unsigned char c = p[pos_];
-      if (c == '"') {
-        ++pos_;
-        return;
-      }
-      if (c < 0x20)
-        wrong("a control character in a string (JSON writes it as an escape)");
-      if (c == '\\') {
-        const char e = pos_ + 1 < s_.size() ? s_[pos_ + 1] : '\0';
-        pos_ += 2;
-        switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out.push_back(static_cast<unsigned char>(e));
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'u': {
-          std::uint32_t v = hex4();
-          if (v >= 0xD800 && v <= 0xDBFF) {
-            if (pos_ + 2 > s_.size() || s_[pos_] != '\\' || s_[pos_ + 1] != 'u')
-              wrong("a \\u escape of a high surrogate without its low one");
-            pos_ += 2;
-            const std::uint32_t low = hex4();
-            if (low < 0xDC00 || low > 0xDFFF)
-              wrong("a \\u escape of a high surrogate without its low one");
-            v = 0x10000 + ((v - 0xD800) << 10) + (low - 0xDC00);
-          } else if (v >= 0xDC00 && v <= 0xDFFF) {
-            wrong("a \\u escape of a lone low surrogate");
-          }
-          out.push_back(v);
-          break;
-        }
-        default:
-          wrong("an unknown escape in a string", pos_ - 2);
-        }
-        continue;
-      }
-      const CodePoint cp = code_point_at(p, s_.size(), pos_);
-      if (c >= 0x80 && cp.length == 1)
-        wrong("a byte that is not UTF-8");
-      std::uint32_t v = c & (cp.length == 1   ? 0x7Fu
-                             : cp.length == 2 ? 0x1Fu
-                             : cp.length == 3 ? 0x0Fu
-                                              : 0x07u);
-      for (std::uint32_t k = 1; k < cp.length; ++k)
-        v = (v << 6) | (p[pos_ + k] & 0x3Fu);
-      out.push_back(v);
-      pos_ += cp.length;
-    }
-  }
-  std::int64_t integer() {
-    const std::size_t at = pos_;
-    std::size_t end = pos_;
-    while (end < s_.size() &&
-           (std::isdigit(static_cast<unsigned char>(s_[end])) || s_[end] == '-' || s_[end] == '+' ||
-            s_[end] == '.' || s_[end] == 'e' || s_[end] == 'E'))
-      ++end;
-    std::int64_t v = 0;
-    if (!parse_id(s_.substr(at, end - at), v))
-      wrong("the value " + shown(s_.substr(at, std::max<std::size_t>(end - at, 1))) +
-                " is not an integer id in [0, " + str(kMaxId) + "]",
-            at);
-    pos_ = end;
-    return v;
-  }
-
-  std::string_view s_;
-  std::string source_;
-  std::size_t pos_ = 0;
-};
 
 } // namespace
 
@@ -897,33 +728,46 @@ Bpe Bpe::from_vocab_merges(std::string_view vocab_json, std::string_view merges_
   t->source = vocab_source + " with " + merges_source;
   std::vector<std::pair<std::int32_t, std::string>> tokens;
   std::unordered_map<std::string, std::int32_t> id_of;
-  std::unordered_map<std::int64_t, std::string> token_of_id;
-  VocabJson json(vocab_json, vocab_source);
+  // vocab.json through the JSON reader, which refuses a syntax error and a key written
+  // twice with the line and column; then each member, named by its key.
+  const Json vocab = parse_json(std::string(vocab_json), vocab_source);
+  const std::string vocab_rule =
+      ": vocab.json must be one JSON object of token strings to integer ids";
+  if (!vocab.is_object())
+    fail(vocab_source, "the document is " + vocab.describe() + ", not an object" + vocab_rule);
+  std::unordered_map<std::int64_t, const std::string*> key_of_id;
+  std::vector<std::uint32_t> cps;
   std::string b;
   bool have_end = false;
-  json.members([&](const std::vector<std::uint32_t>& key, std::int64_t id, std::size_t at) {
+  for (const auto& [key, value] : vocab.members()) {
+    const std::string token = "the token " + json_quote(key);
+    const std::optional<std::uint64_t> id = value.unsigned_integer();
+    if (!id || *id > static_cast<std::uint64_t>(kMaxId))
+      fail(vocab_source, "the id of " + token + " is " + value.describe() +
+                             ", not an integer in [0, " + str(kMaxId) + "]" + vocab_rule);
+    std::size_t bad_at = 0;
     std::uint32_t bad = 0;
-    if (!unmap_bytes(key, b, bad))
-      fail(vocab_source, "byte offset " + ustr(at) + ": a token has the character " +
-                             hex_code_point(bad) +
+    if (!utf8_code_points(key, cps, bad_at))
+      fail(vocab_source, "the token " + shown(key) + " is not UTF-8" + vocab_rule);
+    if (!unmap_bytes(cps, b, bad))
+      fail(vocab_source, token + " has the character " + hex_code_point(bad) +
                              ", which is none of the 256 characters GPT-2's byte-level "
                              "vocabulary writes bytes as");
     if (b.empty())
-      json.wrong("an empty token", at);
-    if (id_of.count(b) != 0)
-      json.wrong("the token " + shown(b) + " appears twice", at);
-    if (const auto it = token_of_id.find(id); it != token_of_id.end())
-      json.wrong("the tokens " + shown(it->second) + " and " + shown(b) + " both have id " +
-                     str(id) + ": each id names one token",
-                 at);
-    id_of.emplace(b, static_cast<std::int32_t>(id));
-    token_of_id.emplace(id, b);
-    tokens.emplace_back(static_cast<std::int32_t>(id), b);
+      fail(vocab_source, token + " is empty" + vocab_rule);
+    // No token appears twice: parse_json refuses a key written twice, and distinct keys
+    // are distinct tokens (each byte has one character). Ids can repeat.
+    const auto [it, fresh] = key_of_id.emplace(static_cast<std::int64_t>(*id), &key);
+    if (!fresh)
+      fail(vocab_source, "the tokens " + json_quote(*it->second) + " and " + json_quote(key) +
+                             " both have id " + ustr(*id) + ": each id names one token");
+    id_of.emplace(b, static_cast<std::int32_t>(*id));
+    tokens.emplace_back(static_cast<std::int32_t>(*id), b);
     if (b == kEndOfText) {
       have_end = true;
-      t->end_of_text = static_cast<std::int32_t>(id);
+      t->end_of_text = static_cast<std::int32_t>(*id);
     }
-  });
+  }
   if (!have_end)
     fail(vocab_source, std::string("no token ") + kEndOfText +
                            ": cubelm writes it between documents, with the id vocab.json gives");
@@ -932,7 +776,6 @@ Bpe Bpe::from_vocab_merges(std::string_view vocab_json, std::string_view merges_
   std::unordered_map<std::int32_t, std::size_t> line_of_result;
   Lines lines(merges_txt);
   std::string_view line;
-  std::vector<std::uint32_t> cps;
   std::string left, right;
   const std::string rule = ": merges.txt has one merge a line, two tokens of vocab.json separated "
                            "by one space";

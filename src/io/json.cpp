@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <limits>
+#include <unordered_set>
 
 namespace cubelm::io {
 
@@ -179,13 +180,15 @@ private:
       ++at_;
       return;
     }
+    // The keys so far, for the duplicate check in constant time: vocab.json has 50257.
+    std::unordered_set<std::string> keys;
     for (;;) {
       skip_space();
       if (at_ >= s_.size() || s_[at_] != '"')
         fail("a member name (a string) expected, found " + here());
       const std::size_t key_at = at_;
       std::string key = string();
-      if (v.find(key) != nullptr) {
+      if (!keys.insert(key).second) {
         at_ = key_at;
         fail("the key " + json_quote(key) + " appears twice in one object");
       }

@@ -7,8 +7,10 @@
 /// A vocabulary comes from a `.tiktoken` ranks file (one token a line: its bytes in
 /// base64, a space, its rank, which is its id) or from Hugging Face's `vocab.json`
 /// (token -> id, bytes written in GPT-2's byte-to-character map) with `merges.txt` (the
-/// merges in order). Every way such a file can be wrong is a cubelm::Error (not
-/// collective) naming the file, the line or byte offset, the value and the rule.
+/// merges in order; vocab.json is read with io::parse_json). Every way such a file can
+/// be wrong is a cubelm::Error (not collective) naming the file, the line (for a JSON
+/// syntax error the line and column, for a vocab.json member its key), the value and
+/// the rule.
 
 #include <cstddef>
 #include <cstdint>

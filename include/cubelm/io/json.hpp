@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// \brief A small JSON reader (RFC 8259) for the files cubelm reads but does not own:
-/// the header of a safetensors file and a Hugging Face config.json (docs/training.md,
-/// "Hugging Face GPT-2").
+/// the header of a safetensors file, a Hugging Face config.json (docs/training.md,
+/// "Hugging Face GPT-2") and the vocab.json of GPT-2's BPE (docs/data.md).
 ///
 /// A document is read whole into a tree of Json values. Numbers keep their text, so an
 /// integer is exact whatever its size (safetensors offsets are 64-bit). A syntax error,
