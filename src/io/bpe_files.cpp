@@ -125,20 +125,10 @@ private:
 
 BpeRunResult bpe_text_to_llmc(const Bpe& bpe, const std::vector<std::string>& inputs,
                               const std::string& output, const BpeRunOptions& options) {
-  if (inputs.empty())
-    fail(output, "no input text files to convert");
   if (bpe.id_limit() - 1 > 65535)
     fail(bpe.source(), "its ids go up to " + str(bpe.id_limit() - 1) +
                            ": an llm.c token file stores uint16 tokens, in [0, 65535]");
-  std::uint64_t total = 0;
-  for (const auto& path : inputs) {
-    total += InFile(path, "text file").size();
-    std::error_code ec;
-    // Opening the output truncates it: it must not be one of the inputs.
-    if (fs::exists(output, ec) && fs::equivalent(path, output, ec))
-      fail(output,
-           "the output is also an input file (" + path + "); it would be overwritten while read");
-  }
+  const std::uint64_t total = input_text_bytes(inputs, output);
   const int threads = std::max(1, options.threads);
   const std::size_t chunk = std::max<std::size_t>(options.chunk_bytes, 1);
   const auto interval = std::chrono::duration_cast<Clock::duration>(

@@ -1,6 +1,6 @@
 #pragma once
 // On-disk constants and byte-level file access shared by the token readers
-// (token_readers.cpp) and writers (token_writers.cpp). The formats:
+// (token_readers.cpp) and writers (token_writers.cpp, bpe_files.cpp). The formats:
 // docs/data.md.
 
 #include "cubelm/core/error.hpp"
@@ -103,6 +103,24 @@ private:
   std::uint64_t size_ = 0;
   std::ifstream in_;
 };
+
+/// The bytes of the text files `inputs` together, checked before `output` is written:
+/// there is at least one, each can be opened, and none is the output (opening the
+/// output truncates it).
+inline std::uint64_t input_text_bytes(const std::vector<std::string>& inputs,
+                                      const std::string& output) {
+  if (inputs.empty())
+    fail(output, "no input text files to convert");
+  std::uint64_t total = 0;
+  for (const auto& path : inputs) {
+    total += InFile(path, "text file").size();
+    std::error_code ec;
+    if (fs::exists(output, ec) && fs::equivalent(path, output, ec))
+      fail(output,
+           "the output is also an input file (" + path + "); it would be overwritten while read");
+  }
+  return total;
+}
 
 /// A file opened for writing; close() reports a failed write (e.g. disk full).
 class OutFile {

@@ -93,19 +93,9 @@ void write_megatron(const std::string& prefix,
 }
 
 std::int64_t text_to_llmc(const std::vector<std::string>& inputs, const std::string& output) {
-  if (inputs.empty())
-    fail(output, "no input text files to convert");
   // Sizes first (the header holds the count); the files are reopened one at a
   // time below, so that many inputs do not hold many descriptors.
-  std::uint64_t total = 0;
-  for (const auto& path : inputs) {
-    total += InFile(path, "text file").size();
-    std::error_code ec;
-    // Opening the output truncates it: it must not be one of the inputs.
-    if (fs::exists(output, ec) && fs::equivalent(path, output, ec))
-      fail(output,
-           "the output is also an input file (" + path + "); it would be overwritten while read");
-  }
+  const std::uint64_t total = input_text_bytes(inputs, output);
   if (total > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
     fail(output, "the inputs hold " + ustr(total) +
                      " bytes: an llm.c header counts at most 2^31 - 1 tokens (int32)");
