@@ -36,7 +36,9 @@ void cached_attention(const ExecSpace& exec, const Mat<T>& q, const Mat<T>& k, c
         });
         team_sync(team);
         const C norm = C(1) / sum;
-        if constexpr (kOnHost) {
+        // A plain if (kOnHost is a constant either way): nvcc's extended lambdas cannot
+        // capture a variable first inside an if constexpr.
+        if (kOnHost) {
           // One thread: the value rows in order, each a contiguous run of d columns; the same
           // sums, in the same order, as a GPU's thread per column.
           for (std::int64_t j = 0; j < d; ++j)
