@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -57,6 +58,36 @@ inline std::string temp_path(const char* stem) {
   MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   return (std::filesystem::temp_directory_path() / (stem + std::to_string(id) + ".h5")).string();
 }
+
+/// \brief A fresh folder under the system's temporary directory, named after the process and
+/// the running test, removed at the end of the test.
+class TempDir {
+public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("cubelm_test_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" +
+            info->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  /// \brief The path of `name` in the folder.
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  /// \brief Writes `text` as the file `name` of the folder and returns its path.
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name), std::ios::binary) << text;
+    return path(name);
+  }
+
+private:
+  std::filesystem::path dir_;
+};
 
 /// The message of the cubelm::Error that `f` raises, which must be collective (raised on
 /// every rank) or not as `collective` says; "" and a test failure when `f` raises none or

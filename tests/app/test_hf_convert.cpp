@@ -33,6 +33,8 @@ using cubelm::testing::error_of;
 namespace fs = std::filesystem;
 using Values = std::map<std::string, std::vector<float>>;
 
+using cubelm::testing::TempDir;
+
 namespace {
 
 #define EXPECT_HAS(haystack, needle)                                                               \
@@ -47,26 +49,6 @@ DeckText tiny() {
       .set("model.hidden", 8)
       .set("train.global_batch", 2);
 }
-
-// A fresh folder per test, removed at the end.
-class Folder {
-public:
-  Folder() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("cubelm_hf_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  ~Folder() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-private:
-  fs::path dir_;
-};
 
 // Tensor number t of the model (parameter_table's order), element i: 1000 t + i.
 Values closed_form(const ModelConfig& m) {
@@ -96,7 +78,7 @@ std::vector<float> read_dataset(const io::CheckpointReader& r, const std::string
 }
 
 // A Hugging Face directory made by export_hf from the closed-form model of `deck`.
-void exported(const Folder& f, const Deck& deck, const std::string& dir) {
+void exported(const TempDir& f, const Deck& deck, const std::string& dir) {
   const comm::Communicator comm = comm::Communicator::world();
   train::save_model_tensors(f.path("model.h5"), deck, closed_form(deck.model), comm);
   app::export_hf(f.path("model.h5"), dir, comm);
@@ -122,7 +104,7 @@ TEST(HfConvert, TensorNamesAndShapesAreGpt2s) {
 }
 
 TEST(HfConvert, ExportPlacesEveryTensorAndImportGivesItBack) {
-  const Folder f;
+  const TempDir f;
   const Deck deck = tiny().deck("t.toml");
   const ModelConfig& m = deck.model;
   const Values values = closed_form(m);
@@ -201,7 +183,7 @@ TEST(HfConvert, ExportPlacesEveryTensorAndImportGivesItBack) {
 }
 
 TEST(HfConvert, RefusesConfigsItCannotCompute) {
-  const Folder f;
+  const TempDir f;
   const std::string path = f.path("config.json");
   const std::string good = R"("n_positions": 6, "n_embd": 8, "n_layer": 2, "n_head": 2)";
   const auto error = [&](const std::string& text) {
@@ -246,7 +228,7 @@ TEST(HfConvert, RefusesConfigsItCannotCompute) {
 }
 
 TEST(HfConvert, RefusesWeightsThatDoNotFitTheConfig) {
-  const Folder f;
+  const TempDir f;
   const Deck deck = tiny().deck("t.toml");
   const std::string dir = f.path("hf");
   exported(f, deck, dir);
@@ -324,7 +306,7 @@ TEST(HfConvert, RefusesWeightsThatDoNotFitTheConfig) {
 }
 
 TEST(HfConvert, RefusesModelsGpt2CannotHold) {
-  const Folder f;
+  const TempDir f;
   const comm::Communicator comm = comm::Communicator::world();
   const Deck moe = tiny().set("model.experts", 4).set("model.top_k", 2).deck("moe.toml");
   train::save_model_tensors(f.path("moe.h5"), moe, closed_form(moe.model), comm);

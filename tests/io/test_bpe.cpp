@@ -29,6 +29,8 @@ using namespace cubelm;
 using namespace cubelm::io;
 namespace fs = std::filesystem;
 
+using cubelm::testing::TempDir;
+
 namespace {
 
 #define EXPECT_HAS(haystack, needle)                                                               \
@@ -37,30 +39,6 @@ namespace {
 
 using Ids = std::vector<std::int32_t>;
 using Pieces = std::vector<std::string>;
-
-/// A fresh folder under the system's temporary directory, removed at the end.
-class TempDir {
-public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("cubelm_test_bpe_" + std::to_string(::getpid()) + "_" +
-                                        info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path(name), std::ios::binary) << text;
-    return path(name);
-  }
-
-private:
-  fs::path dir_;
-};
 
 std::string read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -30,31 +30,13 @@ using namespace cubelm;
 using namespace cubelm::io;
 namespace fs = std::filesystem;
 
+using cubelm::testing::TempDir;
+
 namespace {
 
 #define EXPECT_HAS(haystack, needle)                                                               \
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
       << "message: " << (haystack) << "\nmissing: " << (needle)
-
-/// A fresh folder under the system's temporary directory, removed at the end.
-class TempDir {
-public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("cubelm_test_data_" + std::to_string(::getpid()) + "_" +
-                                        info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-private:
-  fs::path dir_;
-};
 
 // Little-endian byte building, kept apart from the code under test.
 struct Bytes {
