@@ -162,6 +162,9 @@ int main(int argc, char** argv) {
   data->add_option("--threads", data_options.threads,
                    "Encoding threads (default: every CPU this process may run on)")
       ->check(CLI::Range(1, 4096));
+  data->add_option("--progress", data_options.progress,
+                   "Seconds between the progress lines of a BPE conversion on stderr (default "
+                   "2; 0: none)");
   data->add_option("--decode", data_options.decode,
                    "Write the text of this llm.c token file: the tokens of --vocab, or bytes "
                    "without it");

