@@ -199,8 +199,9 @@ int main(int argc, char** argv) {
   cubelm::app::GenerateOptions gen_options;
   std::string gen_prompt;
   CLI::App* gen = app.add_subcommand(
-      "generate", "Generate text from a checkpoint of any layout, on one process, with a "
-                  "key/value cache (docs/generate.md); tokens go to stdout as they come");
+      "generate", "Generate text from a checkpoint of any layout, on one process with a "
+                  "key/value cache, or under a deck's layout with --deck (docs/generate.md); "
+                  "tokens go to stdout as they come");
   gen->add_option("checkpoint", gen_options.checkpoint, "The checkpoint file (.h5)")->required();
   CLI::Option* gen_text =
       gen->add_option("--prompt", gen_prompt,
@@ -218,6 +219,10 @@ int main(int argc, char** argv) {
   gen->add_option("--logits", gen_options.logits,
                   "Write the logits each token was drawn from to this file: one row of "
                   "model.vocab_size float32 (little-endian) per generated token");
+  gen->add_option("--deck", gen_options.deck,
+                  "Generate under this deck's layout (tensor, pipeline, context, expert) on "
+                  "the job's processes (mpiexec -n N), for a model one device cannot hold: "
+                  "each token runs the whole context, no key/value cache");
   gen->add_option("--temperature", gen_options.sampling.temperature,
                   "Sample from softmax(logits / T); 0: greedy, the most probable token "
                   "(default 1)");

@@ -8,6 +8,9 @@
 #                 and on 2 ranks of 1d tensor parallelism: greedy decoding from either
 #                 checkpoint, on one process, gives the same 16 bytes (at least 8 distinct
 #                 ones: the model follows the chain); so does a second run
+#   deck          --deck: under the 2-rank 1d deck on 2 processes (from either checkpoint)
+#                 and under the 1-rank deck on one, greedy decoding gives the same 16 bytes,
+#                 closing line naming the processes; a deck of another model is refused
 #   prompts       --prompt TEXT, the same bytes as decimal ids in a file, and as an llm.c
 #                 token file (`cubelm data`) give the same tokens
 #   sampling      one seed twice: the same tokens; two seeds: different ones; top-k 1 at
@@ -86,6 +89,25 @@ cmp -s greedy_one.out greedy_two.out ||
   fail "greedy tokens differ between the layouts: $(od -An -tu1 greedy_one.out) vs $(od -An -tu1 greedy_two.out)"
 gen greedy_again $one --prompt "The cube" --tokens 16 --temperature 0
 cmp -s greedy_one.out greedy_again.out || fail "greedy decoding is not deterministic"
+
+case_name=deck
+"${launcher[@]}" "$cubelm" generate $one --deck two.toml --prompt "The cube" --tokens 16 --temperature 0 \
+  >deck_two.out 2>deck_two.err || fail "generation under the 2-rank deck failed: $(cat deck_two.err)"
+cmp -s greedy_one.out deck_two.out ||
+  fail "greedy tokens under the 2-rank deck differ: $(od -An -tu1 deck_two.out) vs $(od -An -tu1 greedy_one.out)"
+grep -Eq "^cubelm: generated 16 tokens in [0-9.]+ s: [0-9.]+ tokens/s \(prompt of 8 tokens in [0-9.]+ s\), 2 processes under the layout of two.toml$" deck_two.err ||
+  fail "no closing line naming the layout: $(cat deck_two.err)"
+"${launcher[@]}" "$cubelm" generate $two --deck two.toml --prompt "The cube" --tokens 16 --temperature 0 \
+  >deck_two2.out 2>deck_two2.err || fail "generation from the 2-rank checkpoint under its deck failed: $(cat deck_two2.err)"
+cmp -s greedy_one.out deck_two2.out || fail "greedy tokens from the 2-rank checkpoint under its deck differ"
+gen deck_one $two --deck one.toml --prompt "The cube" --tokens 16 --temperature 0
+[ $rc -eq 0 ] || fail "generation under the 1-rank deck failed: $(cat deck_one.err)"
+cmp -s greedy_one.out deck_one.out || fail "greedy tokens under the 1-rank deck differ"
+deck other 256 ckpt_other
+sed -i 's/^hidden = 32$/hidden = 64/' other.toml
+refused deck_other 1 "^cubelm: error: --deck other.toml: its model is not the checkpoint's \(model.hidden = 32 there, 64 in the deck; checkpoint ckpt_one/step_00000100.h5\)" \
+  $one --deck other.toml --prompt x
+refused deck_ranks 1 "the job has 1 processes but the layout" $one --deck two.toml --prompt x
 
 case_name=prompts
 # "The cube" as byte ids, in a text file and in an llm.c token file.
@@ -177,11 +199,11 @@ refused truncated 1 "^cubelm: error: .*truncated.h5" truncated.h5 --prompt x
 "${launcher[@]}" "$cubelm" generate $one --prompt x >ranks.out 2>ranks.err
 rc=$?
 [ $rc -eq 1 ] || fail "2 ranks: exit status $rc: $(cat ranks.err)"
-grep -q "cubelm generate runs on one process; this job has 2" ranks.err || fail "2 ranks: $(cat ranks.err)"
+grep -q "cubelm generate without --deck runs on one process; this job has 2 (start it without mpiexec, or give --deck DECK to generate under its layout)" ranks.err || fail "2 ranks: $(cat ranks.err)"
 
 case_name=help
 "$cubelm" generate --help >help.out 2>&1 || fail "--help failed"
-for option in checkpoint --prompt --prompt-tokens --tokens --temperature --top-k --top-p --seed; do
+for option in checkpoint --prompt --prompt-tokens --deck --tokens --temperature --top-k --top-p --seed; do
   grep -q -- "$option" help.out || fail "--help does not list $option: $(cat help.out)"
 done
 echo "PASS: generate"

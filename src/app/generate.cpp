@@ -2,11 +2,13 @@
 
 #include "cubelm/comm/communicator.hpp"
 #include "cubelm/core/error.hpp"
+#include "cubelm/cost/deck.hpp"
 #include "cubelm/io/bpe.hpp"
 #include "cubelm/io/checkpoint.hpp"
 #include "cubelm/io/tokens.hpp"
 #include "cubelm/kernels/precision.hpp"
 #include "cubelm/model/generator.hpp"
+#include "cubelm/train/generation.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -66,70 +68,123 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-int generate(const GenerateOptions& o) {
-  // The options first: they cost nothing to check.
-  const std::string bad = model::check_sampling(o.sampling);
-  if (!bad.empty())
-    throw Error(bad, true);
-  if (o.tokens < 0)
-    throw Error("--tokens " + std::to_string(o.tokens) + ": must be >= 0", true);
-  if (o.prompt.has_value() == !o.prompt_tokens.empty())
-    throw Error("give the prompt once: --prompt TEXT or --prompt-tokens FILE", true);
+// What a process of the job generates with: model::Generator (one process, key/value
+// cache) or train::LayoutGenerator (--deck, the deck's layout).
+struct Net {
+  ModelConfig config;
+  std::function<const std::vector<float>&(const std::vector<std::int32_t>&)> feed;
+};
 
-  const io::CheckpointReader reader(o.checkpoint, comm::Communicator::world());
-  const ModelConfig model = model::checkpoint_model(reader);
-  const Codec codec = codec_for(model, o.vocab, o.merges);
-  const std::vector<std::int32_t> prompt =
-      o.prompt.has_value() ? codec.encode(*o.prompt)
-                           : io::read_token_ids(o.prompt_tokens, model.vocab_size);
-  const std::string source = o.prompt.has_value() ? "--prompt" : o.prompt_tokens;
-  if (prompt.empty())
-    throw Error(source + ": the prompt is empty: generation continues a prompt of at least one "
-                         "token",
-                true);
-  const std::int64_t positions = static_cast<std::int64_t>(prompt.size()) + o.tokens;
-  if (positions > model.seq_len)
-    throw Error("the prompt's " + std::to_string(prompt.size()) + " tokens and --tokens " +
-                    std::to_string(o.tokens) + " need " + std::to_string(positions) +
-                    " positions, more than the model's context of model.seq_len = " +
-                    std::to_string(model.seq_len) + " (checkpoint " + o.checkpoint + ")",
-                true);
+// The options, the model and the prompt, alike on every rank: their errors are the job's.
+template <class F>
+auto alike(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (!e.collective())
+      throw Error(e.what(), true);
+    throw;
+  }
+}
+
+int generate(const GenerateOptions& o, const Environment& env) {
+  const bool root = env.world_rank() == 0;
+  // The options first: they cost nothing to check.
+  alike([&] {
+    const std::string bad = model::check_sampling(o.sampling);
+    if (!bad.empty())
+      throw Error(bad);
+    if (o.tokens < 0)
+      throw Error("--tokens " + std::to_string(o.tokens) + ": must be >= 0");
+    if (o.prompt.has_value() == !o.prompt_tokens.empty())
+      throw Error("give the prompt once: --prompt TEXT or --prompt-tokens FILE");
+    if (o.deck.empty() && env.world_size() > 1)
+      throw Error("cubelm generate without --deck runs on one process; this job has " +
+                  std::to_string(env.world_size()) +
+                  " (start it without mpiexec, or give --deck DECK to generate under its layout)");
+  });
   // Checkpoints hold fp32 weights whatever precision trained them: generate in fp32.
   kernels::set_gemm_precision(Precision::fp32);
-  model::Generator generator(reader, model);
+  std::unique_ptr<model::Generator> single;
+  std::unique_ptr<train::LayoutGenerator> spread;
+  Net net;
+  if (o.deck.empty()) {
+    alike([&] {
+      const io::CheckpointReader reader(o.checkpoint, comm::Communicator::world());
+      net.config = model::checkpoint_model(reader);
+      single = std::make_unique<model::Generator>(reader, net.config);
+    });
+    net.feed = [&](const std::vector<std::int32_t>& t) -> const std::vector<float>& {
+      return single->feed(t);
+    };
+  } else {
+    const Deck deck = alike([&] { return cost::load_deck(o.deck); });
+    spread = std::make_unique<train::LayoutGenerator>(deck, o.checkpoint);
+    net.config = spread->config();
+    net.feed = [&](const std::vector<std::int32_t>& t) -> const std::vector<float>& {
+      return spread->feed(t);
+    };
+  }
+  const ModelConfig& config = net.config;
+  const Codec codec = alike([&] { return codec_for(config, o.vocab, o.merges); });
+  const std::vector<std::int32_t> prompt = alike([&] {
+    const std::vector<std::int32_t> ids =
+        o.prompt.has_value() ? codec.encode(*o.prompt)
+                             : io::read_token_ids(o.prompt_tokens, config.vocab_size);
+    const std::string source = o.prompt.has_value() ? "--prompt" : o.prompt_tokens;
+    if (ids.empty())
+      throw Error(source + ": the prompt is empty: generation continues a prompt of at least one "
+                           "token");
+    const std::int64_t positions = static_cast<std::int64_t>(ids.size()) + o.tokens;
+    if (positions > config.seq_len)
+      throw Error("the prompt's " + std::to_string(ids.size()) + " tokens and --tokens " +
+                  std::to_string(o.tokens) + " need " + std::to_string(positions) +
+                  " positions, more than the model's context of model.seq_len = " +
+                  std::to_string(config.seq_len) + " (checkpoint " + o.checkpoint + ")");
+    return ids;
+  });
   model::TokenSampler sampler(o.sampling);
 
+  // One writer: rank 0 prints and writes --logits (every rank holds the same logits).
   std::ofstream logits_file;
-  if (!o.logits.empty()) {
+  if (!o.logits.empty() && root) {
     logits_file.open(o.logits, std::ios::binary | std::ios::trunc);
     if (!logits_file)
-      throw Error("--logits " + o.logits + ": cannot open the file for writing", true);
+      throw Error("--logits " + o.logits + ": cannot open the file for writing");
   }
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<float>* logits = &generator.feed(prompt);
+  const std::vector<float>* logits = &net.feed(prompt);
   const double prompt_s = seconds_since(start);
   const auto steps = std::chrono::steady_clock::now();
   for (int i = 0; i < o.tokens; ++i) {
     if (logits_file.is_open()) // float is IEEE binary32, little-endian where cubelm runs
       logits_file.write(reinterpret_cast<const char*>(logits->data()),
-                        static_cast<std::streamsize>(sizeof(float)) * model.vocab_size);
-    const std::int32_t token = sampler.next(logits->data(), model.vocab_size);
-    const std::string text = (i == 0 ? "" : codec.separator) + codec.decode(token);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+                        static_cast<std::streamsize>(sizeof(float)) * config.vocab_size);
+    const std::int32_t token = sampler.next(logits->data(), config.vocab_size);
+    if (root) {
+      const std::string text = (i == 0 ? "" : codec.separator) + codec.decode(token);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    }
     if (i + 1 < o.tokens)
-      logits = &generator.feed({token});
+      logits = &net.feed({token});
   }
   const double gen_s = seconds_since(steps);
   if (logits_file.is_open() && !logits_file.flush())
-    throw Error("--logits " + o.logits + ": writing failed (is the disk full?)", true);
+    throw Error("--logits " + o.logits + ": writing failed (is the disk full?)");
+  if (!root)
+    return 0;
   if (o.tokens > 0)
     std::fputc('\n', stdout);
   std::fflush(stdout);
   std::fprintf(stderr,
                "cubelm: generated %d tokens in %.3f s: %.2f tokens/s (prompt of %zu tokens in "
-               "%.3f s)\n",
-               o.tokens, gen_s, gen_s > 0 ? o.tokens / gen_s : 0.0, prompt.size(), prompt_s);
+               "%.3f s)%s\n",
+               o.tokens, gen_s, gen_s > 0 ? o.tokens / gen_s : 0.0, prompt.size(), prompt_s,
+               spread ? (", " + std::to_string(env.world_size()) + " process" +
+                         (env.world_size() == 1 ? "" : "es") + " under the layout of " + o.deck)
+                            .c_str()
+                      : "");
   return 0;
 }
 
@@ -137,11 +192,9 @@ int generate(const GenerateOptions& o) {
 
 int run_generate(const GenerateOptions& options, const Environment& env) {
   if (env.world_size() > 1)
-    throw Error("cubelm generate runs on one process; this job has " +
-                    std::to_string(env.world_size()) + " (start it without mpiexec)",
-                true);
+    return generate(options, env);
   try {
-    return generate(options);
+    return generate(options, env);
   } catch (const Error& e) {
     // One process: every error is the whole job's, reported as such (no rank number).
     if (!e.collective())

@@ -1,6 +1,7 @@
 #include "cubelm/kernels/loss.hpp"
 
 #include "cubelm/core/compat.hpp"
+#include "cubelm/core/error.hpp"
 #include "cubelm/kernels/vmath.hpp"
 #include "ranges.hpp"
 
@@ -154,6 +155,22 @@ void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& ta
   whole_vocab_cross_entropy<T>(exec, logits, targets, logits.extent(1), losses, grad_scale);
 }
 
+template <class T>
+void copy_marked_rows(const ExecSpace& exec, const Mat<T>& logits, const Tokens& marks, int first,
+                      std::int64_t valid, const Vec<float>& out) {
+  CUBELM_ASSERT(valid <= static_cast<std::int64_t>(logits.extent(1)) &&
+                    (valid == 0 || first + valid <= static_cast<std::int64_t>(out.extent(0))),
+                "copy_marked_rows: the columns fall outside the logits or the output");
+  const std::int64_t rows = logits.extent(0);
+  Kokkos::parallel_for(
+      "cubelm::copy_marked_rows", Range(exec, 0, rows * valid),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const std::int64_t n = i / valid, v = i % valid;
+        if (marks(n) != 0)
+          out(first + v) = static_cast<float>(logits(n, v));
+      });
+}
+
 #define CUBELM_INSTANTIATE_LOSS(T)                                                                 \
   template void row_max<T>(const ExecSpace&, const Mat<T>&, std::int64_t,                          \
                            const Vec<compute_t<T>>&);                                              \
@@ -166,7 +183,9 @@ void cross_entropy(const ExecSpace& exec, const Mat<T>& logits, const Tokens& ta
                                              std::int64_t, const Vec<compute_t<T>>&,               \
                                              compute_t<T>);                                        \
   template void cross_entropy<T>(const ExecSpace&, const Mat<T>&, const Tokens&,                   \
-                                 const Vec<compute_t<T>>&, compute_t<T>);
+                                 const Vec<compute_t<T>>&, compute_t<T>);                          \
+  template void copy_marked_rows<T>(const ExecSpace&, const Mat<T>&, const Tokens&, int,           \
+                                    std::int64_t, const Vec<float>&);
 
 CUBELM_INSTANTIATE_LOSS(float)
 CUBELM_INSTANTIATE_LOSS(double)

@@ -452,6 +452,17 @@ double ShardedGPT<T>::loss(const ExecSpace& exec, int slot,
 }
 
 template <class T>
+void ShardedGPT<T>::logits(const ExecSpace& exec, int slot, const std::vector<std::int32_t>& marks,
+                           const kernels::Vec<float>& out) {
+  CUBELM_ASSERT(stage_.last, "the logits are computed on the stage with the head");
+  embedding_->logits(exec, slots_.at(static_cast<std::size_t>(slot))->lnf_out,
+                     local(marks, local_targets_), out);
+  // With context parallelism one rank of the group holds the marked token: the others add 0.
+  if (mode_.context() != nullptr && mode_.context()->size() > 1)
+    mode_.context()->all_reduce(exec, out);
+}
+
+template <class T>
 double ShardedGPT<T>::backward(const ExecSpace& exec, int chunk, int slot,
                                const std::vector<std::int32_t>& inputs,
                                const std::vector<std::int32_t>& targets, double grad_scale,

@@ -198,8 +198,7 @@ public:
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
               compute_t<T> grad_scale, const Mat<T>& dh) override {
-    const Mat<T>& logits = ends_.logits;
-    kernels::gemm<T>(exec, false, true, T(1), h, wte_.param().mat(), T(0), logits);
+    const Mat<T>& logits = head(exec, h);
     const double sum = (*ends_.loss)(exec, logits, static_cast<int>(first_), targets, grad_scale);
     if (grad_scale != compute_t<T>(0)) {
       kernels::gemm<T>(exec, true, false, T(1), logits, h, T(1), wte_.param().grad_mat());
@@ -211,7 +210,18 @@ public:
     return sum;
   }
 
+  void logits(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& marks,
+              const Vec<float>& out) override {
+    ends_.loss->capture(exec, head(exec, h), static_cast<int>(first_), marks, out);
+  }
+
 private:
+  // This rank's vocabulary slice of the logits of every row.
+  const Mat<T>& head(const ExecSpace& exec, const Mat<T>& h) {
+    kernels::gemm<T>(exec, false, true, T(1), h, wte_.param().mat(), T(0), ends_.logits);
+    return ends_.logits;
+  }
+
   const comm::Group& group_;
   Workspace<T>& ws_;
   kernels::Positions pos_;

@@ -200,17 +200,9 @@ public:
 
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
               compute_t<T> grad_scale, const Mat<T>& dh) override {
-    const Mat<T>& logits = ends_.logits;
-    // logits_im = sum_k h_ik wte_mk^T: reduced along row i to column m.
-    for (int m = 0; m < g_.q; ++m) {
-      const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, kWeight);
-      const Mat<T> part = g_.ws.scratch(kPartial, rows_, bv_);
-      kernels::gemm<T>(exec, false, true, T(1), h, wm, T(0), part);
-      g_.row.reduce(exec, part, logits, m);
-    }
-    const int per = batch_ / g_.q;
-    const double sum = (*ends_.loss)(exec, logits, static_cast<int>(g_.j * bv_),
-                                     sequences(targets, seq_, g_.i * per, per), grad_scale);
+    const Mat<T>& logits = head(exec, h);
+    const double sum =
+        (*ends_.loss)(exec, logits, static_cast<int>(g_.j * bv_), rows_here(targets), grad_scale);
     if (grad_scale == compute_t<T>(0))
       return sum;
     // dh_ik = sum_m dlogits_im wte_mk; dwte_mk = sum_i dlogits_im^T h_ik.
@@ -225,7 +217,28 @@ public:
     return sum;
   }
 
+  void logits(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& marks,
+              const Vec<float>& out) override {
+    ends_.loss->capture(exec, head(exec, h), static_cast<int>(g_.j * bv_), rows_here(marks), out);
+  }
+
 private:
+  // logits_im = sum_k h_ik wte_mk^T: reduced along row i to column m.
+  const Mat<T>& head(const ExecSpace& exec, const Mat<T>& h) {
+    for (int m = 0; m < g_.q; ++m) {
+      const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, kWeight);
+      const Mat<T> part = g_.ws.scratch(kPartial, rows_, bv_);
+      kernels::gemm<T>(exec, false, true, T(1), h, wm, T(0), part);
+      g_.row.reduce(exec, part, ends_.logits, m);
+    }
+    return ends_.logits;
+  }
+  // The sequences of the micro-batch's ids (targets or marks) whose rows are here.
+  std::vector<std::int32_t> rows_here(const std::vector<std::int32_t>& ids) const {
+    const int per = batch_ / g_.q;
+    return sequences(ids, seq_, g_.i * per, per);
+  }
+
   Grid2D<T> g_;
   kernels::Positions pos_;
   int seq_, batch_; // seq_: the tokens of a sequence here

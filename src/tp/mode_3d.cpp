@@ -245,17 +245,10 @@ public:
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
               compute_t<T> grad_scale, const Mat<T>& dh) override {
     const int q = cube_.q;
-    if (!lookup_) // no forward here has gathered wte
-      cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
     const Mat<T> hg = cube_.ws.scratch(kInput, rows_ * q, bh_);
-    cube_.a->all_gather(exec, h, hg);
-    const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bv_);
-    kernels::gemm<T>(exec, false, true, T(1), hg, wte_gathered_, T(0), part);
-    const Mat<T>& logits = ends_.logits;
-    cube_.c->reduce_scatter(exec, part, logits);
-    const int block = cube_.b->rank() * q + cube_.c->rank();
+    const Mat<T>& logits = head(exec, h, hg);
     const double sum = (*ends_.loss)(exec, logits, static_cast<int>(cube_.a->rank() * bv_),
-                                     sequences(targets, seq_, block * per_, per_), grad_scale);
+                                     rows_here(targets), grad_scale);
     if (grad_scale == compute_t<T>(0))
       return sum;
     const Mat<T> dl = cube_.ws.scratch(kOutput, rows_ * q, bv_);
@@ -270,7 +263,29 @@ public:
     return sum;
   }
 
+  void logits(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& marks,
+              const Vec<float>& out) override {
+    const Mat<T> hg = cube_.ws.scratch(kInput, rows_ * cube_.q, bh_);
+    ends_.loss->capture(exec, head(exec, h, hg), static_cast<int>(cube_.a->rank() * bv_),
+                        rows_here(marks), out);
+  }
+
 private:
+  // This rank's block of the logits (hg: h gathered over A, kept for the backward).
+  const Mat<T>& head(const ExecSpace& exec, const Mat<T>& h, const Mat<T>& hg) {
+    if (!lookup_) // no forward here has gathered wte
+      cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
+    cube_.a->all_gather(exec, h, hg);
+    const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * cube_.q, bv_);
+    kernels::gemm<T>(exec, false, true, T(1), hg, wte_gathered_, T(0), part);
+    cube_.c->reduce_scatter(exec, part, ends_.logits);
+    return ends_.logits;
+  }
+  // The sequences of the micro-batch's ids (targets or marks) whose logits rows are here.
+  std::vector<std::int32_t> rows_here(const std::vector<std::int32_t>& ids) const {
+    const int block = cube_.b->rank() * cube_.q + cube_.c->rank();
+    return sequences(ids, seq_, block * per_, per_);
+  }
   // Row block b of q of the micro-batch's token ids.
   std::vector<std::int32_t> mine(const std::vector<std::int32_t>& tokens) const {
     return sequences(tokens, seq_, cube_.b->rank() * per_ * cube_.q, per_ * cube_.q);

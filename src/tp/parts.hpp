@@ -404,6 +404,23 @@ public:
     return sum;
   }
 
+  /// For generation: the logits of the rows whose mark is non-zero (the rows here, marked
+  /// as targets are given to operator()), one row in the whole micro-batch, into `out`
+  /// (the real vocabulary), the same on every rank of `vocab` and `rows`: each rank places
+  /// its columns of the row if it holds the row, zeros elsewhere, and the sum over the
+  /// ranks adds each value to zeros only, so the row arrives exactly.
+  void capture(const ExecSpace& exec, const Mat<T>& logits, int first,
+               const std::vector<std::int32_t>& marks, const Vec<float>& out) {
+    const Tokens& marked = targets_.set(exec, marks);
+    const std::int64_t valid =
+        std::clamp<std::int64_t>(tokens_ - first, 0, static_cast<std::int64_t>(logits.extent(1)));
+    Kokkos::deep_copy(exec, out, 0.0f);
+    kernels::copy_marked_rows<T>(exec, logits, marked, first, valid, out);
+    for (const comm::Group* g : {vocab_, rows_})
+      if (g != nullptr && g->size() > 1)
+        g->all_reduce(exec, out);
+  }
+
 private:
   const comm::Group *vocab_, *rows_;
   int tokens_; // the vocabulary without its padding

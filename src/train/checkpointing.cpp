@@ -451,11 +451,13 @@ std::int64_t CheckpointSnapshot::bytes() const {
   return static_cast<std::int64_t>(buffer_.extent(0) * sizeof(float));
 }
 
+namespace {
+// Reads the checkpoint of `r` into the model's master weights and, when `m` and `v` are
+// given, the moments.
 template <class T>
-int load_checkpoint(const std::string& path, model::ShardedGPT<T>& model,
-                    std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
-                    const comm::Communicator& comm, int* optimizer_step) {
-  const io::CheckpointReader r(path, comm);
+void read_checkpoint(const io::CheckpointReader& r, model::ShardedGPT<T>& model,
+                     std::vector<kernels::Vec<real>>* m, std::vector<kernels::Vec<real>>* v) {
+  const std::string& path = r.path();
   const std::int64_t version = r.int_attribute("/", "version");
   if (version != kCheckpointVersion)
     throw Error("checkpoint " + path + ": schema version " + std::to_string(version) +
@@ -467,13 +469,17 @@ int load_checkpoint(const std::string& path, model::ShardedGPT<T>& model,
     throw Error("checkpoint " + path + ": holds more than the deck's model.layers = " +
                     std::to_string(model.config().layers) + " layers (" + extra + " exists)",
                 true);
+  const bool moments = m != nullptr && v != nullptr;
+  const std::vector<const char*> groups =
+      moments ? std::vector<const char*>{"/model/", "/optimizer/m/", "/optimizer/v/"}
+              : std::vector<const char*>{"/model/"};
   auto& params = model.params();
   float nothing = 0.0f;
   const auto index = local_indices(model);
   for (const auto& [name, shape] : all_tensors(model.config())) {
     const auto it = index.find(name);
     if (it == index.end()) {
-      for (const char* group : {"/model/", "/optimizer/m/", "/optimizer/v/"}) {
+      for (const char* group : groups) {
         r.expect_shape(group + name, shape);
         r.read(group + name, io::Block::none(), &nothing);
       }
@@ -481,13 +487,31 @@ int load_checkpoint(const std::string& path, model::ShardedGPT<T>& model,
     }
     const std::size_t k = it->second;
     read_tensor(r, "/model/" + name, params[k], params[k].value);
-    read_tensor(r, "/optimizer/m/" + name, params[k], m[k]);
-    read_tensor(r, "/optimizer/v/" + name, params[k], v[k]);
+    if (moments) {
+      read_tensor(r, "/optimizer/m/" + name, params[k], (*m)[k]);
+      read_tensor(r, "/optimizer/v/" + name, params[k], (*v)[k]);
+    }
   }
   model.refresh_weights(ExecSpace()); // a bf16 model's weights follow what was read
+}
+} // namespace
+
+template <class T>
+int load_checkpoint(const std::string& path, model::ShardedGPT<T>& model,
+                    std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
+                    const comm::Communicator& comm, int* optimizer_step) {
+  const io::CheckpointReader r(path, comm);
+  read_checkpoint(r, model, &m, &v);
   if (optimizer_step)
     *optimizer_step = static_cast<int>(r.int_attribute("/optimizer", "step"));
   return static_cast<int>(r.int_attribute("/", "step"));
+}
+
+template <class T>
+void load_weights(const std::string& path, model::ShardedGPT<T>& model,
+                  const comm::Communicator& comm) {
+  const io::CheckpointReader r(path, comm);
+  read_checkpoint<T>(r, model, nullptr, nullptr);
 }
 
 #define CUBELM_INSTANTIATE_CHECKPOINTS(T)                                                          \
@@ -501,7 +525,9 @@ int load_checkpoint(const std::string& path, model::ShardedGPT<T>& model,
                                    const comm::Communicator&, int);                                \
   template int load_checkpoint<T>(                                                                 \
       const std::string&, model::ShardedGPT<T>&, std::vector<kernels::Vec<real>>&,                 \
-      std::vector<kernels::Vec<real>>&, const comm::Communicator&, int*);
+      std::vector<kernels::Vec<real>>&, const comm::Communicator&, int*);                          \
+  template void load_weights<T>(const std::string&, model::ShardedGPT<T>&,                         \
+                                const comm::Communicator&);
 CUBELM_INSTANTIATE_CHECKPOINTS(real)
 CUBELM_INSTANTIATE_CHECKPOINTS(bf16)
 

@@ -227,9 +227,10 @@ PipelineStage::Result PipelineStage::run(const ExecSpace& exec, model::ShardedGP
 }
 
 template <class T>
-double PipelineStage::evaluate(const ExecSpace& exec, model::ShardedGPT<T>& model,
-                               const comm::ProcessGrid& grid,
-                               const std::vector<io::Batch>& batches) {
+void PipelineStage::forward_only(const ExecSpace& exec, model::ShardedGPT<T>& model,
+                                 const comm::ProcessGrid& grid,
+                                 const std::vector<std::int32_t>& inputs, int m,
+                                 const std::function<void()>& head) {
   // Every stage takes (micro-batch, virtual stage) in the same order, in which each message
   // is made before it is needed: a send waited for at once always finds its receive posted
   // in time, with MPI's tags and in NCCL's posting order alike.
@@ -245,26 +246,45 @@ double PipelineStage::evaluate(const ExecSpace& exec, model::ShardedGPT<T>& mode
     std::vector<comm::Request> requests = batch.post(exec);
     comm::wait_all(requests);
   };
+  comm::watchdog::set_micro_batch(m);
+  for (int c = 0; c < plan_.chunks; ++c) {
+    const int v = plan_.virtual_stage(stage_, c);
+    if (plan_.local_prev(c))
+      Kokkos::deep_copy(exec, model.input(slot), model.output(c - 1, slot));
+    else if (!plan_.first(stage_, c))
+      transfer(false, model.input(slot), (stage_ + p - 1) % p, tag(false, v - 1, m));
+    model.forward(exec, c, slot, inputs);
+    if (plan_.last(stage_, c))
+      head();
+    else if (!plan_.local_next(stage_, c))
+      transfer(true, model.output(c, slot), (stage_ + 1) % p, tag(false, v, m));
+  }
+  comm::watchdog::set_micro_batch(-1);
+}
+
+template <class T>
+double PipelineStage::evaluate(const ExecSpace& exec, model::ShardedGPT<T>& model,
+                               const comm::ProcessGrid& grid,
+                               const std::vector<io::Batch>& batches) {
   double sum = 0;
   for (int m = 0; m < plan_.micro; ++m) {
     const io::Batch& batch = batches.at(static_cast<std::size_t>(m));
-    comm::watchdog::set_micro_batch(m);
-    for (int c = 0; c < plan_.chunks; ++c) {
-      const int v = plan_.virtual_stage(stage_, c);
-      if (plan_.local_prev(c))
-        Kokkos::deep_copy(exec, model.input(slot), model.output(c - 1, slot));
-      else if (!plan_.first(stage_, c))
-        transfer(false, model.input(slot), (stage_ + p - 1) % p, tag(false, v - 1, m));
-      model.forward(exec, c, slot, batch.inputs);
-      if (plan_.last(stage_, c))
-        sum += model.loss(exec, slot, batch.targets);
-      else if (!plan_.local_next(stage_, c))
-        transfer(true, model.output(c, slot), (stage_ + 1) % p, tag(false, v, m));
-    }
+    forward_only(exec, model, grid, batch.inputs, m,
+                 [&] { sum += model.loss(exec, 0, batch.targets); });
   }
-  comm::watchdog::set_micro_batch(-1);
   exec.fence();
   return sum;
+}
+
+template <class T>
+void PipelineStage::logits(const ExecSpace& exec, model::ShardedGPT<T>& model,
+                           const comm::ProcessGrid& grid, const std::vector<std::int32_t>& inputs,
+                           const std::vector<std::int32_t>& marks, const kernels::Vec<float>& out) {
+  forward_only(exec, model, grid, inputs, 0, [&] { model.logits(exec, 0, marks, out); });
+  // The head is on the stage of the last virtual stage.
+  if (plan_.stages > 1)
+    grid.pp().broadcast(exec, out, (plan_.virtual_stages() - 1) % plan_.stages);
+  exec.fence();
 }
 
 template double PipelineStage::evaluate<real>(const ExecSpace&, model::ShardedGPT<real>&,
@@ -273,6 +293,11 @@ template double PipelineStage::evaluate<real>(const ExecSpace&, model::ShardedGP
 template double PipelineStage::evaluate<bf16>(const ExecSpace&, model::ShardedGPT<bf16>&,
                                               const comm::ProcessGrid&,
                                               const std::vector<io::Batch>&);
+template void PipelineStage::logits<real>(const ExecSpace&, model::ShardedGPT<real>&,
+                                          const comm::ProcessGrid&,
+                                          const std::vector<std::int32_t>&,
+                                          const std::vector<std::int32_t>&,
+                                          const kernels::Vec<float>&);
 
 template PipelineStage::Result PipelineStage::run<real>(const ExecSpace&, model::ShardedGPT<real>&,
                                                         const comm::ProcessGrid&,

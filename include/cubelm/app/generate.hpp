@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// \brief `cubelm generate`: text from a checkpoint of any layout, on one process, with a
-/// key/value cache (docs/generate.md).
+/// \brief `cubelm generate`: text from a checkpoint of any layout, on one process with a
+/// key/value cache, or under a deck's layout on its processes (docs/generate.md).
 
 #include "cubelm/core/config.hpp"
 #include "cubelm/core/environment.hpp"
@@ -25,6 +25,9 @@ struct GenerateOptions {
   /// --logits FILE: the logits each generated token was drawn from, one row of
   /// model.vocab_size float32 (little-endian) per token; "" writes none
   std::string logits;
+  /// --deck FILE: generate under this deck's layout, on the processes of the job
+  /// (train::LayoutGenerator); "" on one process with a key/value cache (model::Generator)
+  std::string deck;
   int tokens = 32; ///< tokens to generate
   model::SamplingOptions sampling{1.0, 0, 1.0, 1};
 };
@@ -49,8 +52,9 @@ Codec codec_for(const ModelConfig& model, const std::string& vocab = "",
                 const std::string& merges = "");
 
 /// \brief `cubelm generate CKPT ...`: prints the generated tokens as they come (stdout,
-/// flushed after each) and a closing line with the count and tokens/s (stderr). One
-/// process only. Returns the exit code; user errors (options, prompt, checkpoint) throw.
+/// flushed after each) and a closing line with the count and tokens/s (stderr), from rank
+/// 0. Without --deck, one process only. Returns the exit code; user errors (options,
+/// prompt, checkpoint, deck) throw.
 int run_generate(const GenerateOptions& options, const Environment& env);
 
 } // namespace cubelm::app

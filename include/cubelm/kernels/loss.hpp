@@ -57,4 +57,11 @@ void vocab_cross_entropy(const ExecSpace& exec, const Mat<T>& logits,
                          std::int64_t valid, const Vec<compute_t<T>>& losses,
                          compute_t<T> grad_scale);
 
+/// \brief For generation: out[first + v] = logits(n, v), v < valid, for each row n whose
+/// mark is non-zero; every other entry of out is left as it is. One rank's part of the
+/// logits of the marked rows, placed where their columns belong in the whole vocabulary.
+template <class T>
+void copy_marked_rows(const ExecSpace& exec, const Mat<T>& logits, const Tokens& marks, int first,
+                      std::int64_t valid, const Vec<float>& out);
+
 } // namespace cubelm::kernels

@@ -88,6 +88,12 @@ public:
                   double grad_scale, const UnitDone& done = nullptr);
   /// \brief The loss sum of the micro-batch in `slot` after the forward of the head's chunk.
   double loss(const ExecSpace& exec, int slot, const std::vector<std::int32_t>& targets);
+  /// \brief For generation, after the forward of the head's chunk in `slot`: the logits of
+  /// the one token whose mark is non-zero (`marks`: batch x seq_len, the whole
+  /// micro-batch), over the real vocabulary, into `out` on every rank of the tensor (and
+  /// context) group.
+  void logits(const ExecSpace& exec, int slot, const std::vector<std::int32_t>& marks,
+              const kernels::Vec<float>& out);
 
   /// \brief Forward and loss of a micro-batch through every chunk (a rank that holds the
   /// whole model: first and last, a slot per chunk; `inputs`, `targets`: batch x seq_len

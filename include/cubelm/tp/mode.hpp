@@ -76,7 +76,7 @@ public:
 enum class Ends { both, lookup, head };
 
 /// \brief Token and position embedding, the tied LM head and the cross-entropy,
-/// vocabulary-parallel: full logits are never gathered.
+/// vocabulary-parallel: full logits are gathered only by logits(), a row at a time.
 template <class T>
 class Embedding {
 public:
@@ -95,6 +95,12 @@ public:
   virtual double loss(const ExecSpace& exec, const Mat<T>& h,
                       const std::vector<std::int32_t>& targets, compute_t<T> grad_scale,
                       const Mat<T>& dh) = 0;
+  /// \brief For generation: the logits h wte^T of the one row whose mark is non-zero
+  /// (`marks`: the whole micro-batch, laid out as loss()'s targets), over the real
+  /// vocabulary, into `out` on every rank of the group. The one place full logits are
+  /// gathered, a row at a time.
+  virtual void logits(const ExecSpace& exec, const Mat<T>& h,
+                      const std::vector<std::int32_t>& marks, const Vec<float>& out) = 0;
 };
 
 /// \brief The parameter names of an MoE feed-forward (cost/shape.hpp spells them):

@@ -159,5 +159,10 @@ template <class T>
 int load_checkpoint(const std::string& path, model::ShardedGPT<T>& model,
                     std::vector<kernels::Vec<real>>& m, std::vector<kernels::Vec<real>>& v,
                     const comm::Communicator& comm, int* optimizer_step = nullptr);
+/// \brief Reads the weights of a checkpoint (/model only: generation needs no moments)
+/// into the model, with the checks and messages of load_checkpoint.
+template <class T>
+void load_weights(const std::string& path, model::ShardedGPT<T>& model,
+                  const comm::Communicator& comm);
 
 } // namespace cubelm::train

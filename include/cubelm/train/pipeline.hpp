@@ -24,6 +24,8 @@
 #include "cubelm/pipeline/messages.hpp"
 #include "cubelm/pipeline/schedule.hpp"
 
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace cubelm::train {
@@ -60,6 +62,15 @@ public:
   double evaluate(const ExecSpace& exec, model::ShardedGPT<T>& model, const comm::ProcessGrid& grid,
                   const std::vector<io::Batch>& batches);
 
+  /// \brief For generation: the forward of one micro-batch (`inputs`, batch x seq_len ids)
+  /// as evaluate() runs it, then the logits of the token marked in `marks`
+  /// (ShardedGPT::logits) on the stage with the head, broadcast to the other stages: `out`
+  /// (the real vocabulary) ends the same on every rank.
+  template <class T>
+  void logits(const ExecSpace& exec, model::ShardedGPT<T>& model, const comm::ProcessGrid& grid,
+              const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& marks,
+              const kernels::Vec<float>& out);
+
   /// \brief True when messages go in posting order without tags (NCCL-capable; see
   /// pipeline::plan_exchanges), false when MPI matches them by tag.
   bool untagged() const { return untagged_; }
@@ -73,6 +84,13 @@ public:
   }
 
 private:
+  // The forward of micro-batch `m` (`inputs`) through this stage's virtual stages in order,
+  // each activation sent as soon as it is made and waited for; `head` runs after the
+  // forward of the chunk with the head.
+  template <class T>
+  void forward_only(const ExecSpace& exec, model::ShardedGPT<T>& model,
+                    const comm::ProcessGrid& grid, const std::vector<std::int32_t>& inputs, int m,
+                    const std::function<void()>& head);
   int tag(const pipeline::Message& m) const;
   int tag(bool backward, int sender, int micro) const;
   // Gives `slot` another input buffer from the pool while a send still holds its current one.
