@@ -9,6 +9,7 @@
 #include "test_helpers.hpp"
 
 #include <algorithm>
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <vector>
@@ -311,6 +312,23 @@ inline std::vector<LayoutCase> layout_cases(const std::string& use) {
     if (c.world == world_size() && c.use.count(use) != 0)
       out.push_back(c);
   return out;
+}
+
+/// The cases of several uses at this job's world size: each use's in the table's order,
+/// one use after the other.
+inline std::vector<LayoutCase> layout_cases(std::initializer_list<const char*> uses) {
+  std::vector<LayoutCase> out;
+  for (const char* use : uses)
+    for (const LayoutCase& c : layout_cases(use))
+      out.push_back(c);
+  return out;
+}
+
+/// The dense layouts of the whole-model tests: every tensor mode (1D with and without
+/// sequence parallelism, 2D, 3D), pipeline schedule, data parallelism (with ZeRO-1) and
+/// context parallelism, and their combinations (the allocation and context cases).
+inline std::vector<LayoutCase> dense_layout_cases() {
+  return layout_cases({"allocations", "context"});
 }
 
 /// The [parallel] lines of the table's cases that `use` runs at this job's world size, in

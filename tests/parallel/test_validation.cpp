@@ -103,10 +103,7 @@ void expect_layouts_validate_like_one_process(const std::vector<LayoutCase>& cas
 // Tensor (1D with and without sequence parallelism, 2D, 3D), pipeline (every schedule),
 // data (with ZeRO-1) and context parallelism, and their combinations.
 TEST(Validation, EveryLayoutValidatesLikeTheSingleProcess) {
-  std::vector<LayoutCase> dense = layout_cases("allocations");
-  for (const LayoutCase& c : layout_cases("context"))
-    dense.push_back(c);
-  expect_layouts_validate_like_one_process(dense, "");
+  expect_layouts_validate_like_one_process(dense_layout_cases(), "");
 }
 
 // MoE: expert parallelism beside data, pipeline and 2D tensor parallelism.

@@ -127,10 +127,7 @@ void expect_background_equals_sync(const std::vector<LayoutCase>& cases, const s
 // data (with ZeRO-1) and context parallelism, and their combinations: the layouts of the
 // allocation tests.
 TEST(BackgroundSave, EqualsTheSynchronousSaveInEveryLayout) {
-  std::vector<LayoutCase> dense = layout_cases("allocations");
-  for (const LayoutCase& c : layout_cases("context"))
-    dense.push_back(c);
-  expect_background_equals_sync(dense, "");
+  expect_background_equals_sync(dense_layout_cases(), "");
 }
 
 // MoE: expert parallelism beside data, pipeline and 2D tensor parallelism, with ZeRO-1.
