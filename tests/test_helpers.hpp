@@ -18,6 +18,11 @@
 #include <unistd.h>
 #include <vector>
 
+/// Expects `needle` in the text `haystack` (an error message), printing both when it is not.
+#define EXPECT_HAS(haystack, needle)                                                               \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
+      << "message: " << (haystack) << "\nmissing: " << (needle)
+
 namespace cubelm::testing {
 
 /// A model shape for tests: `vocab` tokens, context 4, 2 layers.

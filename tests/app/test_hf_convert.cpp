@@ -37,10 +37,6 @@ using cubelm::testing::TempDir;
 
 namespace {
 
-#define EXPECT_HAS(haystack, needle)                                                               \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
-      << "message: " << (haystack) << "\nmissing: " << (needle)
-
 // V 10, T 6, H 8, 2 heads, 2 layers.
 DeckText tiny() {
   return DeckText()

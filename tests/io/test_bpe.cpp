@@ -33,10 +33,6 @@ using cubelm::testing::TempDir;
 
 namespace {
 
-#define EXPECT_HAS(haystack, needle)                                                               \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
-      << "message: " << (haystack) << "\nmissing: " << (needle)
-
 using Ids = std::vector<std::int32_t>;
 using Pieces = std::vector<std::string>;
 

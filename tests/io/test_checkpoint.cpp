@@ -34,10 +34,6 @@ using Shape = std::vector<std::uint64_t>;
 
 namespace {
 
-#define EXPECT_HAS(haystack, needle)                                                               \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
-      << "message: " << (haystack) << "\nmissing: " << (needle)
-
 // A file name in the temporary directory all ranks of this node share, unique
 // per test, rank count and run (ctest runs the 1-, 2- and 4-rank jobs side by
 // side). Rank 0 removes the file and its .partial after the test.

@@ -34,10 +34,6 @@ using cubelm::testing::TempDir;
 
 namespace {
 
-#define EXPECT_HAS(haystack, needle)                                                               \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
-      << "message: " << (haystack) << "\nmissing: " << (needle)
-
 // Little-endian byte building, kept apart from the code under test.
 struct Bytes {
   std::vector<unsigned char> b;

@@ -29,10 +29,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-#define EXPECT_HAS(haystack, needle)                                                               \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
-      << "message: " << (haystack) << "\nmissing: " << (needle)
-
 std::string temp_file(const std::string& stem) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return (fs::temp_directory_path() /

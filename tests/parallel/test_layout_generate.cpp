@@ -24,10 +24,6 @@
 using namespace cubelm;
 using namespace cubelm::testing;
 
-#define EXPECT_HAS(haystack, needle)                                                               \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
-      << "message: " << (haystack) << "\nmissing: " << (needle)
-
 namespace {
 
 // The pipeline and context tests' model (seq_len 16, 4 layers, 4 heads).

@@ -19,10 +19,6 @@
 using namespace cubelm;
 using namespace cubelm::testing;
 
-#define EXPECT_HAS(haystack, needle)                                                               \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                                 \
-      << "message: " << (haystack) << "\nmissing: " << (needle)
-
 namespace {
 
 // The pipeline and context tests' model, 20% of a synthetic corpus of 10000 tokens held
