@@ -6,6 +6,7 @@
 #   2. a checkpoint that cannot be written (checkpoint.dir under a regular file): with
 #      on_error = "fail" the run ends at the first checkpoint with status 1 naming the
 #      file; with "warn" it warns, trains to the end, then fails on the final checkpoint.
+# Skipped (SKIP:) under an MPI that cubelm knows to hang with a second thread.
 #
 #   background_save.sh WORKDIR CUBELM MPIEXEC [MPIEXEC ARGS...] --
 set -uo pipefail
@@ -50,6 +51,12 @@ deck sync false
 deck async true
 "${launcher[@]}" "$cubelm" train sync.toml >sync.log 2>&1 || fail "the synchronous run failed: $(tail -n 5 sync.log)"
 "${launcher[@]}" "$cubelm" train async.toml >async.log 2>&1 || fail "the async run failed: $(tail -n 5 async.log)"
+# Under an MPI known to hang when two threads communicate (comm::mpi_thread_hazard) cubelm
+# writes synchronously and says why: there is no background writer to test.
+if why=$(grep -m1 -o "but .* hangs when two threads of a process communicate at once" async.log); then
+  echo "SKIP: checkpoint.async ${why#but }"
+  exit 0
+fi
 grep -q "checkpoints: written in the background (checkpoint.async)" async.log ||
   fail "the async run does not say it writes in the background"
 [ "$(grep -c "written in the background in" async.log)" = 4 ] ||

@@ -61,4 +61,43 @@ bool threads_may_call_mpi() {
   return level == MPI_THREAD_MULTIPLE;
 }
 
+std::string agree(const Communicator& comm, const std::string& local) {
+  const int mine = local.empty() ? comm.size() : comm.rank();
+  int first = comm.size();
+  CUBELM_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm.raw()));
+  if (first == comm.size())
+    return "";
+  int length = static_cast<int>(local.size());
+  CUBELM_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, comm.raw()));
+  std::string text =
+      comm.rank() == first ? local : std::string(static_cast<std::size_t>(length), ' ');
+  CUBELM_MPI_CHECK(MPI_Bcast(text.data(), length, MPI_CHAR, first, comm.raw()));
+  return text;
+}
+
+std::string mpi_library() {
+  char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  CUBELM_MPI_CHECK(MPI_Get_library_version(library, &length));
+  return std::string(library, static_cast<std::size_t>(length));
+}
+
+std::string mpi_thread_hazard(const std::string& library) {
+  if (library.rfind("Open MPI v6.0.0rc", 0) != 0)
+    return "";
+  return library.substr(0, library.find(',')) +
+         " (a release candidate) hangs when two threads of a process communicate at once "
+         "(docs/training.md#background-checkpoints); another Open MPI release or another MPI "
+         "allows it";
+}
+
+std::string second_thread_problem(const Communicator& comm) {
+  std::string problem;
+  if (!threads_may_call_mpi())
+    problem = "MPI does not run at MPI_THREAD_MULTIPLE";
+  else
+    problem = mpi_thread_hazard(mpi_library());
+  return agree(comm, problem);
+}
+
 } // namespace cubelm::comm

@@ -195,22 +195,6 @@ hid_t select(const Block& block, hid_t filespace) {
   return CUBELM_HDF5_ID(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
 }
 
-// Every rank passes its own complaint ("" for none); every rank gets back the
-// complaint of the lowest rank that has one. Each rank can then throw the same
-// exception, so none is left waiting in the next collective call.
-std::string agree(const comm::Communicator& comm, const std::string& local) {
-  const int mine = local.empty() ? comm.size() : comm.rank();
-  int first = comm.size();
-  CUBELM_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm.raw()));
-  if (first == comm.size())
-    return "";
-  int length = static_cast<int>(local.size());
-  CUBELM_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, comm.raw()));
-  std::string text = comm.rank() == first ? local : std::string(length, ' ');
-  CUBELM_MPI_CHECK(MPI_Bcast(text.data(), length, MPI_CHAR, first, comm.raw()));
-  return text;
-}
-
 // A writer of one rank writes the file through HDF5's POSIX driver, more ranks through
 // MPI-IO. Under MPI-IO, HDF5 allocates a chunked dataset's space when it creates it, and
 // with a filter (Fletcher32) it writes every chunk then (filled, checksummed) before the
@@ -472,7 +456,7 @@ CheckpointWriter::CheckpointWriter(const std::string& path, const comm::Communic
     else if (fs::is_directory(path, ec))
       problem = "checkpoint " + path + ": is a directory, cannot write a checkpoint file there";
   }
-  problem = agree(comm_, problem);
+  problem = comm::agree(comm_, problem);
   if (!problem.empty())
     throw Error(problem, true);
 
@@ -515,7 +499,7 @@ void CheckpointWriter::write(const std::string& dataset,
     problem = "rank " + std::to_string(comm_.rank()) + " passed no data for its block";
   else if (const std::string p = block_problem(block, global_shape); !p.empty())
     problem = "rank " + std::to_string(comm_.rank()) + ": " + p;
-  problem = agree(comm_, problem);
+  problem = comm::agree(comm_, problem);
   if (!problem.empty())
     throw InternalError("checkpoint " + path_ + ": " + name + ": " + problem);
 
@@ -634,7 +618,7 @@ void CheckpointWriter::close() {
       std::rename(partial_path(path_).c_str(), path_.c_str()) != 0)
     problem = "checkpoint " + path_ + ": cannot rename " + partial_path(path_) +
               " to it: " + std::strerror(errno);
-  problem = agree(comm_, problem);
+  problem = comm::agree(comm_, problem);
   if (!problem.empty())
     throw Error(problem, true);
 }
@@ -653,7 +637,7 @@ CheckpointReader::CheckpointReader(const std::string& path, const comm::Communic
   CUBELM_ASSERT(comm_, "CheckpointReader needs a communicator");
   // A parallel open of a file that is not HDF5 may fail differently on
   // different ranks; rank 0 decides for everyone before anyone tries.
-  const std::string problem = agree(comm_, comm_.rank() == 0 ? inspect(path_) : "");
+  const std::string problem = comm::agree(comm_, comm_.rank() == 0 ? inspect(path_) : "");
   if (!problem.empty())
     throw Error(problem, true);
   Hid fapl(file_access(comm_), H5Pclose);
@@ -718,7 +702,7 @@ void CheckpointReader::read(const std::string& dataset, const Block& block, floa
     else if (const std::string p = block_problem(block, shape(name)); !p.empty())
       problem = name + ": rank " + std::to_string(comm_.rank()) + " asked for " + p;
   }
-  problem = agree(comm_, problem);
+  problem = comm::agree(comm_, problem);
   if (!problem.empty())
     throw Error("checkpoint " + path_ + ": " + problem, true);
 
@@ -732,7 +716,8 @@ void CheckpointReader::read(const std::string& dataset, const Block& block, floa
     status =
         H5Dread(dset, H5T_NATIVE_FLOAT, memspace, filespace, dxpl_, block.empty() ? &dummy : out);
   }
-  problem = agree(comm_, status < 0 ? name + ": cannot be read: a Fletcher32 checksum does not "
+  problem =
+      comm::agree(comm_, status < 0 ? name + ": cannot be read: a Fletcher32 checksum does not "
                                              "match or the data is cut short (the file is damaged)"
                                     : "");
   if (!problem.empty())

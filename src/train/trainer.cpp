@@ -89,15 +89,16 @@ Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
   split_all_ =
       Kokkos::View<double*, Kokkos::HostSpace>("cubelm::time_splits", n * grid().world().size());
   if (deck.checkpoint.async) {
-    if (comm::threads_may_call_mpi()) {
+    const std::string problem = comm::second_thread_problem(comm_);
+    if (problem.empty()) {
       saves_ = std::make_unique<BackgroundSaves>(comm_);
       with_model([&](const auto& model) {
         saves_->snapshot().reserve(CheckpointSnapshot::bytes_for(model));
       });
     } else
-      async_note_ = "checkpoint.async = true, but MPI does not run at MPI_THREAD_MULTIPLE (a "
-                    "writer thread needs it; `cubelm train` asks for it when the deck sets "
-                    "checkpoint.async): checkpoints are written synchronously";
+      async_note_ = "checkpoint.async = true needs a writer thread that talks to MPI beside "
+                    "training, but " +
+                    problem + ": checkpoints are written synchronously";
   }
 }
 

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace cubelm::comm {
@@ -47,5 +48,29 @@ private:
 /// \brief True when MPI runs at MPI_THREAD_MULTIPLE: a second thread may talk to MPI
 /// (on a communicator of its own) while the main thread does.
 bool threads_may_call_mpi();
+
+/// \brief Collective over `comm`: every rank passes its own complaint ("" for none) and
+/// gets back the complaint of the lowest rank that has one, so that every rank can
+/// throw the same exception and none is left waiting in the next collective call.
+std::string agree(const Communicator& comm, const std::string& local);
+
+/// \brief Why a second thread must not talk to MPI beside the main thread in this run,
+/// or "" when it may: MPI runs below MPI_THREAD_MULTIPLE, or it is an MPI known to hang
+/// then (mpi_thread_hazard). Collective over `comm`: every rank gets the same answer
+/// (the lowest rank's reason, when any rank has one).
+std::string second_thread_problem(const Communicator& comm);
+
+/// \brief The MPI library's own description of itself (MPI_Get_library_version).
+std::string mpi_library();
+
+/// \brief The rule for MPIs known to hang when two threads communicate at once, given
+/// `library` as MPI_Get_library_version writes it: the reason, or "".
+///
+/// Open MPI 6.0.0 release candidates (measured: v6.0.0rc2). With a thread of each process
+/// writing through parallel HDF5 on a communicator of its own while the main thread
+/// communicates on others, ranks wait forever: through the shared-memory transport in a
+/// program of MPI and HDF5 alone, and through TCP in cubelm's background-save test,
+/// every writer stopped inside HDF5's collective write (docs/training.md).
+std::string mpi_thread_hazard(const std::string& library);
 
 } // namespace cubelm::comm

@@ -70,8 +70,9 @@ public:
   double entropy_floor() const { return floor_; }
   /// \brief Writes model, moments and attributes after steps_done() steps.
   void save(const std::string& path) const;
-  /// \brief True when checkpoints are written in the background: checkpoint.async, with MPI
-  /// at MPI_THREAD_MULTIPLE (else async_note() says why they are not).
+  /// \brief True when checkpoints are written in the background: checkpoint.async, with an
+  /// MPI that lets a second thread communicate (comm::second_thread_problem; else
+  /// async_note() says why they are not).
   bool saves_in_background() const { return saves_ != nullptr; }
   /// \brief Why checkpoint.async = true writes synchronously after all, or "".
   const std::string& async_note() const { return async_note_; }
