@@ -184,6 +184,10 @@ void Layout::validate_for_world(int world_size) const {
   refuse(out.str());
 }
 
+int stage_of(const ParallelConfig& parallel, int world_rank) {
+  return coords_of(layout_of(parallel), world_rank).pp;
+}
+
 GridCoords coords_of(const Layout& layout, int world_rank) {
   CUBELM_ASSERT(world_rank >= 0 && world_rank < layout.world_size(),
                 "rank " + std::to_string(world_rank) + " outside the grid " + layout.describe());

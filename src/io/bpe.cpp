@@ -171,11 +171,6 @@ std::string read_file(const std::string& path, const std::string& kind) {
   return text;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The lines of a text, numbered from 1, without their "\n" or "\r\n".
 class Lines {
 public:

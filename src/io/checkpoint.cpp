@@ -42,8 +42,8 @@ struct Unreadable : std::runtime_error {
 
 [[noreturn]] void hdf5_failed(const char* call, int line) {
   if (g_reading > 0)
-    throw Unreadable(std::string(call) + ": " + detail::hdf5_error_message());
-  detail::hdf5_failure(call, __FILE__, line);
+    throw Unreadable(std::string(call) + ": " + cubelm::detail::hdf5_error_message());
+  cubelm::detail::hdf5_failure(call, __FILE__, line);
 }
 
 // Like CUBELM_HDF5_CHECK, for calls that return the identifier we go on with.

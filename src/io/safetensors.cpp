@@ -1,7 +1,9 @@
 #include "cubelm/io/safetensors.hpp"
 
 #include "cubelm/core/error.hpp"
+#include "cubelm/io/checkpoint.hpp"
 #include "cubelm/io/json.hpp"
+#include "token_format.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -20,24 +22,12 @@ namespace {
 // The reference implementation's limit: a larger header is refused before it is read.
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
-[[noreturn]] void fail(const std::string& path, const std::string& message) {
+[[noreturn]] void refuse(const std::string& path, const std::string& message) {
   throw Error(path + ": " + message + " (safetensors format)");
 }
 
-std::string shape_text(const std::vector<std::uint64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // The format is little-endian whatever the host is: bytes are assembled explicitly.
-std::uint64_t get_le(const unsigned char* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i)
-    v = (v << 8) | p[i];
-  return v;
-}
+using detail::get_le;
 
 float float_of_bits(std::uint32_t bits) {
   float f;
@@ -64,9 +54,9 @@ SafetensorsEntry entry_of(const std::string& path, const std::string& name, cons
                           std::uint64_t data_bytes) {
   const std::string what = "tensor \"" + name + "\"";
   if (!v.is_object())
-    fail(path, what + " is " + v.describe() +
-                   " in the header: each tensor must be an object with dtype, shape and "
-                   "data_offsets");
+    refuse(path, what + " is " + v.describe() +
+                     " in the header: each tensor must be an object with dtype, shape and "
+                     "data_offsets");
   SafetensorsEntry e;
   e.name = name;
   const Json* dtype = v.find("dtype");
@@ -76,39 +66,39 @@ SafetensorsEntry entry_of(const std::string& path, const std::string& name, cons
                                    {"shape", shape},
                                    {"data_offsets", offsets}})
     if (field == nullptr)
-      fail(path, what + " has no \"" + key + "\" in the header");
+      refuse(path, what + " has no \"" + key + "\" in the header");
   if (!dtype->is_string())
-    fail(path, what + ": dtype = " + dtype->describe() + ": must be a string");
+    refuse(path, what + ": dtype = " + dtype->describe() + ": must be a string");
   e.dtype = dtype->text();
   if (safetensors_dtype_bytes(e.dtype) == 0)
-    fail(path, what + ": dtype = \"" + e.dtype +
-                   "\" is not a safetensors dtype (BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, "
-                   "F16, BF16, I32, U32, F32, F64, I64, U64)");
+    refuse(path, what + ": dtype = \"" + e.dtype +
+                     "\" is not a safetensors dtype (BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, "
+                     "F16, BF16, I32, U32, F32, F64, I64, U64)");
   if (!shape->is_array())
-    fail(path, what + ": shape = " + shape->describe() + ": must be an array of sizes");
+    refuse(path, what + ": shape = " + shape->describe() + ": must be an array of sizes");
   for (const Json& d : shape->elements()) {
     const auto size = d.unsigned_integer();
     if (!size)
-      fail(path, what + ": shape holds " + d.describe() + ": every size must be an integer >= 0");
+      refuse(path, what + ": shape holds " + d.describe() + ": every size must be an integer >= 0");
     e.shape.push_back(*size);
   }
   if (!offsets->is_array() || offsets->elements().size() != 2)
-    fail(path, what + ": data_offsets = " + offsets->describe() +
-                   ": must be an array [begin, end] of two byte offsets");
+    refuse(path, what + ": data_offsets = " + offsets->describe() +
+                     ": must be an array [begin, end] of two byte offsets");
   const auto begin = offsets->elements()[0].unsigned_integer();
   const auto end = offsets->elements()[1].unsigned_integer();
   if (!begin || !end)
-    fail(path, what + ": data_offsets = [" + offsets->elements()[0].describe() + ", " +
-                   offsets->elements()[1].describe() + "]: must be integers >= 0");
+    refuse(path, what + ": data_offsets = [" + offsets->elements()[0].describe() + ", " +
+                     offsets->elements()[1].describe() + "]: must be integers >= 0");
   e.begin = *begin;
   e.end = *end;
   if (e.end < e.begin)
-    fail(path, what + ": data_offsets = [" + std::to_string(e.begin) + ", " +
-                   std::to_string(e.end) + "]: end must not be below begin");
+    refuse(path, what + ": data_offsets = [" + std::to_string(e.begin) + ", " +
+                     std::to_string(e.end) + "]: end must not be below begin");
   if (e.end > data_bytes)
-    fail(path, what + ": data_offsets = [" + std::to_string(e.begin) + ", " +
-                   std::to_string(e.end) + "] reach past the end of the file, which holds " +
-                   std::to_string(data_bytes) + " bytes of data after the header");
+    refuse(path, what + ": data_offsets = [" + std::to_string(e.begin) + ", " +
+                     std::to_string(e.end) + "] reach past the end of the file, which holds " +
+                     std::to_string(data_bytes) + " bytes of data after the header");
   // shape x dtype size, without overflow (a lying shape may be huge)
   const std::uint64_t unit = static_cast<std::uint64_t>(safetensors_dtype_bytes(e.dtype));
   std::uint64_t bytes = unit;
@@ -119,10 +109,10 @@ SafetensorsEntry entry_of(const std::string& path, const std::string& name, cons
     bytes = overflow ? 0 : bytes * d;
   }
   if (overflow || bytes != e.end - e.begin)
-    fail(path, what + ": shape " + shape_text(e.shape) + " of " + e.dtype + " needs " +
-                   (overflow ? std::string("more than 2^64") : std::to_string(bytes)) +
-                   " bytes, but data_offsets = [" + std::to_string(e.begin) + ", " +
-                   std::to_string(e.end) + "] hold " + std::to_string(e.end - e.begin));
+    refuse(path, what + ": shape " + shape_text(e.shape) + " of " + e.dtype + " needs " +
+                     (overflow ? std::string("more than 2^64") : std::to_string(bytes)) +
+                     " bytes, but data_offsets = [" + std::to_string(e.begin) + ", " +
+                     std::to_string(e.end) + "] hold " + std::to_string(e.end - e.begin));
   return e;
 }
 
@@ -156,17 +146,17 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   if (ec || !in)
     throw Error(path + ": cannot open the file for reading");
   if (size < 8)
-    fail(path, "the file has " + std::to_string(size) +
-                   " bytes: too short for the 8-byte header length that starts the format");
+    refuse(path, "the file has " + std::to_string(size) +
+                     " bytes: too short for the 8-byte header length that starts the format");
   unsigned char head[8];
   in.read(reinterpret_cast<char*>(head), 8);
   const std::uint64_t n = get_le(head, 8);
   if (n > kMaxHeaderBytes)
-    fail(path, "header length " + std::to_string(n) + " (the first 8 bytes, little-endian) is " +
-                   "above the format's limit of 100000000 bytes");
+    refuse(path, "header length " + std::to_string(n) + " (the first 8 bytes, little-endian) is " +
+                     "above the format's limit of 100000000 bytes");
   if (n > size - 8)
-    fail(path, "header length " + std::to_string(n) + " (the first 8 bytes, little-endian) " +
-                   "reaches past the end of the file of " + std::to_string(size) + " bytes");
+    refuse(path, "header length " + std::to_string(n) + " (the first 8 bytes, little-endian) " +
+                     "reaches past the end of the file of " + std::to_string(size) + " bytes");
   std::string text(static_cast<std::size_t>(n), '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
   if (!in)
@@ -175,15 +165,15 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   const std::uint64_t data_bytes = size - data_start_;
   const Json header = parse_json(text, path + " (header)");
   if (!header.is_object())
-    fail(path, "the header is " + header.describe() + ": it must be a JSON object");
+    refuse(path, "the header is " + header.describe() + ": it must be a JSON object");
   for (const auto& [name, value] : header.members()) {
     if (name == "__metadata__") {
       if (!value.is_object())
-        fail(path, "__metadata__ is " + value.describe() + ": it must be an object of strings");
+        refuse(path, "__metadata__ is " + value.describe() + ": it must be an object of strings");
       for (const auto& [key, text_value] : value.members()) {
         if (!text_value.is_string())
-          fail(path, "__metadata__ \"" + key + "\" = " + text_value.describe() +
-                         ": every metadata value must be a string");
+          refuse(path, "__metadata__ \"" + key + "\" = " + text_value.describe() +
+                           ": every metadata value must be a string");
         metadata_[key] = text_value.text();
       }
       continue;
@@ -199,21 +189,21 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   const SafetensorsEntry* previous = nullptr;
   for (const SafetensorsEntry& e : tensors_) {
     if (e.begin < at)
-      fail(path, "tensors \"" + previous->name + "\" (bytes [" + std::to_string(previous->begin) +
-                     ", " + std::to_string(previous->end) + ")) and \"" + e.name + "\" ([" +
-                     std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                     ")) overlap: each byte of the data belongs to one tensor");
+      refuse(path, "tensors \"" + previous->name + "\" (bytes [" + std::to_string(previous->begin) +
+                       ", " + std::to_string(previous->end) + ")) and \"" + e.name + "\" ([" +
+                       std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                       ")) overlap: each byte of the data belongs to one tensor");
     if (e.begin > at)
-      fail(path, "bytes [" + std::to_string(at) + ", " + std::to_string(e.begin) +
-                     ") of the data belong to no tensor (before \"" + e.name +
-                     "\"): the tensors' data must follow one another without gaps");
+      refuse(path, "bytes [" + std::to_string(at) + ", " + std::to_string(e.begin) +
+                       ") of the data belong to no tensor (before \"" + e.name +
+                       "\"): the tensors' data must follow one another without gaps");
     at = e.end;
     previous = &e;
   }
   if (at != data_bytes)
-    fail(path, "the tensors' data ends at byte " + std::to_string(at) + " but the file holds " +
-                   std::to_string(data_bytes) +
-                   " bytes of data after the header: the data must end where the file ends");
+    refuse(path, "the tensors' data ends at byte " + std::to_string(at) + " but the file holds " +
+                     std::to_string(data_bytes) +
+                     " bytes of data after the header: the data must end where the file ends");
 }
 
 const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {

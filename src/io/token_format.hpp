@@ -50,6 +50,10 @@ inline std::uint64_t get_le(const unsigned char* p, int bytes) {
 inline std::int32_t get_i32(const unsigned char* p) {
   return static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(p, 4)));
 }
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 inline std::int64_t get_i64(const unsigned char* p) {
   return static_cast<std::int64_t>(get_le(p, 8));
 }

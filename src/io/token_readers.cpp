@@ -15,11 +15,6 @@ using namespace detail;
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 void check_vocab(int vocab_size) {
   if (vocab_size < 1)
     throw Error("vocab_size = " + str(vocab_size) + ": must be at least 1");

@@ -9,7 +9,9 @@
 
 namespace cubelm::kernels {
 
-namespace {
+// Named, not anonymous: the exported adamw_update's kernel captures it (an anonymous
+// type there draws -Wsubobject-linkage in a unity build).
+namespace optim_detail {
 
 // The scalars of one AdamW step, computed once on the host in double as torch does
 // with Python floats.
@@ -37,12 +39,12 @@ struct AdamWStep {
   T decay, w1, b2, w2, step_size, bias2_sqrt, eps;
 };
 
-} // namespace
+} // namespace optim_detail
 
 template <class T>
 void adamw_update(const ExecSpace& exec, const AdamW& hp, const Vec<T>& p, const Vec<T>& g,
                   const Vec<T>& m, const Vec<T>& v) {
-  const AdamWStep<T> step(hp);
+  const optim_detail::AdamWStep<T> step(hp);
   Kokkos::parallel_for(
       "cubelm::adamw", Range(exec, 0, p.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) { step.apply(g(i), step.decay, p(i), m(i), v(i)); });
@@ -70,7 +72,7 @@ double sum_squares(const ExecSpace& exec, const OptimChunks& chunks, const Vec<T
 template <class T>
 void adamw_update(const ExecSpace& exec, const AdamW& hp, T clip, const OptimChunks& chunks,
                   const Vec<T>& p, const Vec<T>& g, const Vec<T>& m, const Vec<T>& v) {
-  const AdamWStep<T> step(hp);
+  const optim_detail::AdamWStep<T> step(hp);
   Kokkos::parallel_for(
       "cubelm::adamw_chunks", per_row(exec, chunks.extent(0), kOptimChunk),
       KOKKOS_LAMBDA(const Member& team) {

@@ -65,12 +65,7 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch buffers (buffer_names.hpp; their sizes: tp/buffers.hpp, reserved by Mode2D).
-using d2::kAct;
-using d2::kPartial;
-using d2::kWeight;
-using d2::kWeightPartial;
-using d2::kWeightSum;
+// Scratch buffers: d2:: (buffer_names.hpp; their sizes: tp/buffers.hpp, reserved by Mode2D).
 
 template <class T>
 struct Grid2D {
@@ -91,7 +86,7 @@ struct Grid2D {
   void reduce_add(const ExecSpace& exec, const comm::Group& g, const Mat<compute_t<T>>& partial,
                   int k, const Mat<compute_t<T>>& target) const {
     const Mat<compute_t<T>> sum =
-        ws.compute_scratch(kWeightSum, partial.extent(0), partial.extent(1));
+        ws.compute_scratch(d2::kWeightSum, partial.extent(0), partial.extent(1));
     g.reduce(exec, partial, sum, k);
     if (g.rank() == k)
       kernels::add_inplace<compute_t<T>>(exec, target, sum);
@@ -117,9 +112,9 @@ public:
 
   void forward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& y) override {
     for (int k = 0; k < g_.q; ++k) {
-      const Mat<T> xk = g_.broadcast(exec, g_.row, x, k, kAct); // X_ik
+      const Mat<T> xk = g_.broadcast(exec, g_.row, x, k, d2::kAct); // X_ik
       for (std::size_t n = 0; n < w_.size(); ++n) {
-        const Mat<T> wk = g_.broadcast(exec, g_.col, w_[n].param().mat(), k, kWeight); // W_kj
+        const Mat<T> wk = g_.broadcast(exec, g_.col, w_[n].param().mat(), k, d2::kWeight); // W_kj
         kernels::gemm<T>(exec, false, false, T(1), xk, wk, k == 0 ? T(0) : T(1), y[n]);
       }
     }
@@ -131,17 +126,17 @@ public:
                 const Mat<T>& dx) override {
     for (int k = 0; k < g_.q; ++k) {
       // dX_ik = sum_j dY_ij W_kj^T, reduced along the row to column k.
-      const Mat<T> part = g_.ws.scratch(kPartial, x.extent(0), x.extent(1));
+      const Mat<T> part = g_.ws.scratch(d2::kPartial, x.extent(0), x.extent(1));
       for (std::size_t n = 0; n < w_.size(); ++n) {
-        const Mat<T> wk = g_.broadcast(exec, g_.col, w_[n].param().mat(), k, kWeight);
+        const Mat<T> wk = g_.broadcast(exec, g_.col, w_[n].param().mat(), k, d2::kWeight);
         kernels::gemm<T>(exec, false, true, T(1), dy[n], wk, n == 0 ? T(0) : T(1), part);
       }
       g_.row.reduce(exec, part, dx, k);
       // dW_kj = sum_i X_ik^T dY_ij, reduced along the column to row k.
-      const Mat<T> xk = g_.broadcast(exec, g_.row, x, k, kAct);
+      const Mat<T> xk = g_.broadcast(exec, g_.row, x, k, d2::kAct);
       for (std::size_t n = 0; n < w_.size(); ++n) {
         const Mat<compute_t<T>> dw =
-            g_.ws.compute_scratch(kWeightPartial, xk.extent(1), dy[n].extent(1));
+            g_.ws.compute_scratch(d2::kWeightPartial, xk.extent(1), dy[n].extent(1));
         kernels::gemm<T>(exec, true, false, T(1), xk, dy[n], T(0), dw);
         g_.reduce_add(exec, g_.col, dw, k, w_[n].param().grad_mat());
       }
@@ -181,7 +176,7 @@ public:
     const Tokens& ids = ends_.tokens->set(exec, tokens);
     // Every row of the micro-batch looked up in vocabulary block i; summing over the
     // column completes the rows, and each rank keeps its row block.
-    const Mat<T> part = g_.ws.scratch(kPartial, ids.extent(0), bh_);
+    const Mat<T> part = g_.ws.scratch(d2::kPartial, ids.extent(0), bh_);
     kernels::embedding_lookup<T>(exec, ids, wte_.param().mat(), first, part);
     g_.col.reduce_scatter(exec, part, x);
     kernels::position_add<T>(exec, ends_.wpe->param().mat(), pos_, x);
@@ -192,7 +187,7 @@ public:
     // The forward's device tokens may belong to a later micro-batch by now: set them again.
     const auto& index = ends_.index.build(exec, ends_.tokens->set(exec, tokens),
                                           static_cast<int>(g_.i * bv_), static_cast<int>(bv_));
-    const Mat<T> all = g_.ws.scratch(kPartial, static_cast<std::int64_t>(tokens.size()), bh_);
+    const Mat<T> all = g_.ws.scratch(d2::kPartial, static_cast<std::int64_t>(tokens.size()), bh_);
     g_.col.all_gather(exec, dx, all);
     kernels::token_backward<T>(exec, index, all, wte_.param().grad_mat());
     kernels::position_backward<T>(exec, all, pos_, ends_.wpe->param().grad_mat());
@@ -207,10 +202,10 @@ public:
       return sum;
     // dh_ik = sum_m dlogits_im wte_mk; dwte_mk = sum_i dlogits_im^T h_ik.
     for (int m = 0; m < g_.q; ++m) {
-      const Mat<T> dm = g_.broadcast(exec, g_.row, logits, m, kAct);
-      const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, kWeight);
+      const Mat<T> dm = g_.broadcast(exec, g_.row, logits, m, d2::kAct);
+      const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, d2::kWeight);
       kernels::gemm<T>(exec, false, false, T(1), dm, wm, m == 0 ? T(0) : T(1), dh);
-      const Mat<compute_t<T>> dw = g_.ws.compute_scratch(kWeightPartial, bv_, bh_);
+      const Mat<compute_t<T>> dw = g_.ws.compute_scratch(d2::kWeightPartial, bv_, bh_);
       kernels::gemm<T>(exec, true, false, T(1), dm, h, T(0), dw);
       g_.reduce_add(exec, g_.col, dw, m, wte_.param().grad_mat());
     }
@@ -226,8 +221,8 @@ private:
   // logits_im = sum_k h_ik wte_mk^T: reduced along row i to column m.
   const Mat<T>& head(const ExecSpace& exec, const Mat<T>& h) {
     for (int m = 0; m < g_.q; ++m) {
-      const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, kWeight);
-      const Mat<T> part = g_.ws.scratch(kPartial, rows_, bv_);
+      const Mat<T> wm = g_.broadcast(exec, g_.col, wte_.param().mat(), m, d2::kWeight);
+      const Mat<T> part = g_.ws.scratch(d2::kPartial, rows_, bv_);
       kernels::gemm<T>(exec, false, true, T(1), h, wm, T(0), part);
       g_.row.reduce(exec, part, ends_.logits, m);
     }

@@ -86,13 +86,7 @@ namespace cubelm::tp::detail {
 
 namespace {
 
-// Scratch buffers (buffer_names.hpp; their sizes: tp/buffers.hpp, reserved by Mode3D).
-using d3::kInput;
-using d3::kInputGrad;
-using d3::kOutput;
-using d3::kWeight;
-using d3::kWeightBlock;
-using d3::kWeightGrad;
+// Scratch buffers: d3:: (buffer_names.hpp; their sizes: tp/buffers.hpp, reserved by Mode3D).
 
 struct Direction {
   const comm::Group* in;
@@ -141,7 +135,7 @@ public:
   void forward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& y) override {
     const Mat<T> xg = gather_input(exec, x);
     for (std::size_t n = 0; n < w_.size(); ++n) {
-      const Mat<T> part = ws_.scratch(kOutput, xg.extent(0), y[n].extent(1));
+      const Mat<T> part = ws_.scratch(d3::kOutput, xg.extent(0), y[n].extent(1));
       kernels::gemm<T>(exec, false, false, T(1), xg, gather_weight(exec, n), T(0), part);
       d_.out->reduce_scatter(exec, part, y[n]);
       kernels::bias_add<T>(exec, y[n], b_[n].values());
@@ -151,15 +145,15 @@ public:
   void backward(const ExecSpace& exec, const Mat<T>& x, const std::vector<Mat<T>>& dy,
                 const Mat<T>& dx) override {
     const Mat<T> xg = gather_input(exec, x);
-    const Mat<T> dxg = ws_.scratch(kInputGrad, xg.extent(0), xg.extent(1));
+    const Mat<T> dxg = ws_.scratch(d3::kInputGrad, xg.extent(0), xg.extent(1));
     for (std::size_t n = 0; n < w_.size(); ++n) {
-      const Mat<T> dyg = ws_.scratch(kOutput, xg.extent(0), dy[n].extent(1));
+      const Mat<T> dyg = ws_.scratch(d3::kOutput, xg.extent(0), dy[n].extent(1));
       d_.out->all_gather(exec, dy[n], dyg);
       kernels::gemm<T>(exec, false, true, T(1), dyg, gather_weight(exec, n), n == 0 ? T(0) : T(1),
                        dxg);
-      const Mat<G> dw = ws_.compute_scratch(kWeightGrad, xg.extent(1), dy[n].extent(1));
+      const Mat<G> dw = ws_.compute_scratch(d3::kWeightGrad, xg.extent(1), dy[n].extent(1));
       kernels::gemm<T>(exec, true, false, T(1), xg, dyg, T(0), dw);
-      const Mat<G> block = ws_.compute_scratch(kWeightBlock, dw.extent(0) / q_, dw.extent(1));
+      const Mat<G> block = ws_.compute_scratch(d3::kWeightBlock, dw.extent(0) / q_, dw.extent(1));
       d_.w->reduce_scatter(exec, dw, block);
       add_to<G>(exec, block, w_[n].param().grad_mat());
       kernels::bias_backward<T>(exec, dy[n], b_[n].grad(exec));
@@ -170,13 +164,13 @@ public:
 
 private:
   Mat<T> gather_input(const ExecSpace& exec, const Mat<T>& x) {
-    const Mat<T> xg = ws_.scratch(kInput, x.extent(0) * q_, x.extent(1));
+    const Mat<T> xg = ws_.scratch(d3::kInput, x.extent(0) * q_, x.extent(1));
     d_.in->all_gather(exec, x, xg);
     return xg;
   }
   Mat<T> gather_weight(const ExecSpace& exec, std::size_t n) {
     const Mat<T> w = w_[n].param().mat();
-    const Mat<T> wg = ws_.scratch(kWeight, w.extent(0) * q_, w.extent(1));
+    const Mat<T> wg = ws_.scratch(d3::kWeight, w.extent(0) * q_, w.extent(1));
     d_.w->all_gather(exec, w, wg);
     return wg;
   }
@@ -221,7 +215,7 @@ public:
     // gathered wte stays for the head (parameters change only between steps).
     const Tokens& ids = ends_.tokens->set(exec, mine(tokens));
     cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
-    const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * q, bh_);
+    const Mat<T> part = cube_.ws.scratch(d3::kOutput, rows_ * q, bh_);
     kernels::embedding_lookup<T>(exec, ids, wte_gathered_, first, part);
     cube_.a->reduce_scatter(exec, part, x);
     kernels::position_add<T>(exec, ends_.wpe->param().mat(), pos_, x);
@@ -233,7 +227,7 @@ public:
     const auto& index =
         ends_.index.build(exec, ends_.tokens->set(exec, mine(tokens)),
                           static_cast<int>(cube_.a->rank() * bv_), static_cast<int>(bv_));
-    const Mat<T> all = cube_.ws.scratch(kInput, rows_ * cube_.q, bh_);
+    const Mat<T> all = cube_.ws.scratch(d3::kInput, rows_ * cube_.q, bh_);
     cube_.a->all_gather(exec, dx, all);
     // wte_grad_ may hold the head's share too (loss() adds to it and runs first).
     kernels::token_backward<T>(exec, index, all, wte_grad_);
@@ -245,15 +239,15 @@ public:
   double loss(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& targets,
               compute_t<T> grad_scale, const Mat<T>& dh) override {
     const int q = cube_.q;
-    const Mat<T> hg = cube_.ws.scratch(kInput, rows_ * q, bh_);
+    const Mat<T> hg = cube_.ws.scratch(d3::kInput, rows_ * q, bh_);
     const Mat<T>& logits = head(exec, h, hg);
     const double sum = (*ends_.loss)(exec, logits, static_cast<int>(cube_.a->rank() * bv_),
                                      rows_here(targets), grad_scale);
     if (grad_scale == compute_t<T>(0))
       return sum;
-    const Mat<T> dl = cube_.ws.scratch(kOutput, rows_ * q, bv_);
+    const Mat<T> dl = cube_.ws.scratch(d3::kOutput, rows_ * q, bv_);
     cube_.c->all_gather(exec, logits, dl);
-    const Mat<T> dhg = cube_.ws.scratch(kInputGrad, rows_ * q, bh_);
+    const Mat<T> dhg = cube_.ws.scratch(d3::kInputGrad, rows_ * q, bh_);
     kernels::gemm<T>(exec, false, false, T(1), dl, wte_gathered_, T(0), dhg);
     cube_.a->reduce_scatter(exec, dhg, dh);
     kernels::gemm<T>(exec, true, false, T(1), dl, hg, T(1), wte_grad_);
@@ -265,7 +259,7 @@ public:
 
   void logits(const ExecSpace& exec, const Mat<T>& h, const std::vector<std::int32_t>& marks,
               const Vec<float>& out) override {
-    const Mat<T> hg = cube_.ws.scratch(kInput, rows_ * cube_.q, bh_);
+    const Mat<T> hg = cube_.ws.scratch(d3::kInput, rows_ * cube_.q, bh_);
     ends_.loss->capture(exec, head(exec, h, hg), static_cast<int>(cube_.a->rank() * bv_),
                         rows_here(marks), out);
   }
@@ -276,7 +270,7 @@ private:
     if (!lookup_) // no forward here has gathered wte
       cube_.b->all_gather(exec, wte_.param().mat(), wte_gathered_);
     cube_.a->all_gather(exec, h, hg);
-    const Mat<T> part = cube_.ws.scratch(kOutput, rows_ * cube_.q, bv_);
+    const Mat<T> part = cube_.ws.scratch(d3::kOutput, rows_ * cube_.q, bv_);
     kernels::gemm<T>(exec, false, true, T(1), hg, wte_gathered_, T(0), part);
     cube_.c->reduce_scatter(exec, part, ends_.logits);
     return ends_.logits;
@@ -292,7 +286,7 @@ private:
   }
   // The gathered-shape wte gradient, reduce-scattered over B into this rank's block.
   void reduce_wte_grad(const ExecSpace& exec) {
-    const Mat<G> block = cube_.ws.compute_scratch(kWeightBlock, bv_ / cube_.q, bh_);
+    const Mat<G> block = cube_.ws.compute_scratch(d3::kWeightBlock, bv_ / cube_.q, bh_);
     cube_.b->reduce_scatter(exec, wte_grad_, block);
     add_to<G>(exec, block, wte_.param().grad_mat());
     Kokkos::deep_copy(exec, wte_grad_, G(0));

@@ -31,17 +31,13 @@ Deck generation_deck(const Deck& deck, const std::string& checkpoint,
   return d;
 }
 
-int stage_of(const Deck& deck, const comm::Communicator& comm) {
-  return comm::coords_of(comm::layout_of(deck.parallel), comm.rank()).pp;
-}
-
 } // namespace
 
 LayoutGenerator::LayoutGenerator(const Deck& deck, const std::string& checkpoint,
                                  const comm::Communicator& comm)
     : deck_(generation_deck(deck, checkpoint, comm)), watchdog_(deck.parallel.timeout_s),
-      plan_(pipeline::make_plan(deck_.parallel, deck_.model)), stage_(plan_, stage_of(deck_, comm)),
-      batch_(deck_.micro_batch()) {
+      plan_(pipeline::make_plan(deck_.parallel, deck_.model)),
+      stage_(plan_, comm::stage_of(deck_.parallel, comm.rank())), batch_(deck_.micro_batch()) {
   net_ = std::make_unique<model::GridModel<real>>(
       deck_.model, batch_, static_cast<std::uint64_t>(deck_.train.seed),
       comm::layout_of(deck_.parallel), comm, stage_.layout(false));

@@ -19,10 +19,6 @@
 namespace cubelm::train {
 
 namespace {
-int stage_of(const Deck& deck, const comm::Communicator& comm) {
-  return comm::coords_of(comm::layout_of(deck.parallel), comm.rank()).pp;
-}
-
 // The hang watchdog's limit; until the first step, a hang is reported as before it.
 double watchdog_timeout(const Deck& deck) {
   comm::watchdog::set_step(-1);
@@ -34,7 +30,7 @@ double watchdog_timeout(const Deck& deck) {
 Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
     : deck_(deck), comm_(comm), watchdog_(watchdog_timeout(deck)),
       plan_(pipeline::make_plan(deck.parallel, deck.model)), timeline_(pipeline::simulate(plan_)),
-      stage_(plan_, stage_of(deck, comm)) {
+      stage_(plan_, comm::stage_of(deck.parallel, comm.rank())) {
   {
     const auto seed = static_cast<std::uint64_t>(deck.train.seed);
     const comm::Layout layout = comm::layout_of(deck.parallel);

@@ -91,6 +91,8 @@ struct GridCoords {
 
 /// \brief Coordinates of `world_rank` in `layout`.
 GridCoords coords_of(const Layout& layout, int world_rank);
+/// \brief The pipeline stage `world_rank` holds under `parallel`.
+int stage_of(const ParallelConfig& parallel, int world_rank);
 /// \brief The MoE layers' groups (ep > 1): ranks of equal ep_color form an "ep" group
 /// (ordered by GridCoords::ep), of equal edp_color an "edp" group (ordered by edp).
 int ep_color(const Layout& layout, const GridCoords& g);
