@@ -12,6 +12,7 @@
 
 #include "cubelm/core/environment.hpp"
 #include "cubelm/kernels/attention.hpp"
+#include "cubelm/kernels/attention_blocks.hpp"
 #include "cubelm/kernels/blas.hpp"
 #include "cubelm/kernels/elementwise.hpp"
 #include "cubelm/kernels/embedding.hpp"
@@ -297,6 +298,36 @@ void BM_BlockAttentionBackward(benchmark::State& state) {
   flops(state, 8.0 * g_batch * kHeads * static_cast<double>(kSeq) * kSeq * d);
 }
 
+// The block attention's copies between the [N, H] matrices and its blocks
+// [B * heads, 128, d] (every position of the sequence, a block at a time): GPT-2's
+// heads (d = 64) and twice as many (d = 32, the head size of the small model).
+void BM_GatherHeads(benchmark::State& state) {
+  const int heads = static_cast<int>(state.range(0)), d = kHidden / heads, len = 128;
+  const Mat x = filled("x", rows(), kHidden);
+  const k::Batch<float> block("block", g_batch * heads, len, d);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    for (std::int64_t t = 0; t < kSeq; t += len)
+      k::gather_heads<float>(exec, x, heads, t, block);
+    exec.fence();
+  }
+  bytes(state, 2.0 * 4 * x.size());
+}
+
+void BM_ScatterHeads(benchmark::State& state) {
+  const int heads = static_cast<int>(state.range(0)), d = kHidden / heads, len = 128;
+  const Mat x("x", rows(), kHidden);
+  const k::Batch<float> block("block", g_batch * heads, len, d);
+  Kokkos::deep_copy(block, 0.5f);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    for (std::int64_t t = 0; t < kSeq; t += len)
+      k::scatter_heads<float>(exec, block, heads, t, x, state.range(1) != 0);
+    exec.fence();
+  }
+  bytes(state, (state.range(1) != 0 ? 3.0 : 2.0) * 4 * x.size());
+}
+
 // -------------------------------------------------------------- embedding --
 
 void BM_EmbeddingForward(benchmark::State& state) {
@@ -389,6 +420,17 @@ BENCHMARK(BM_AttentionForward)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::k
 BENCHMARK(BM_AttentionBackward)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BlockAttentionForward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BlockAttentionBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GatherHeads)
+    ->Arg(kHeads)
+    ->Arg(2 * kHeads)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ScatterHeads)
+    ->Args({kHeads, 0})
+    ->Args({kHeads, 1})
+    ->Args({2 * kHeads, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EmbeddingForward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EmbeddingBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Optimizer)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -23,36 +23,13 @@ Batch<T> as_batch(const Tensor4<T>& p) {
   return Batch<T>(p.data(), p.extent(0) * p.extent(1), p.extent(2), p.extent(3));
 }
 
-// Calls copy(b * seq + t, b * heads + h, t, j, h * d + j) for every element of a head-major batch
-// [B * heads, T, d] and its token-major matrix [B * T, heads * d]. On CPUs one work
-// item per token row, whose heads are contiguous runs of d columns (no division per
-// element); on GPUs one thread per element.
-template <class F>
-void over_heads(const char* label, const ExecSpace& exec, std::int64_t rows, std::int64_t seq,
-                int heads, std::int64_t d, const F& copy) {
-  if constexpr (kOnHost) {
-    Kokkos::parallel_for(
-        label, Range(exec, 0, rows), KOKKOS_LAMBDA(const std::int64_t row) {
-          const std::int64_t b = row / seq, t = row % seq;
-          for (std::int64_t h = 0; h < heads; ++h)
-            for (std::int64_t j = 0; j < d; ++j)
-              copy(row, b * heads + h, t, j, h * d + j);
-        });
-  } else {
-    for_each_element(
-        label, exec, rows * heads, d, KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t j) {
-          const std::int64_t row = r / heads, h = r % heads;
-          copy(row, (row / seq) * heads + h, row % seq, j, h * d + j);
-        });
-  }
-}
-
 // dst(b*heads + h, t, j) = src(b*seq + t, h*d + j)
 template <class T>
 void to_heads(const ExecSpace& exec, const Mat<T>& src, const Batch<T>& dst, int heads) {
   const std::int64_t d = dst.extent(2);
+  const std::int64_t seq = dst.extent(1);
   over_heads(
-      "cubelm::attention_to_heads", exec, src.extent(0), dst.extent(1), heads, d,
+      "cubelm::attention_to_heads", exec, src.extent(0) / seq, seq, 0, seq, heads, d,
       KOKKOS_LAMBDA(const std::int64_t row, const std::int64_t i, const std::int64_t t,
                     const std::int64_t j,
                     const std::int64_t col) { dst(i, t, j) = src(row, col); });
@@ -61,8 +38,9 @@ void to_heads(const ExecSpace& exec, const Mat<T>& src, const Batch<T>& dst, int
 template <class T>
 void from_heads(const ExecSpace& exec, const Batch<T>& src, const Mat<T>& dst, int heads) {
   const std::int64_t d = src.extent(2);
+  const std::int64_t seq = src.extent(1);
   over_heads(
-      "cubelm::attention_from_heads", exec, dst.extent(0), src.extent(1), heads, d,
+      "cubelm::attention_from_heads", exec, dst.extent(0) / seq, seq, 0, seq, heads, d,
       KOKKOS_LAMBDA(const std::int64_t row, const std::int64_t i, const std::int64_t t,
                     const std::int64_t j,
                     const std::int64_t col) { dst(row, col) = src(i, t, j); });

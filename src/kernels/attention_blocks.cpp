@@ -234,12 +234,11 @@ void gather_heads(const ExecSpace& exec, const Mat<T>& src, int heads, std::int6
                     t_begin + len <= seq,
                 "gather_heads: the block [B * heads, len, d] must hold positions of the B "
                 "sequences of a [B * seq, heads * d] matrix");
-  for_each_element(
-      "cubelm::attention_gather_heads", exec, batch * heads * len, d,
-      KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t j) {
-        const std::int64_t i = r / len, t = r % len;
-        dst(i, t, j) = src((i / heads) * seq + t_begin + t, (i % heads) * d + j);
-      });
+  over_heads(
+      "cubelm::attention_gather_heads", exec, batch, seq, t_begin, len, heads, d,
+      KOKKOS_LAMBDA(const std::int64_t row, const std::int64_t i, const std::int64_t t,
+                    const std::int64_t j,
+                    const std::int64_t col) { dst(i, t, j) = src(row, col); });
 }
 
 template <class T>
@@ -255,11 +254,11 @@ void scatter_heads(const ExecSpace& exec, const Batch<compute_t<T>>& src, int he
                     t_begin + len <= seq,
                 "scatter_heads: the block [B * heads, len, d] must hold positions of the B "
                 "sequences of a [B * seq, heads * d] matrix");
-  for_each_element(
-      "cubelm::attention_scatter_heads", exec, batch * heads * len, d,
-      KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t j) {
-        const std::int64_t i = r / len, t = r % len;
-        T& x = dst((i / heads) * seq + t_begin + t, (i % heads) * d + j);
+  over_heads(
+      "cubelm::attention_scatter_heads", exec, batch, seq, t_begin, len, heads, d,
+      KOKKOS_LAMBDA(const std::int64_t row, const std::int64_t i, const std::int64_t t,
+                    const std::int64_t j, const std::int64_t col) {
+        T& x = dst(row, col);
         x = accumulate ? C(x) + src(i, t, j) : src(i, t, j);
       });
 }

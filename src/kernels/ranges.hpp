@@ -73,6 +73,35 @@ void for_each_element(const char* label, const ExecSpace& exec, std::int64_t row
   }
 }
 
+/// copy(row, i, t, j, col) for every element of a head-major block [B * heads, len, d] and
+/// the positions [t_begin, t_begin + len) of the B sequences of a token-major matrix
+/// [B * seq, heads * d] (attention's layouts): row = b * seq + t_begin + t,
+/// i = b * heads + h, col = h * d + j. On CPUs one work item per token row, whose heads
+/// are contiguous runs of d columns: no division per head, and a row of the matrix read
+/// or written whole (for_each_element over the block's rows of d elements spent more time
+/// on each row's divisions than on its copy where d is 32). On GPUs one thread per
+/// element, consecutive threads on consecutive columns of the matrix's row.
+template <class F>
+void over_heads(const char* label, const ExecSpace& exec, std::int64_t batch, std::int64_t seq,
+                std::int64_t t_begin, std::int64_t len, int heads, std::int64_t d, const F& copy) {
+  if constexpr (kOnHost) {
+    Kokkos::parallel_for(
+        label, Range(exec, 0, batch * len), KOKKOS_LAMBDA(const std::int64_t p) {
+          const std::int64_t b = p / len, t = p % len, row = b * seq + t_begin + t;
+          for (std::int64_t h = 0; h < heads; ++h)
+            for (std::int64_t j = 0; j < d; ++j)
+              copy(row, b * heads + h, t, j, h * d + j);
+        });
+  } else {
+    for_each_element(
+        label, exec, batch * len * heads, d,
+        KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t j) {
+          const std::int64_t p = r / heads, h = r % heads, b = p / len, t = p % len;
+          copy(b * seq + t_begin + t, b * heads + h, t, j, h * d + j);
+        });
+  }
+}
+
 /// Columns per chunk of for_each_chunk: a few float arrays of this length stay in L1.
 constexpr std::int64_t kChunk = 256;
 
