@@ -248,24 +248,46 @@ void DataParallel::update(const kernels::AdamW& hp, real clip) {
 std::vector<Vec<real>> DataParallel::moments(int which) const {
   const ExecSpace exec;
   const Vec<real>& mine = which == 0 ? m_ : v_;
-  // The moments of every element of the stage, laid out as values_.
+  // The moments of every element of the stage, laid out as values_. Under ZeRO a bucket's
+  // shards go to the first rank of its group alone, the replica that writes checkpoints
+  // (Trainer): the others would gather a whole copy of the moments only to drop it.
   Vec<real> full = mine;
+  std::vector<char> whole(buckets_.size(), 1);
   if (zero_) {
-    full = Vec<real>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::moments_gathered"),
-                     values_.extent(0));
-    for (const auto& b : buckets_)
-      if (b.shards > 1)
-        b.group->all_gather(exec, range(mine, b.moment_first, b.size / b.shards),
-                            range(full, b.first, b.size));
-      else
-        Kokkos::deep_copy(exec, range(full, b.first, b.size), range(mine, b.moment_first, b.size));
+    bool any = false;
+    for (std::size_t k = 0; k < buckets_.size(); ++k) {
+      whole[k] = buckets_[k].shards <= 1 || buckets_[k].group->rank() == 0;
+      any = any || whole[k];
+    }
+    full =
+        any ? Vec<real>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::moments_gathered"),
+                        values_.extent(0))
+            : Vec<real>();
+    for (const auto& b : buckets_) {
+      const std::int64_t piece = b.size / b.shards;
+      const Vec<real> own = range(mine, b.moment_first, piece);
+      if (b.shards <= 1) {
+        Kokkos::deep_copy(exec, range(full, b.first, b.size), own);
+      } else if (b.group->rank() == 0) {
+        Kokkos::deep_copy(exec, range(full, b.first, piece), own);
+        for (int r = 1; r < b.shards; ++r)
+          b.group->recv(exec, range(full, b.first + r * piece, piece), r);
+      } else {
+        b.group->send(exec, own, 0);
+      }
+    }
   }
   // Views into them, no copy: a checkpoint reads them at once (and a snapshot copies them
-  // once, into its own buffers).
+  // once, into its own buffers). A parameter whose bucket went to another rank: empty.
   std::vector<Vec<real>> out;
   const Blocks& params = params_;
-  for (std::size_t i = 0; i < params.size(); ++i)
-    out.push_back(range(full, offset_[i], params[i]->size()));
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    std::size_t k = 0;
+    while (k + 1 < buckets_.size() && offset_[i] >= buckets_[k].first + buckets_[k].size)
+      ++k;
+    out.push_back(buckets_.empty() || whole[k] ? range(full, offset_[i], params[i]->size())
+                                               : Vec<real>());
+  }
   exec.fence();
   return out;
 }

@@ -60,8 +60,10 @@ public:
   void update(const kernels::AdamW& hp, real clip = 1);
 
   /// \brief AdamW moments m (which = 0) or v (which = 1) of every parameter of the stage,
-  /// in params() order, whole blocks (gathered over dp under ZeRO): views of the moments
-  /// the optimizer updates (of a gathered copy under ZeRO), valid until the next update.
+  /// in params() order, whole blocks: views of the moments the optimizer updates, valid
+  /// until the next update. Under ZeRO (collective over each bucket's group) the shards are
+  /// gathered on the group's first rank, the replica that writes checkpoints, into a copy;
+  /// the group's other ranks get empty views for those parameters and hold no copy.
   std::vector<kernels::Vec<real>> moments(int which) const;
   /// \brief Sets the moments from whole blocks (each rank keeps its shard).
   void set_moments(const std::vector<kernels::Vec<real>>& m,
