@@ -111,6 +111,23 @@ void BM_Gemm(benchmark::State& state) {
   flops(state, 2.0 * rows() * in * out);
 }
 
+// A small product (Args: rows, k, n) on float or on bf16 storage (bf16 activations and
+// weights, bf16 result: on CPUs sgemm on float copies of the inputs, the result rounded
+// back), so that the two rates side by side show what the conversions cost.
+template <class T>
+void BM_GemmSmall(benchmark::State& state) {
+  const std::int64_t m = state.range(0), kk = state.range(1), n = state.range(2);
+  const k::Mat<T> x("x", m, kk), w("w", kk, n), y("y", m, n);
+  Kokkos::deep_copy(x, 0.5f);
+  Kokkos::deep_copy(w, 0.01f);
+  const ExecSpace exec;
+  for (auto _ : state) {
+    k::gemm<T>(exec, false, false, 1.0f, x, w, 0.0f, y);
+    exec.fence();
+  }
+  flops(state, 2.0 * m * kk * n);
+}
+
 // ------------------------------------------------------------ row kernels --
 
 void BM_LayerNormForward(benchmark::State& state) {
@@ -393,6 +410,17 @@ BENCHMARK(BM_Gemm)
     ->Args({4 * kHidden, kHidden})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+// The quick-start model's products (1024 rows, hidden 64): where conversions weigh most.
+BENCHMARK_TEMPLATE(BM_GemmSmall, float)
+    ->Args({1024, 64, 256})
+    ->Args({1024, 256, 64})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_GemmSmall, cubelm::bf16)
+    ->Args({1024, 64, 256})
+    ->Args({1024, 256, 64})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LayerNormForward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LayerNormBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_CrossEntropy, float)
