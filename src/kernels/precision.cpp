@@ -63,6 +63,13 @@ namespace {
 Mat<float> flat(const Batch<float>& m) {
   return Mat<float>(m.data(), m.extent(0) * m.extent(1), m.extent(2));
 }
+
+// A row-major matrix view's leading dimension (its row stride; its columns for one row).
+template <class T>
+std::int64_t leading(const Mat<T>& m) {
+  return m.extent(0) <= 1 ? static_cast<std::int64_t>(m.extent(1))
+                          : static_cast<std::int64_t>(m.stride(0));
+}
 } // namespace
 
 #ifdef KOKKOS_ENABLE_CUDA
@@ -130,7 +137,7 @@ const void* bf16_operand(const ExecSpace& exec, const Mat<T>& m, Scratch<std::ui
                          int& ld) {
   if constexpr (std::is_same_v<T, bf16>) {
     CUBELM_ASSERT(m.extent(0) <= 1 || m.stride(0) >= m.extent(1), "bf16 gemm: a matrix view");
-    ld = static_cast<int>(m.extent(0) <= 1 ? m.extent(1) : m.stride(0));
+    ld = static_cast<int>(leading(m));
     return m.data();
   } else {
     ld = static_cast<int>(m.extent(1));
@@ -150,7 +157,7 @@ void bf16_storage_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float 
   const void* b16 = bf16_operand(exec, b, scratch_b, ldb);
   const int m = static_cast<int>(c.extent(0)), n = static_cast<int>(c.extent(1));
   const int k = static_cast<int>(trans_a ? a.extent(0) : a.extent(1));
-  const int ldc = static_cast<int>(c.extent(0) <= 1 ? c.extent(1) : c.stride(0));
+  const int ldc = static_cast<int>(leading(c));
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   cublas_check(cublasGemmEx(cublas_on(exec), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                             trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16, CUDA_R_16BF,
@@ -233,12 +240,6 @@ void copy_block(const ExecSpace& exec, std::int64_t rows, std::int64_t cols, con
   }
 }
 
-template <class T>
-std::int64_t leading(const Mat<T>& m) {
-  return m.extent(0) <= 1 ? static_cast<std::int64_t>(m.extent(1))
-                          : static_cast<std::int64_t>(m.stride(0));
-}
-
 // dst (rows x cols, row-major) = the block of src at (r0, c0) as bf16 inputs.
 template <class T>
 void input_block(const ExecSpace& exec, const Mat<T>& src, std::int64_t r0, std::int64_t rows,
@@ -259,7 +260,7 @@ void bf16_storage_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float 
       scratch_c("cubelm::bf16_tile");
   const std::int64_t m = c.extent(0), n = c.extent(1);
   const std::int64_t k = trans_a ? a.extent(0) : a.extent(1);
-  const std::int64_t ldc = c.extent(0) <= 1 ? n : static_cast<std::int64_t>(c.stride(0));
+  const std::int64_t ldc = leading(c);
   const std::int64_t tm = m < kTile ? m : kTile, tn = n < kTile ? n : kTile;
   float* const pa = scratch_a.get(static_cast<std::size_t>(tm * k)).data();
   float* const pb = scratch_b.get(static_cast<std::size_t>(k * tn)).data();
