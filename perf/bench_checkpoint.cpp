@@ -30,6 +30,7 @@
 // 3D on 8 ranks splits them (heads do not change the parameters). One sequence per rank
 // and step: the activations stay small. Layouts, as the world size fits: "none" on one
 // rank; "1d" (tensor_size = ranks), "3d" on a cube, "zero" (data_size = ranks, zero = 1).
+// --writers=all|one|both (default both): checkpoint.writers, "<layout>/one" for "one".
 // DIR (default bench_checkpoint.tmp in the working directory) is created and emptied;
 // N saves and loads per layout (default 2). File systems vary from one save to the next
 // (write-back of the previous file, other jobs): compare rates measured side by side.
@@ -65,6 +66,7 @@ using cubelm::comm::Communicator;
 
 std::string g_dir = "bench_checkpoint.tmp";
 int g_iterations = 2;
+std::string g_writers = "both"; // checkpoint.writers: "all", "one" or "both" (each layout twice)
 
 std::string model_section() {
   const char* env = std::getenv("CUBELM_BENCH_MODEL");
@@ -79,7 +81,11 @@ std::string model_section() {
   return "vocab_size = 50257\nseq_len = 1024\nhidden = 768\nheads = 16\nlayers = 12\n";
 }
 
-cubelm::Deck deck(const std::string& layout, int world, bool async = false) {
+// `name` is a layout, with "/one" after it for checkpoint.writers = "one".
+cubelm::Deck deck(const std::string& name, int world, bool async = false) {
+  const std::size_t slash = name.find('/');
+  const std::string layout = name.substr(0, slash);
+  const std::string writers = slash == std::string::npos ? "all" : name.substr(slash + 1);
   std::string parallel;
   if (layout == "1d")
     parallel = "tensor_mode = \"1d\"\ntensor_size = " + std::to_string(world) + "\n";
@@ -96,8 +102,8 @@ cubelm::Deck deck(const std::string& layout, int world, bool async = false) {
                            "[train]\nsteps = 1000\nglobal_batch = " + std::to_string(batch) +
                            "\nseed = 1\n[data]\nsynthetic_tokens = 200000\n"
                            "[checkpoint]\ndir = \"" +
-                           g_dir + "\"\nasync = " + (async ? "true" : "false") +
-                           "\n[log]\npeak_gflops = 1.0\n";
+                           g_dir + "\"\nasync = " + (async ? "true" : "false") + "\nwriters = \"" +
+                           writers + "\"" + "\n[log]\npeak_gflops = 1.0\n";
   return cubelm::cost::parse_deck(text, "bench_checkpoint");
 }
 
@@ -262,11 +268,15 @@ int main(int argc, char** argv) {
     for (int i = 0; i < argc; ++i) {
       if (std::strncmp(argv[i], "--dir=", 6) == 0)
         g_dir = argv[i] + 6;
+      else if (std::strncmp(argv[i], "--writers=", 10) == 0)
+        g_writers = argv[i] + 10;
       else if (std::strncmp(argv[i], "--iterations=", 13) == 0)
         g_iterations = std::max(1, std::atoi(argv[i] + 13));
       else
         args.push_back(argv[i]);
     }
+    if (g_writers != "all" && g_writers != "one" && g_writers != "both")
+      throw cubelm::Error("--writers=" + g_writers + ": it is \"all\", \"one\" or \"both\"");
     const int world = Communicator::world().size();
     if (Communicator::world().rank() == 0)
       fs::create_directories(g_dir);
@@ -282,14 +292,21 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond)
           ->UseManualTime();
     };
+    std::vector<std::string> layouts;
     if (world == 1)
-      reg("none");
+      layouts = {"none"};
     else
-      reg("1d");
+      layouts = {"1d"};
     if (world > 1 && is_cube(world))
-      reg("3d");
+      layouts.push_back("3d");
     if (world > 1)
-      reg("zero");
+      layouts.push_back("zero");
+    for (const std::string& layout : layouts) {
+      if (g_writers != "one")
+        reg(layout);
+      if (g_writers != "all" && world > 1) // one rank writes alone either way
+        reg(layout + "/one");
+    }
     int n = static_cast<int>(args.size());
     args.push_back(nullptr);
     cubelm::perf::run_benchmarks(env.world_rank(), n, args.data());

@@ -85,9 +85,9 @@ double memory_rate() {
 }
 
 // GB/s at which every rank together writes a checkpoint of the deck's model (its tensors and
-// their moments, each split by rows over the ranks) with cubelm's writer into the deck's
-// checkpoint.dir: the file system the run's checkpoints go to. The probe file is removed.
-// Sets `bytes` to the file's size.
+// their moments, each split by rows over the ranks) with cubelm's writer (the deck's
+// checkpoint.writers) into the deck's checkpoint.dir: the file system the run's checkpoints go to.
+// The probe file is removed. Sets `bytes` to the file's size.
 double checkpoint_rate(const Deck& deck, double& bytes) {
   const comm::Communicator world = comm::Communicator::world();
   std::error_code ec;
@@ -100,7 +100,7 @@ double checkpoint_rate(const Deck& deck, double& bytes) {
   MPI_Barrier(MPI_COMM_WORLD);
   Kokkos::Timer timer;
   {
-    io::CheckpointWriter w(path, world);
+    io::CheckpointWriter w(path, world, io::writers_named(deck.checkpoint.writers));
     for (std::size_t t = 0; t < shapes.size(); ++t) {
       const std::uint64_t rows = shapes[t][0];
       const auto begin = rows * static_cast<std::uint64_t>(world.rank()) / world.size();

@@ -66,6 +66,14 @@ std::string memory_line(const Deck& deck) {
                   mem.checkpoint_buffers / 1048576.0);
     out += buf;
   }
+  if (mem.writer_slabs > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "           host memory of the checkpoint writer %.2f MiB on the first rank "
+                  "while it saves (it writes alone: %s)\n",
+                  mem.writer_slabs / 1048576.0,
+                  deck.checkpoint.writers == "one" ? "checkpoint.writers = \"one\"" : "one rank");
+    out += buf;
+  }
   const ParallelConfig& p = deck.parallel;
   if (p.pipeline_size > 1 || p.microbatches > 1) {
     // The schedule under the unit-cost model (docs/pipeline.md).
@@ -224,6 +232,7 @@ std::string check_json(const Deck& deck, const std::string& deck_path) {
       << ", \"gradients\": " << mem.gradients << ", \"optimizer\": " << mem.optimizer
       << ", \"activations\": " << mem.activations
       << ", \"checkpoint_buffers\": " << mem.checkpoint_buffers
+      << ", \"writer_slabs\": " << mem.writer_slabs
       << "}, \"checkpoint_bytes\": " << cost::checkpoint_bytes(deck.model);
   // Rank 0's traffic (pipeline stage 0), the quantity of the metrics' comm_bytes.
   const std::vector<cost::TrafficVolume> traffic = cost::traffic_per_step(deck, 0);

@@ -32,7 +32,7 @@ void admit_memory(const Deck& deck) {
   const cost::Memory mine = cost::estimate_memory(deck, stage);
   // On CPUs the host buffers of background checkpoints share the memory checked.
   constexpr bool on_gpu = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
-  const std::int64_t host = on_gpu ? 0 : mine.checkpoint_buffers;
+  const std::int64_t host = on_gpu ? 0 : mine.checkpoint_buffers + mine.writer_slabs;
   const MemoryCheck check = check_memory(static_cast<std::uint64_t>(mine.total() + host));
   if (check.skipped || check.fits)
     return;
@@ -61,10 +61,15 @@ void admit_memory(const Deck& deck) {
           format_bytes(static_cast<double>(need.gradients)) + ", optimizer " +
           format_bytes(static_cast<double>(need.optimizer)) + ", activations " +
           format_bytes(static_cast<double>(need.activations)) +
-          (host > 0 ? ", checkpoint buffers " +
-                          format_bytes(static_cast<double>(need.checkpoint_buffers)) +
-                          " (checkpoint.async)"
-                    : std::string()) +
+          (host > 0 && need.checkpoint_buffers > 0
+               ? ", checkpoint buffers " +
+                     format_bytes(static_cast<double>(need.checkpoint_buffers)) +
+                     " (checkpoint.async)"
+               : std::string()) +
+          (host > 0 && need.writer_slabs > 0
+               ? ", the checkpoint writer's slabs " +
+                     format_bytes(static_cast<double>(need.writer_slabs))
+               : std::string()) +
           ") but " + format_bytes(static_cast<double>(check.available)) + " is available to it (" +
           check.source + ", shared by " + std::to_string(check.sharing) + " rank" +
           (check.sharing == 1 ? "" : "s") + "; " + reserve + " kept for the runtime leaves " +

@@ -65,6 +65,11 @@ Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int s)
   // the most a rank holds).
   if (deck.checkpoint.async)
     mem.checkpoint_buffers = 3 * 4 * params;
+  // The first rank (stage 0) assembles the file's slabs when it writes alone.
+  if (s == 0)
+    mem.writer_slabs = static_cast<std::int64_t>(io::writer_buffer_bytes(
+        checkpoint_shapes(deck.model), io::writers_named(deck.checkpoint.writers),
+        comm::layout_of(par).world_size()));
   return mem;
 }
 

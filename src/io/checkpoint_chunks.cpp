@@ -34,6 +34,35 @@ std::vector<hsize_t> chunk_of(const std::vector<hsize_t>& dims) {
   return chunk;
 }
 
+// HDF5 sums 16-bit big-endian words, sum1 += w and sum2 += sum1 word by word, and folds
+// both sums to 16 bits after every 360 words (where neither can overflow) and at the end.
+// Over a run of n words from (s1, s2), the same arithmetic without the chain:
+// s1 + sum(w_i) and s2 + n s1 + sum((n - i) w_i), i = 0..n-1, exact in 32 bits as HDF5's
+// own loop is, so the folds see the same values and the checksum is HDF5's.
+std::uint32_t fletcher32(const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  std::size_t words = bytes / 2;
+  std::uint32_t sum1 = 0, sum2 = 0;
+  while (words > 0) {
+    const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::size_t>(words, 360));
+    std::uint32_t plain = 0, weighted = 0;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const std::uint32_t w = (std::uint32_t(p[2 * i]) << 8) | p[2 * i + 1];
+      plain += w;
+      weighted += (n - i) * w;
+    }
+    sum2 += n * sum1 + weighted;
+    sum1 += plain;
+    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+    p += 2 * n;
+    words -= n;
+  }
+  sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+  sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  return (sum2 << 16) | sum1;
+}
+
 } // namespace chunking
 
 namespace {

@@ -404,6 +404,7 @@ ReadDeck read_deck(const std::string& text, const std::string& source) {
   ckpt.get("allow_other_run", c.allow_other_run);
   ckpt.get("async", c.async);
   ckpt.choice("on_error", c.on_error, {"fail", "warn"});
+  ckpt.choice("writers", c.writers, {"all", "one"});
   ckpt.require(!c.dir.empty(), "dir", "must not be empty");
   ckpt.at_least("interval", c.interval, 0, "0: only at the end");
   ckpt.at_least("keep", c.keep, 0, "0: keep all");

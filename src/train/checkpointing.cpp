@@ -351,7 +351,7 @@ void save_checkpoint(const std::string& path, const Deck& deck, const model::Sha
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm, int optimizer_step) {
   make_parent(path, comm);
-  io::CheckpointWriter w(path, comm);
+  io::CheckpointWriter w(path, comm, io::writers_named(deck.checkpoint.writers));
   const float nothing = 0.0f;
   for (const Item& item : checkpoint_items(model, m, v)) {
     if (item.block.empty()) {
@@ -385,7 +385,7 @@ void save_model_tensors(const std::string& path, const Deck& deck,
                   "save_model_tensors: no values of the right size for " + name);
   }
   make_parent(path, comm);
-  io::CheckpointWriter w(path, comm);
+  io::CheckpointWriter w(path, comm, io::writers_named(deck.checkpoint.writers));
   const std::vector<float> zeros(writer ? largest : 0, 0.0f);
   const float nothing = 0.0f;
   for (const char* group : {"/model/", "/optimizer/m/", "/optimizer/v/"})
@@ -423,11 +423,12 @@ void CheckpointSnapshot::take(const Deck& deck, const model::ShardedGPT<T>& mode
     at += n;
   }
   attributes_ = CheckpointAttributes::of(deck, step, optimizer_step);
+  writers_ = io::writers_named(deck.checkpoint.writers);
 }
 
 void CheckpointSnapshot::write(const std::string& path, const comm::Communicator& comm) const {
   make_parent(path, comm);
-  io::CheckpointWriter w(path, comm);
+  io::CheckpointWriter w(path, comm, writers_);
   for (const Tensor& t : tensors_)
     w.write(t.path, t.shape, t.block, buffer_.data() + t.offset);
   write_attributes(w, attributes_);

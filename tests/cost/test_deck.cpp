@@ -56,6 +56,7 @@ TEST(Deck, EmptyDeckGivesTheDocumentedDefaults) {
   EXPECT_FALSE(d.checkpoint.allow_other_run);
   EXPECT_FALSE(d.checkpoint.async);
   EXPECT_EQ(d.checkpoint.on_error, "fail");
+  EXPECT_EQ(d.checkpoint.writers, "all");
   EXPECT_EQ(d.log.interval, 1);
   EXPECT_DOUBLE_EQ(d.parallel.timeout_s, 600.0);
 }
@@ -211,6 +212,8 @@ TEST(Deck, RulesNameTheValueAndTheRule) {
   EXPECT_HAS(error_of("[checkpoint]\ninterval = -1\n"), "checkpoint.interval = -1");
   EXPECT_HAS(error_of("[checkpoint]\non_error = \"ignore\"\n"),
              "checkpoint.on_error = \"ignore\": must be one of \"fail\", \"warn\"");
+  EXPECT_HAS(error_of("[checkpoint]\nwriters = \"some\"\n"),
+             "checkpoint.writers = \"some\": must be one of \"all\", \"one\"");
   EXPECT_HAS(error_of("[checkpoint]\nasync = 1\n"), "checkpoint.async");
   EXPECT_HAS(error_of("[log]\ninterval = 0\n"), "log.interval = 0: must be at least 1");
 }

@@ -588,3 +588,86 @@ TEST(Checkpoint, ChunksSpreadTheRowsAndTheFileIsTheSizePredicted) {
   const double predicted = static_cast<double>(checkpoint_file_bytes(shapes));
   EXPECT_NEAR(size, predicted, 0.01 * predicted) << "file " << size << " predicted " << predicted;
 }
+
+// checkpoint.writers = "one": the first rank writes the file, the others send it their
+// blocks. The tensors come back as written, in any decomposition, and every chunk's
+// checksum holds.
+TEST(Checkpoint, OneWriterWritesWhatEveryRankHolds) {
+  const auto world = comm::Communicator::world();
+  TempPath file(world);
+  {
+    CheckpointWriter w(file.str(), world, Writers::one);
+    write_tensors(w, world);
+    w.set_attribute("/", "step", std::int64_t{17});
+    w.close();
+  }
+  EXPECT_FALSE(fs::exists(CheckpointWriter::partial_path(file.str())));
+  CheckpointReader rd(file.str(), world);
+  check_tensors(rd, world);
+  EXPECT_EQ(rd.int_attribute("/", "step"), 17);
+  const Verification v = verify_checkpoint(file.str(), world);
+  EXPECT_EQ(v.problem, "");
+  EXPECT_EQ(v.datasets, 4);
+  EXPECT_TRUE(v.checksums);
+}
+
+// A tensor of three chunks of 700 rows (the last one a row short, which HDF5 stores padded),
+// written under Writers::one in slabs of one chunk
+// (the test hook), by blocks of rows and columns whose edges cross the slabs': each rank
+// sends the first rank its rows of each slab, which places them by column.
+TEST(Checkpoint, OneWriterAssemblesSlabsFromBlocksOfRowsAndColumns) {
+  const auto world = comm::Communicator::world();
+  const int r = world.rank(), p = world.size();
+  const Shape shape{2099, 1000};
+  // Two row bands (split at row 1000, inside the second slab) by p / 2 column bands.
+  const int row_bands = p > 1 ? 2 : 1, col_bands = p / row_bands;
+  const std::uint64_t row_edge[] = {0, row_bands > 1 ? 1000 : shape[0], shape[0]};
+  const int band = r / col_bands, col = r % col_bands;
+  const auto [c0, c1] = even(shape[1], col, col_bands);
+  const Block block{{row_edge[band], c0}, {row_edge[band + 1] - row_edge[band], c1 - c0}};
+  const auto value = [](std::uint64_t i, std::uint64_t j) {
+    return static_cast<float>(i * 1000 + j);
+  };
+  std::vector<float> mine;
+  for (std::uint64_t i = 0; i < block.count[0]; ++i)
+    for (std::uint64_t j = 0; j < block.count[1]; ++j)
+      mine.push_back(value(block.offset[0] + i, block.offset[1] + j));
+  TempPath file(world);
+  ASSERT_EQ(setenv("CUBELM_TEST_SLAB_ELEMENTS", "1", 1), 0);
+  {
+    CheckpointWriter w(file.str(), world, Writers::one);
+    w.write("/model/wte", shape, block, mine.data());
+    // A tensor of one slab after it, with the same messages' tag.
+    const Block rows = Block::rows(matrix_shape, uneven(7, r, p).first, uneven(7, r, p).second);
+    const std::vector<float> few = fill2(rows, matrix_value);
+    w.write("/model/wpe", matrix_shape, rows, few.data());
+    w.close();
+  }
+  ASSERT_EQ(unsetenv("CUBELM_TEST_SLAB_ELEMENTS"), 0);
+  CheckpointReader rd(file.str(), world);
+  std::vector<float> all(2099 * 1000);
+  rd.read("/model/wte", Block::whole(shape), all.data());
+  int wrong = 0;
+  for (std::uint64_t i = 0; i < shape[0]; ++i)
+    for (std::uint64_t j = 0; j < shape[1]; ++j)
+      wrong += all[i * shape[1] + j] != value(i, j);
+  EXPECT_EQ(wrong, 0);
+  std::vector<float> small(35);
+  rd.read("/model/wpe", Block::whole(matrix_shape), small.data());
+  EXPECT_EQ(small, fill2(Block::whole(matrix_shape), matrix_value));
+  EXPECT_EQ(verify_checkpoint(file.str(), world).problem, "");
+}
+
+// The first rank's slabs: two of at most 64 MiB for a tensor of several, one for a tensor
+// of one, each of whole chunks and one element for the last chunk's checksum; nothing
+// under Writers::all on more than one rank (a single rank always writes alone).
+TEST(Checkpoint, OneWritersBuffersAreTwoSlabs) {
+  // [50257, 768]: 37 chunks of 1359 rows (4 MiB); a slab of 16 chunks.
+  const std::vector<std::vector<std::uint64_t>> gpt2 = {{50257, 768}, {768}};
+  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 8), 2ull * (16 * 1359 * 768 + 1) * 4);
+  // [2099, 1000]: chunks of 700 rows; one slab of three chunks, the last one padded.
+  EXPECT_EQ(writer_buffer_bytes({{2099, 1000}}, Writers::one, 8), (2100ull * 1000 + 1) * 4);
+  EXPECT_EQ(writer_buffer_bytes({{7, 5}}, Writers::one, 8), (7ull * 5 + 1) * 4);
+  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::all, 8), 0u);
+  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::all, 1), writer_buffer_bytes(gpt2, Writers::one, 8));
+}

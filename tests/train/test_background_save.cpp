@@ -1,6 +1,7 @@
 // Background checkpoints (checkpoint.async): in every layout that checkpoints, the file a
 // background write makes while training goes on equals, bitwise, the file a synchronous
-// save of the same state makes; the watchdog sees the writer apart from the main thread.
+// save of the same state makes, and so does one that the first rank writes alone
+// (checkpoint.writers = "one"); the watchdog sees the writer apart from the main thread.
 // This program runs MPI at MPI_THREAD_MULTIPLE (cubelm_test_wants_mpi_threads below).
 
 #include "cubelm/comm/communicator.hpp"
@@ -108,6 +109,21 @@ void expect_background_equals_sync(const std::vector<LayoutCase>& cases, const s
     EXPECT_FALSE(trainer.finish_background_save().has_value()) << "nothing is left in flight";
     EXPECT_FALSE(fs::exists(io::CheckpointWriter::partial_path(background)));
     expect_same_files(sync, background, c.parallel);
+    // checkpoint.writers = "one": the first rank writes what the others send it, in the
+    // background too; the file holds what every rank's MPI-IO wrote.
+    {
+      DeckText text = base(model);
+      text.set("checkpoint.writers", "one");
+      train::Trainer one(case_deck(text, c, 4, "background.toml"));
+      one.step();
+      one.step();
+      const std::string gathered = dir + "/one.h5";
+      one.save_in_background(gathered, [] {});
+      const auto done = one.finish_background_save();
+      ASSERT_TRUE(done.has_value());
+      EXPECT_EQ(done->error, "");
+      expect_same_files(sync, gathered, c.parallel + ", checkpoint.writers = \"one\"");
+    }
     // The host buffers: what the rank writes (nothing on a replica), within the estimate.
     const cost::Memory mem = trainer.memory();
     const cost::Memory estimate = cost::estimate_memory(deck, trainer.grid().coords().pp);

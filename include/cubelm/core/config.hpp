@@ -150,6 +150,9 @@ struct CheckpointConfig {
   /// a checkpoint that cannot be written: "fail" ends the run with the error, "warn"
   /// prints it and trains on (the checkpoint at the end of the run always fails)
   std::string on_error = "fail";
+  /// who writes the file: "all" ranks their own blocks through MPI-IO, or "one", the first
+  /// rank, the blocks the others send it (docs/training.md#checkpoint-speed)
+  std::string writers = "all";
 };
 
 struct LogConfig {

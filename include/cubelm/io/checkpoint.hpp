@@ -74,7 +74,29 @@ void check_shape(const std::string& file, const std::string& dataset,
                  const std::vector<std::uint64_t>& stored,
                  const std::vector<std::uint64_t>& expected);
 
-/// \brief Writes one checkpoint file collectively (parallel HDF5 over MPI-IO).
+/// \brief Which ranks write a checkpoint file (deck key checkpoint.writers).
+enum class Writers {
+  /// every rank writes its own blocks, through MPI-IO (parallel HDF5, collective transfers)
+  all,
+  /// the first rank writes the whole file through HDF5's POSIX driver; the other ranks send
+  /// it their blocks, a slab of whole chunk rows at a time
+  one,
+};
+
+/// \brief The Writers a deck's checkpoint.writers names ("all" or "one", as the deck checks).
+inline Writers writers_named(const std::string& value) {
+  return value == "one" ? Writers::one : Writers::all;
+}
+
+/// \brief The host memory the first rank holds while it writes tensors of `shapes` under
+/// Writers::one or alone: two slabs of the largest tensor, at most 64 MiB each unless one
+/// chunk is larger (0 for Writers::all on more than one rank).
+std::uint64_t writer_buffer_bytes(const std::vector<std::vector<std::uint64_t>>& shapes,
+                                  Writers writers, int ranks);
+
+/// \brief Writes one checkpoint file collectively: through parallel HDF5 over MPI-IO, or
+/// through the first rank alone (Writers::one, and always on a single rank), which writes
+/// HDF5's checksummed chunks itself through the POSIX driver. The file is the same.
 ///
 /// A writer that is destroyed without close() (an exception on every rank)
 /// closes its HDF5 handles and leaves "<path>.partial" behind; the final name
@@ -86,7 +108,8 @@ public:
   ///
   /// A directory that does not exist or cannot be written is a collective
   /// cubelm::Error naming the path. Writes the root attribute format.
-  CheckpointWriter(const std::string& path, const comm::Communicator& comm);
+  CheckpointWriter(const std::string& path, const comm::Communicator& comm,
+                   Writers writers = Writers::all);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -132,13 +155,21 @@ public:
   const std::string& path() const { return path_; }
 
 private:
-  void create_groups_for(const std::string& object, bool include_last);
   void release() noexcept;
+  /// This rank opens the file (all ranks, or the first under Writers::one).
+  bool holds_file() const { return !one_writer_ || comm_.rank() == 0; }
+  void write_gathered(std::int64_t dset, const std::vector<std::uint64_t>& dims, const Block& block,
+                      const float* data, const std::vector<std::uint64_t>& blocks);
 
   std::string path_;
   comm::Communicator comm_;
+  /// Writers::one, or a single rank: the first rank writes the file through the POSIX driver
+  bool one_writer_ = false;
   std::int64_t file_ = -1; // hid_t (kept out of this header so it need not include hdf5.h)
   std::int64_t dxpl_ = -1;
+  int sync_fd_ = -1;            // one_writer_: the file, for sync_file_range
+  std::vector<float> slabs_[2]; // one_writer_: the slab being written and the one arriving
+  bool closed_ = false;
 };
 
 /// \brief Reads a checkpoint file collectively; any block of any tensor.

@@ -129,6 +129,7 @@ private:
   std::vector<Tensor> tensors_;
   Kokkos::View<float*, Kokkos::HostSpace> buffer_;
   CheckpointAttributes attributes_;
+  io::Writers writers_ = io::Writers::all;
 };
 
 /// \brief Collectively writes model (its master weights: float whatever it stores),
