@@ -2,10 +2,6 @@
 
 #include "cubelm/core/error.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <thread>
-
 namespace cubelm::comm {
 
 namespace {
@@ -77,19 +73,6 @@ std::string agree(const Communicator& comm, const std::string& local) {
       comm.rank() == first ? local : std::string(static_cast<std::size_t>(length), ' ');
   CUBELM_MPI_CHECK(MPI_Bcast(text.data(), length, MPI_CHAR, first, comm.raw()));
   return text;
-}
-
-void wait_idle(std::vector<MPI_Request>& requests) {
-  auto pause = std::chrono::microseconds(20);
-  for (;;) {
-    int done = 0;
-    CUBELM_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
-                                 MPI_STATUSES_IGNORE));
-    if (done)
-      return;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(2 * pause, std::chrono::microseconds(2000));
-  }
 }
 
 std::string mpi_library() {

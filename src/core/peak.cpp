@@ -1,5 +1,7 @@
 #include "cubelm/core/peak.hpp"
 
+#include "cubelm/core/mpi_wait.hpp"
+
 #include "cubelm/core/devices.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/core/placement.hpp"
@@ -22,22 +24,6 @@ double NodePeak::share() const {
   const double wanted = static_cast<double>(std::max(ranks, 1)) * std::max(threads, 1);
   return std::min(1.0, std::max(cpus, 1) / wanted);
 }
-
-namespace {
-
-// Completes a request by polling with short sleeps: a rank that waits must leave
-// the cores to the rank that measures (a blocking MPI call may busy-poll).
-void wait_idle(MPI_Request& request) {
-  int done = 0;
-  for (;;) {
-    CUBELM_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done)
-      return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
-
-} // namespace
 
 NodePeak measure_node_peak(const std::function<double()>& measure, int threads) {
   const NodeComm node; // ordered by world rank
@@ -70,9 +56,10 @@ NodePeak measure_node_peak(const std::function<double()>& measure, int threads) 
 
   if (node.rank() == 0)
     out.alone = measure();
-  MPI_Request request = MPI_REQUEST_NULL;
-  CUBELM_MPI_CHECK(MPI_Ibcast(&out.alone, 1, MPI_DOUBLE, 0, node.raw(), &request));
-  wait_idle(request);
+  // The ranks that wait leave the cores to the rank that measures.
+  std::vector<MPI_Request> request(1);
+  CUBELM_MPI_CHECK(MPI_Ibcast(&out.alone, 1, MPI_DOUBLE, 0, node.raw(), request.data()));
+  wait_all(request, node.rank() != 0);
   return out;
 }
 

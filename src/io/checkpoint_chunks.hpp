@@ -10,6 +10,11 @@
 
 namespace cubelm::io::chunking {
 
+/// A shape as HDF5 takes it.
+inline std::vector<hsize_t> to_hsize(const std::vector<std::uint64_t>& v) {
+  return std::vector<hsize_t>(v.begin(), v.end());
+}
+
 /// The chunk shape of a tensor of `dims` (whole rows, at most 2^20 elements, rows spread evenly).
 std::vector<hsize_t> chunk_of(const std::vector<hsize_t>& dims);
 

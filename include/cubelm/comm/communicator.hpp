@@ -54,12 +54,6 @@ bool threads_may_call_mpi();
 /// throw the same exception and none is left waiting in the next collective call.
 std::string agree(const Communicator& comm, const std::string& local);
 
-/// \brief Completes `requests` without holding a core: tests them and sleeps between
-/// tests (from 20 µs, doubling to 2 ms). For a rank that waits long on another's I/O
-/// (checkpoint.writers = "one"): MPI's own wait polls, and where ranks share cores the
-/// rank that works gets them.
-void wait_idle(std::vector<MPI_Request>& requests);
-
 /// \brief Why a second thread must not talk to MPI beside the main thread in this run,
 /// or "" when it may: MPI runs below MPI_THREAD_MULTIPLE, or it is an MPI known to hang
 /// then (mpi_thread_hazard). Collective over `comm`: every rank gets the same answer
