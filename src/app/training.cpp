@@ -67,7 +67,7 @@ void admit_memory(const Deck& deck) {
                      " (checkpoint.async)"
                : std::string()) +
           (host > 0 && need.writer_slabs > 0
-               ? ", the checkpoint writer's slabs " +
+               ? ", the checkpoint writer's buffers " +
                      format_bytes(static_cast<double>(need.writer_slabs))
                : std::string()) +
           ") but " + format_bytes(static_cast<double>(check.available)) + " is available to it (" +

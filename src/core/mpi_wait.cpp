@@ -22,7 +22,7 @@ void wait_all(std::vector<MPI_Request>& requests, bool asleep) {
     if (done)
       return;
     std::this_thread::sleep_for(pause);
-    pause = std::min(2 * pause, std::chrono::microseconds(2000));
+    pause = std::min(2 * pause, std::chrono::microseconds(200));
   }
 }
 

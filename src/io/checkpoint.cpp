@@ -5,6 +5,7 @@
 #include "cubelm/core/mpi_wait.hpp"
 
 #include "checkpoint_chunks.hpp"
+#include "checkpoint_direct.hpp"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -80,23 +81,6 @@ public:
 private:
   hid_t id_;
   Closer close_;
-};
-
-/// Switches off HDF5's printing of its error stack while we probe for things
-/// that may be missing (a missing dataset is our message to give, not a trace).
-class QuietHdf5 {
-public:
-  QuietHdf5() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-  QuietHdf5(const QuietHdf5&) = delete;
-  QuietHdf5& operator=(const QuietHdf5&) = delete;
-
-private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
 };
 
 std::vector<std::string> components(const std::string& path) {
@@ -197,24 +181,24 @@ hid_t select(const Block& block, hid_t filespace) {
 // Who writes (Writers). Under MPI-IO (Writers::all on more than one rank), HDF5 allocates
 // a chunked dataset's space when it creates it, and with a filter (Fletcher32) it writes
 // every chunk then (filled, checksummed) before the data overwrites it: each checkpoint
-// written twice. The one writer (Writers::one, or a single rank) goes through the POSIX
-// driver, which allocates a chunk when it is written, and writes each chunk whole with
-// its checksum computed here (write_chunks). Readers use MPI-IO on any number of ranks:
-// HDF5 1.10's POSIX read path overruns a buffer on some damaged chunk indexes (ASan,
-// tests/io/test_fuzz.cpp), which must be an error naming the file, not a crash.
+// written twice. The one writer (Writers::one, or a single rank) goes through cubelm's
+// direct driver (checkpoint_direct.hpp: HDF5's POSIX layout, each chunk's whole blocks
+// written with O_DIRECT by a thread of their own), which allocates a chunk when it is
+// written, and writes each chunk whole with its checksum computed here (write_chunks).
+// Readers use MPI-IO on any number of ranks: HDF5 1.10's POSIX read path overruns a buffer
+// on some damaged chunk indexes (ASan, tests/io/test_fuzz.cpp), which must be an error
+// naming the file, not a crash.
 
 // File access through MPI-IO on `comm` (HDF5 duplicates the communicator), or, with
-// `posix`, through the POSIX driver, whose file lock is taken where the file system has
-// locks and skipped where it does not (as MPI-IO never takes one).
-hid_t file_access(const comm::Communicator& comm, bool posix = false) {
+// `one_writer` (where its failures go), through the direct driver, which takes the POSIX
+// driver's file lock where the file system has locks and skips it where it does not (as
+// MPI-IO never takes one).
+hid_t file_access(const comm::Communicator& comm, direct::Failure* one_writer = nullptr) {
   const hid_t fapl = CUBELM_HDF5_ID(H5Pcreate(H5P_FILE_ACCESS));
-  if (posix) {
-#if H5_VERSION_GE(1, 10, 7)
-    CUBELM_HDF5_CHECK(H5Pset_file_locking(fapl, true, true));
-#endif
-  } else {
+  if (one_writer != nullptr)
+    direct::use_driver(fapl, one_writer);
+  else
     CUBELM_HDF5_CHECK(H5Pset_fapl_mpio(fapl, comm.raw(), MPI_INFO_NULL));
-  }
   return fapl;
 }
 
@@ -459,7 +443,9 @@ CheckpointWriter::CheckpointWriter(const std::string& path, const comm::Communic
 
   one_writer_ = writers == Writers::one || comm_.size() == 1;
   if (holds_file()) {
-    Hid fapl(file_access(comm_, one_writer_), H5Pclose);
+    if (one_writer_)
+      failure_ = std::make_unique<direct::Failure>();
+    Hid fapl(file_access(comm_, failure_.get()), H5Pclose);
     // Metadata written collectively scales better than rank 0 writing it alone.
     if (!one_writer_)
       CUBELM_HDF5_CHECK(H5Pset_coll_metadata_write(fapl, 1));
@@ -550,7 +536,14 @@ void CheckpointWriter::write(const std::string& dataset,
         problem = tiling(total);
     }
   }
+  // A chunk the one writer could not write ends the checkpoint on every rank, at the next
+  // tensor: its message travels with the agreement, marked so.
+  constexpr char kWriteFailed = '\x1e';
+  if (!failed_.empty())
+    problem = kWriteFailed + failed_;
   problem = comm::agree(comm_, problem);
+  if (!problem.empty() && problem[0] == kWriteFailed)
+    throw Error("checkpoint " + path_ + ": " + problem.substr(1), true);
   if (!problem.empty())
     throw InternalError("checkpoint " + path_ + ": " + name + ": " + problem);
   if (!one_writer_) {
@@ -659,12 +652,23 @@ void CheckpointWriter::close() {
   CUBELM_ASSERT(!closed_, "CheckpointWriter::close called twice");
   closed_ = true;
   // The data is on storage before the rename makes it the checkpoint: flushing syncs
-  // the MPI-IO file; the POSIX driver's file is synced once closed.
-  if (holds_file())
-    CUBELM_HDF5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  // the MPI-IO file; the one writer's file is synced once closed.
+  std::string problem = failed_; // one writer: the file is lost
+  if (holds_file() && problem.empty()) {
+    if (!one_writer_) {
+      CUBELM_HDF5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+    } else {
+      QuietHdf5 quiet; // the last chunks and the metadata: a failure is reported below
+      if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0)
+        problem = cubelm::detail::hdf5_error_message();
+    }
+  }
   release();
-  std::string problem;
-  if (one_writer_ && holds_file()) {
+  if (problem.empty() && failure_) // what the driver could not write, up to its close
+    problem = failure_->first();
+  if (!problem.empty())
+    problem = "checkpoint " + path_ + ": " + problem;
+  else if (one_writer_ && holds_file()) {
     const int fd = ::open(partial_path(path_).c_str(), O_RDONLY);
     if (fd < 0 || ::fsync(fd) != 0)
       problem = "checkpoint " + path_ + ": cannot sync " + partial_path(path_) +

@@ -1,5 +1,6 @@
 #pragma once
-// How CheckpointWriter chunks a tensor, and so how large a checkpoint file is.
+// How CheckpointWriter chunks a tensor, and so how large a checkpoint file is; HDF5's
+// error printing switched off where cubelm reports the failure itself.
 // Internal to src/io.
 
 #include <hdf5.h>
@@ -23,3 +24,25 @@ std::vector<hsize_t> chunk_of(const std::vector<hsize_t>& dims);
 std::uint32_t fletcher32(const void* data, std::size_t bytes);
 
 } // namespace cubelm::io::chunking
+
+namespace cubelm::io {
+
+/// Switches off HDF5's printing of its error stack while cubelm probes for things that may
+/// be missing (a missing dataset is our message to give, not a trace) or reports a failure
+/// itself.
+class QuietHdf5 {
+public:
+  QuietHdf5() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+  QuietHdf5(const QuietHdf5&) = delete;
+  QuietHdf5& operator=(const QuietHdf5&) = delete;
+
+private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+} // namespace cubelm::io

@@ -1,5 +1,6 @@
 // The one writer (Writers::one, or a single rank): the first rank assembles each tensor in
-// slabs from the blocks every rank sends it and writes HDF5's checksummed chunks itself.
+// slabs from the blocks every rank sends it and writes HDF5's checksummed chunks itself,
+// through the direct driver (checkpoint_direct.hpp).
 
 #include "cubelm/io/checkpoint.hpp"
 
@@ -8,6 +9,7 @@
 #include "cubelm/core/mpi_wait.hpp"
 
 #include "checkpoint_chunks.hpp"
+#include "checkpoint_direct.hpp"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -70,16 +72,20 @@ std::uint64_t writer_buffer_bytes(const std::vector<std::vector<std::uint64_t>>&
                                   Writers writers, int ranks) {
   if (writers != Writers::one && ranks > 1)
     return 0;
-  std::uint64_t most = 0;
+  std::uint64_t most = 0, chunk = 0;
   for (const auto& shape : shapes) {
     const auto dims = to_hsize(shape);
     if (dims.empty() || dims[0] == 0)
       continue;
     const std::uint64_t rows = slab_rows(dims);
-    const std::uint64_t buffers = rows < dims[0] ? 2 : 1;
+    // The slabs, and as many staging buffers for the blocks of columns of other ranks.
+    const std::uint64_t buffers = (rows < dims[0] ? 2 : 1) * (ranks > 1 ? 2 : 1);
     most = std::max(most, buffers * slab_elements_held(dims) * sizeof(float));
+    // A chunk as write_chunks hands it to the driver: its elements and the checksum.
+    chunk =
+        std::max<std::uint64_t>(chunk, chunking::chunk_of(dims)[0] * row_elements(dims) * 4 + 4);
   }
-  return most;
+  return most + direct::buffer_bytes(chunk);
 }
 
 namespace {
@@ -89,8 +95,10 @@ namespace {
 // padded with zeros) followed by its Fletcher32 checksum, so HDF5 neither filters nor
 // copies them. The checksum goes where the next chunk's first element is (or the slab's
 // spare element after the last), which is put back after the write.
-void write_chunks(hid_t dset, const std::vector<hsize_t>& dims, std::uint64_t first,
-                  std::uint64_t end, std::vector<float>& slab) {
+// Returns why a chunk could not be written (HDF5's innermost message: the driver's, which
+// names the file and the system's error), or "".
+std::string write_chunks(hid_t dset, const std::vector<hsize_t>& dims, std::uint64_t first,
+                         std::uint64_t end, std::vector<float>& slab) {
   const std::uint64_t chunk_rows = chunking::chunk_of(dims)[0];
   const std::uint64_t chunk = chunk_rows * row_elements(dims); // elements
   const std::uint64_t chunks = (end - first + chunk_rows - 1) / chunk_rows;
@@ -110,10 +118,16 @@ void write_chunks(hid_t dset, const std::vector<hsize_t>& dims, std::uint64_t fi
     std::memcpy(&next, at + chunk, sizeof next);
     std::memcpy(at + chunk, stored, sizeof stored);
     offset[0] = first + c * chunk_rows;
-    const herr_t written = H5Dwrite_chunk(dset, H5P_DEFAULT, 0, offset.data(), bytes + 4, at);
+    herr_t written;
+    {
+      QuietHdf5 quiet; // a failure is reported by the caller
+      written = H5Dwrite_chunk(dset, H5P_DEFAULT, 0, offset.data(), bytes + 4, at);
+    }
     std::memcpy(at + chunk, &next, sizeof next);
-    CUBELM_HDF5_CHECK(written);
+    if (written < 0)
+      return cubelm::detail::hdf5_error_message();
   }
+  return "";
 }
 
 } // namespace
@@ -129,10 +143,6 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   const int nd = static_cast<int>(dims.size());
   const std::size_t stride = 2 * static_cast<std::size_t>(nd) + 1; // as write() gathered them
   const int ranks = comm_.size();
-  for (const hsize_t d : dims)
-    CUBELM_ASSERT(d <= static_cast<hsize_t>(std::numeric_limits<int>::max()),
-                  "checkpoint " + path_ + ": a dimension of " + shape_text(shape) +
-                      " exceeds what an MPI datatype can describe");
   const bool writer = comm_.rank() == 0;
   const std::uint64_t rows = slab_rows(dims);
   const std::uint64_t slabs = dims[0] == 0 ? 0 : (dims[0] + rows - 1) / rows;
@@ -151,72 +161,103 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   std::uint64_t block_row = 1; // elements of one row of this rank's block
   for (int d = 1; d < nd && !block.empty(); ++d)
     block_row *= block.count[d];
-  // This rank's rows of slab k, to the writer: from the other ranks a send they wait for
-  // asleep, from the writer itself a request completed with the slab's receives.
-  const auto send = [&](std::uint64_t k, std::vector<MPI_Request>* pending) {
-    if (block.empty())
-      return;
-    const auto [lo, hi] = overlap(block.offset[0], block.count[0], k);
-    if (lo == hi)
-      return;
-    float* const rows_of =
-        const_cast<float*>(data) + (lo - block.offset[0]) * block_row; // MPI-2 API
-    const int n = int_count((hi - lo) * block_row);
-    if (pending == nullptr) { // the writer receives it when it gets to the slab
-      std::vector<MPI_Request> sent(1);
-      CUBELM_MPI_CHECK(MPI_Isend(rows_of, n, MPI_FLOAT, 0, kGatherTag, comm_.raw(), sent.data()));
-      wait_all(sent, true);
-    } else {
-      pending->emplace_back();
-      CUBELM_MPI_CHECK(
-          MPI_Isend(rows_of, n, MPI_FLOAT, 0, kGatherTag, comm_.raw(), &pending->back()));
-    }
-  };
+  // The other ranks send the writer their rows of each slab in turn, contiguous as their
+  // block holds them, and wait for each send asleep.
   if (!writer) {
-    for (std::uint64_t k = 0; k < slabs; ++k)
-      send(k, nullptr);
+    for (std::uint64_t k = 0; k < slabs && !block.empty(); ++k) {
+      const auto [lo, hi] = overlap(block.offset[0], block.count[0], k);
+      if (lo == hi)
+        continue;
+      float* const rows_of =
+          const_cast<float*>(data) + (lo - block.offset[0]) * block_row; // MPI-2 API
+      std::vector<MPI_Request> sent(1);
+      CUBELM_MPI_CHECK(MPI_Isend(rows_of, int_count((hi - lo) * block_row), MPI_FLOAT, 0,
+                                 kGatherTag, comm_.raw(), sent.data()));
+      wait_all(sent, true);
+    }
     return;
   }
 
   const std::uint64_t held = slab_elements_held(dims);
-  for (auto& buffer : slabs_)
-    if (buffer.size() < held && (&buffer == &slabs_[0] || slabs > 1))
-      buffer.resize(held);
+  // A block of whole rows arrives in place; a block of columns arrives whole in the
+  // staging buffer (a contiguous receive, which MPI copies without the sender's help) and
+  // is placed into its columns after.
+  const auto whole_rows = [&](const std::uint64_t* b) {
+    for (int d = 1; d < nd; ++d)
+      if (b[d] != 0 || b[nd + d] != dims[d])
+        return false;
+    return true;
+  };
+  bool columns = false;
+  for (int q = 0; q < ranks; ++q)
+    columns = columns || !whole_rows(blocks.data() + static_cast<std::size_t>(q) * stride);
+  for (int i = 0; i < 2; ++i)
+    if (i == 0 || slabs > 1) {
+      if (slabs_[i].size() < held)
+        slabs_[i].resize(held);
+      if (columns && staging_[i].size() < held)
+        staging_[i].resize(held);
+    }
+  struct Staged {
+    std::uint64_t at;       // in the staging buffer
+    const std::uint64_t* b; // the block
+    std::uint64_t lo, hi;   // its rows in the slab
+  };
+  // Rows [lo, hi) of block b, packed as the block holds them at `from`, into their place
+  // in the slab whose first row is `first`: one copy per run of the last dimension.
+  const auto place = [&](const float* from, const std::uint64_t* b, std::uint64_t lo,
+                         std::uint64_t hi, std::uint64_t first, float* slab) {
+    const std::uint64_t run = b[2 * nd - 1];
+    std::vector<std::uint64_t> at(static_cast<std::size_t>(nd - 1), 0); // within the block
+    const auto extent = [&](int d) { return d == 0 ? hi - lo : b[nd + d]; };
+    while (true) {
+      std::uint64_t into = lo + at[0] - first;
+      for (int d = 1; d < nd; ++d)
+        into = into * dims[d] + b[d] + (d < nd - 1 ? at[static_cast<std::size_t>(d)] : 0);
+      std::memcpy(slab + into, from, run * sizeof(float));
+      from += run;
+      int d = nd - 2;
+      while (d >= 0 && ++at[static_cast<std::size_t>(d)] == extent(d))
+        at[static_cast<std::size_t>(d--)] = 0;
+      if (d < 0)
+        return;
+    }
+  };
   std::vector<MPI_Request> requests[2];
-  // Posts the receives of slab k into its buffer, then sends this rank's own rows.
+  std::vector<Staged> staged[2];
+  // Posts the receives of slab k into its buffers and copies the writer's own rows.
   const auto post = [&](std::uint64_t k) {
     auto& pending = requests[k % 2];
     const std::uint64_t first = k * rows;
-    const std::uint64_t count = std::min<std::uint64_t>(dims[0], first + rows) - first;
+    std::uint64_t at = 0;
     for (int q = 0; q < ranks; ++q) {
       const std::uint64_t* b = blocks.data() + static_cast<std::size_t>(q) * stride;
-      bool empty = false;
-      for (int d = 0; d < nd; ++d)
-        empty = empty || b[nd + d] == 0;
-      if (empty)
+      std::uint64_t row = 1; // elements of one row of the block
+      for (int d = 1; d < nd; ++d)
+        row *= b[nd + d];
+      if (b[nd] == 0 || row == 0)
         continue;
       const auto [lo, hi] = overlap(b[0], b[nd], k);
       if (lo == hi)
         continue;
-      std::vector<int> sizes(nd), sub(nd), starts(nd);
-      sizes[0] = int_count(count);
-      sub[0] = int_count(hi - lo);
-      starts[0] = int_count(lo - first);
-      for (int d = 1; d < nd; ++d) {
-        sizes[d] = static_cast<int>(dims[d]);
-        sub[d] = static_cast<int>(b[nd + d]);
-        starts[d] = static_cast<int>(b[d]);
+      const int n = int_count((hi - lo) * row);
+      float* into = slabs_[k % 2].data() + (lo - first) * row;
+      if (q == comm_.rank()) { // the writer's own rows: copied, not sent
+        const float* from = data + (lo - block.offset[0]) * block_row;
+        if (whole_rows(b))
+          std::memcpy(into, from, (hi - lo) * row * sizeof(float));
+        else
+          place(from, b, lo, hi, first, slabs_[k % 2].data());
+        continue;
       }
-      MPI_Datatype type;
-      CUBELM_MPI_CHECK(MPI_Type_create_subarray(nd, sizes.data(), sub.data(), starts.data(),
-                                                MPI_ORDER_C, MPI_FLOAT, &type));
-      CUBELM_MPI_CHECK(MPI_Type_commit(&type));
+      if (!whole_rows(b)) {
+        staged[k % 2].push_back({at, b, lo, hi});
+        into = staging_[k % 2].data() + at;
+        at += (hi - lo) * row;
+      }
       pending.emplace_back();
-      CUBELM_MPI_CHECK(
-          MPI_Irecv(slabs_[k % 2].data(), 1, type, q, kGatherTag, comm_.raw(), &pending.back()));
-      CUBELM_MPI_CHECK(MPI_Type_free(&type)); // freed once the receive completes
+      CUBELM_MPI_CHECK(MPI_Irecv(into, n, MPI_FLOAT, q, kGatherTag, comm_.raw(), &pending.back()));
     }
-    send(k, &pending);
   };
   if (slabs > 0)
     post(0);
@@ -226,11 +267,20 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
     auto& pending = requests[k % 2];
     wait_all(pending);
     pending.clear();
-    write_chunks(dset, dims, k * rows, std::min<std::uint64_t>(dims[0], (k + 1) * rows),
-                 slabs_[k % 2]);
-    // Start writing the slab's pages to storage now, while the next slab arrives: the sync
-    // at close() then waits for the last ones only (one stream of writes to the device
-    // otherwise starts when the page cache is full, or at the sync).
+    for (const Staged& piece : staged[k % 2])
+      place(staging_[k % 2].data() + piece.at, piece.b, piece.lo, piece.hi, k * rows,
+            slabs_[k % 2].data());
+    staged[k % 2].clear();
+    // After a failure the slabs still arrive (the senders do not know yet) but go nowhere.
+    if (failed_.empty())
+      failed_ = write_chunks(dset, dims, k * rows, std::min<std::uint64_t>(dims[0], (k + 1) * rows),
+                             slabs_[k % 2]);
+    if (failed_.empty() && failure_) // the driver's writes, in flight or done
+      failed_ = failure_->first();
+    // Start writing the slab's pages in the page cache to storage now, while the next slab
+    // arrives: the sync at close() then waits for the last ones only. The driver writes
+    // the chunks' whole blocks directly; where the file system refuses O_DIRECT, this is
+    // what keeps the device busy.
     if (sync_fd_ >= 0)
       ::sync_file_range(sync_fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
   }

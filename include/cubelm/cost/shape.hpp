@@ -184,8 +184,9 @@ struct Memory {
   /// run's admission check adds it.
   std::int64_t checkpoint_buffers = 0;
   /// host memory of the rank that writes checkpoints alone (checkpoint.writers = "one", or a
-  /// job of one rank): the slabs of the file it assembles (io::writer_buffer_bytes), while
-  /// it saves. Host memory, as checkpoint_buffers.
+  /// job of one rank): the slabs of the file it assembles, their staging and the file
+  /// driver's buffers (io::writer_buffer_bytes), while it saves. Host memory, as
+  /// checkpoint_buffers.
   std::int64_t writer_slabs = 0;
   std::int64_t total() const { return parameters + gradients + optimizer + activations; }
 };

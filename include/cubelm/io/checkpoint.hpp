@@ -33,11 +33,16 @@
 #include "cubelm/comm/communicator.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 namespace cubelm::io {
+
+namespace direct {
+class Failure; // the one writer's file driver (src/io/checkpoint_direct.hpp)
+}
 
 /// \brief The value of the root attribute "format" of every cubelm checkpoint.
 inline constexpr const char* checkpoint_format = "cubelm-checkpoint";
@@ -90,13 +95,16 @@ inline Writers writers_named(const std::string& value) {
 
 /// \brief The host memory the first rank holds while it writes tensors of `shapes` under
 /// Writers::one or alone: two slabs of the largest tensor, at most 64 MiB each unless one
-/// chunk is larger (0 for Writers::all on more than one rank).
+/// chunk is larger, on more than one rank as much again to receive blocks of columns into,
+/// and the file driver's three buffers of the largest chunk (0 for Writers::all on more
+/// than one rank).
 std::uint64_t writer_buffer_bytes(const std::vector<std::vector<std::uint64_t>>& shapes,
                                   Writers writers, int ranks);
 
 /// \brief Writes one checkpoint file collectively: through parallel HDF5 over MPI-IO, or
 /// through the first rank alone (Writers::one, and always on a single rank), which writes
-/// HDF5's checksummed chunks itself through the POSIX driver. The file is the same.
+/// HDF5's checksummed chunks itself, their whole blocks with O_DIRECT where the file system
+/// allows it. The file is the same.
 ///
 /// A writer that is destroyed without close() (an exception on every rank)
 /// closes its HDF5 handles and leaves "<path>.partial" behind; the final name
@@ -148,7 +156,8 @@ public:
 
   /// \brief Collective: flushes the file to storage, closes it and renames it
   /// to its final name (replacing an older file there). A failed rename is a
-  /// collective cubelm::Error naming both paths.
+  /// collective cubelm::Error naming both paths; under the one writer, so is a chunk or
+  /// the file's metadata that could not be written (the file then stays "<path>.partial").
   void close();
 
   /// \brief The final path given to the constructor.
@@ -163,12 +172,17 @@ private:
 
   std::string path_;
   comm::Communicator comm_;
-  /// Writers::one, or a single rank: the first rank writes the file through the POSIX driver
+  /// Writers::one, or a single rank: the first rank writes the file (checkpoint_direct.hpp)
   bool one_writer_ = false;
+  /// one_writer_, the first rank: why a chunk could not be written (the file is lost; every
+  /// rank learns it at the next tensor or at close())
+  std::string failed_;
+  std::unique_ptr<direct::Failure> failure_; // one_writer_, the first rank: the driver's
   std::int64_t file_ = -1; // hid_t (kept out of this header so it need not include hdf5.h)
   std::int64_t dxpl_ = -1;
-  int sync_fd_ = -1;            // one_writer_: the file, for sync_file_range
-  std::vector<float> slabs_[2]; // one_writer_: the slab being written and the one arriving
+  int sync_fd_ = -1;              // one_writer_: the file, for sync_file_range
+  std::vector<float> slabs_[2];   // one_writer_: the slab being written and the one arriving
+  std::vector<float> staging_[2]; // one_writer_: their blocks of columns, as they arrive
   bool closed_ = false;
 };
 
