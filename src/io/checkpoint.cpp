@@ -539,8 +539,8 @@ void CheckpointWriter::write(const std::string& dataset,
   // A chunk the one writer could not write ends the checkpoint on every rank, at the next
   // tensor: its message travels with the agreement, marked so.
   constexpr char kWriteFailed = '\x1e';
-  if (!failed_.empty())
-    problem = kWriteFailed + failed_;
+  if (failure_ && failure_->failed()) // the driver's writes in flight or done, and ours
+    problem = kWriteFailed + failure_->first();
   problem = comm::agree(comm_, problem);
   if (!problem.empty() && problem[0] == kWriteFailed)
     throw Error("checkpoint " + path_ + ": " + problem.substr(1), true);
@@ -653,19 +653,16 @@ void CheckpointWriter::close() {
   closed_ = true;
   // The data is on storage before the rename makes it the checkpoint: flushing syncs
   // the MPI-IO file; the one writer's file is synced once closed.
-  std::string problem = failed_; // one writer: the file is lost
-  if (holds_file() && problem.empty()) {
-    if (!one_writer_) {
-      CUBELM_HDF5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
-    } else {
-      QuietHdf5 quiet; // the last chunks and the metadata: a failure is reported below
-      if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0)
-        problem = cubelm::detail::hdf5_error_message();
-    }
+  if (holds_file() && !failure_) {
+    CUBELM_HDF5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  } else if (failure_ && !failure_->failed()) { // the last chunks and the metadata
+    QuietHdf5 quiet;
+    if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0)
+      failure_->record(cubelm::detail::hdf5_error_message());
   }
   release();
-  if (problem.empty() && failure_) // what the driver could not write, up to its close
-    problem = failure_->first();
+  // One writer: what the driver or the flush could not write, up to the file's close.
+  std::string problem = failure_ ? failure_->first() : "";
   if (!problem.empty())
     problem = "checkpoint " + path_ + ": " + problem;
   else if (one_writer_ && holds_file()) {

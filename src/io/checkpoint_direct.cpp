@@ -184,7 +184,7 @@ private:
       writing_bytes_ = job.bytes;
       lock.unlock();
       // After a failure the file is lost: the rest is dropped.
-      if (failure_->first().empty() && !write_block(job))
+      if (!failure_->failed() && !write_block(job))
         failure_->record(write_failed(job.bytes, job.offset, path_));
       lock.lock();
       spare_.push_back(std::move(job.buffer));
@@ -237,10 +237,6 @@ const DirectFile* of(const H5FD_t* file) {
 void drain(DirectFile* f) {
   if (f->queue != nullptr)
     f->queue->drain();
-}
-
-bool lost(const DirectFile* f) {
-  return !f->failure->first().empty();
 }
 
 H5FD_t* open_file(const char* name, unsigned flags, hid_t fapl, haddr_t maxaddr) {
@@ -361,7 +357,7 @@ herr_t write_file(H5FD_t* file, H5FD_mem_t type, hid_t /*dxpl*/, haddr_t addr, s
                   const void* buffer) {
   DirectFile* f = of(file);
   f->eof = std::max<haddr_t>(f->eof, addr + size);
-  if (lost(f))
+  if (f->failure->failed())
     return 0; // dropped: see the top of this file
   const char* data = static_cast<const char*>(buffer);
   std::size_t direct = 0; // the leading whole blocks of a chunk go to the queue
@@ -387,7 +383,7 @@ herr_t flush_file(H5FD_t* file, hid_t /*dxpl*/, hbool_t /*closing*/) {
 herr_t truncate_file(H5FD_t* file, hid_t /*dxpl*/, hbool_t /*closing*/) {
   DirectFile* f = of(file);
   drain(f);
-  if (f->eoa == f->eof || lost(f))
+  if (f->eoa == f->eof || f->failure->failed())
     return 0;
   if (::ftruncate(f->fd, static_cast<off_t>(f->eoa)) != 0)
     f->failure->record("cannot set the size of " + *f->path + " to " + std::to_string(f->eoa) +

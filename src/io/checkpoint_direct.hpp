@@ -25,7 +25,8 @@ constexpr int kBuffers = 3;
 /// offset <o> of <file>: <the system's error>", or "" (the file holds all HDF5 wrote).
 /// After a failure the driver drops the file's later writes and reports success to HDF5,
 /// whose file close would otherwise fail half-way (and crash at exit): the caller, which
-/// reads first() after its writes, its flush and its close, declares the file lost.
+/// reads first() after its writes, its flush and its close, declares the file lost. The
+/// caller records its own failures to write the file here too.
 class Failure {
 public:
   void record(const std::string& what) {
@@ -36,6 +37,10 @@ public:
   std::string first() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return first_;
+  }
+  bool failed() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !first_.empty();
   }
 
 private:

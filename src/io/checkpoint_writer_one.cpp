@@ -272,11 +272,12 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
             slabs_[k % 2].data());
     staged[k % 2].clear();
     // After a failure the slabs still arrive (the senders do not know yet) but go nowhere.
-    if (failed_.empty())
-      failed_ = write_chunks(dset, dims, k * rows, std::min<std::uint64_t>(dims[0], (k + 1) * rows),
-                             slabs_[k % 2]);
-    if (failed_.empty() && failure_) // the driver's writes, in flight or done
-      failed_ = failure_->first();
+    if (!failure_->failed())
+      if (const std::string problem =
+              write_chunks(dset, dims, k * rows, std::min<std::uint64_t>(dims[0], (k + 1) * rows),
+                           slabs_[k % 2]);
+          !problem.empty())
+        failure_->record(problem);
     // Start writing the slab's pages in the page cache to storage now, while the next slab
     // arrives: the sync at close() then waits for the last ones only. The driver writes
     // the chunks' whole blocks directly; where the file system refuses O_DIRECT, this is

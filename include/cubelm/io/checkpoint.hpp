@@ -174,10 +174,9 @@ private:
   comm::Communicator comm_;
   /// Writers::one, or a single rank: the first rank writes the file (checkpoint_direct.hpp)
   bool one_writer_ = false;
-  /// one_writer_, the first rank: why a chunk could not be written (the file is lost; every
-  /// rank learns it at the next tensor or at close())
-  std::string failed_;
-  std::unique_ptr<direct::Failure> failure_; // one_writer_, the first rank: the driver's
+  /// one_writer_, the first rank: why the file could not be written, by the driver or here
+  /// (the file is lost; every rank learns it at the next tensor or at close())
+  std::unique_ptr<direct::Failure> failure_;
   std::int64_t file_ = -1; // hid_t (kept out of this header so it need not include hdf5.h)
   std::int64_t dxpl_ = -1;
   int sync_fd_ = -1;              // one_writer_: the file, for sync_file_range
