@@ -407,8 +407,18 @@ herr_t unlock_file(H5FD_t* file) {
   return 0;
 }
 
+// The class's value where HDF5 asks for one (1.14 on): from the range it leaves to
+// drivers outside the library, which HDF5 only checks is in range.
+#ifdef H5FD_CLASS_VERSION
+constexpr H5FD_class_value_t kClassValue = H5_VFD_RESERVED + 0xc1;
+#endif
+
 H5FD_class_t make_class() {
   H5FD_class_t c{};
+#ifdef H5FD_CLASS_VERSION // HDF5 1.14 and 2.x: the class states its version and value
+  c.version = H5FD_CLASS_VERSION;
+  c.value = kClassValue;
+#endif
   c.name = "cubelm_direct";
   c.maxaddr = (haddr_t(1) << (8 * sizeof(off_t) - 1)) - 1;
   c.fc_degree = H5F_CLOSE_WEAK;
