@@ -17,6 +17,8 @@
 
 #include "checkpoint_direct.hpp"
 
+#include "checkpoint_chunks.hpp"
+
 #include "cubelm/core/error.hpp"
 
 #include <fcntl.h>
@@ -27,6 +29,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -448,6 +451,11 @@ hid_t driver() {
   static const H5FD_class_t cls = make_class();
   static hid_t id = -1;
   std::lock_guard<std::mutex> lock(registering);
+  // Test hook: CUBELM_TEST_REFUSE_DRIVER=1 stands for an HDF5 that refuses the class.
+  if (const char* refuse = std::getenv("CUBELM_TEST_REFUSE_DRIVER"); refuse && *refuse == '1') {
+    push_error(H5E_BADVALUE, "refused for a test (CUBELM_TEST_REFUSE_DRIVER)");
+    return -1;
+  }
   if (id < 0 || H5Iis_valid(id) <= 0)
     id = H5FDregister(&cls);
   return id;
@@ -456,10 +464,30 @@ hid_t driver() {
 } // namespace
 
 void use_driver(hid_t fapl, Failure* failure) {
-  const hid_t id = driver();
-  CUBELM_HDF5_CHECK(id);
-  const DriverInfo info{failure};
-  CUBELM_HDF5_CHECK(H5Pset_driver(fapl, id, &info));
+  hid_t id;
+  {
+    QuietHdf5 quiet; // a refusal is reported below
+    id = driver();
+  }
+  if (id < 0) {
+    // An HDF5 whose driver interface this build does not know: HDF5's POSIX driver writes
+    // the same file, through the page cache. Said once per process.
+    static std::once_flag said;
+    const std::string why = cubelm::detail::hdf5_error_message();
+    std::call_once(said, [&] {
+      unsigned major = 0, minor = 0, release = 0;
+      H5get_libversion(&major, &minor, &release);
+      std::fprintf(stderr,
+                   "cubelm: warning: HDF5 %u.%u.%u refused cubelm's checkpoint file driver (%s): "
+                   "checkpoints are written through the page cache by HDF5's POSIX driver, "
+                   "more slowly (docs/training.md#checkpoint-speed)\n",
+                   major, minor, release, why.c_str());
+    });
+    CUBELM_HDF5_CHECK(H5Pset_fapl_sec2(fapl));
+  } else {
+    const DriverInfo info{failure};
+    CUBELM_HDF5_CHECK(H5Pset_driver(fapl, id, &info));
+  }
   CUBELM_HDF5_CHECK(H5Pset_alignment(fapl, kThreshold, kAlignment));
 }
 

@@ -663,15 +663,24 @@ TEST(Checkpoint, OneWriterAssemblesSlabsFromBlocksOfRowsAndColumns) {
   EXPECT_EQ(verify_checkpoint(file.str(), world).problem, "");
 }
 
+// The tensor of the one writer's driver tests: 8 MiB, two chunks of 4 MiB, and this
+// rank's block of rows of it.
+namespace {
+const Shape kEightMiB{2048, 1024};
+Block rows_of_eight_mib(const comm::Communicator& world) {
+  const auto [r0, r1] = even(kEightMiB[0], world.rank(), world.size());
+  return Block::rows(kEightMiB, r0, r1);
+}
+} // namespace
+
 // The one writer's chunks go to storage directly (O_DIRECT) where the file system allows
 // it: after a save, few of the file's pages are in the page cache (the metadata and each
 // chunk's last partial block are).
 TEST(Checkpoint, OneWriterWritesChunksPastThePageCache) {
   const auto world = comm::Communicator::world();
-  const int r = world.rank(), p = world.size();
-  const Shape shape{2048, 1024}; // 8 MiB: two chunks of 4 MiB
-  const auto [r0, r1] = even(shape[0], r, p);
-  const Block rows = Block::rows(shape, r0, r1);
+  const int r = world.rank();
+  const Shape& shape = kEightMiB;
+  const Block rows = rows_of_eight_mib(world);
   const std::vector<float> mine(static_cast<std::size_t>(rows.size()), 2.5f);
   TempPath file(world);
   {
@@ -718,16 +727,45 @@ TEST(Checkpoint, OneWriterWritesChunksPastThePageCache) {
   EXPECT_EQ(back, mine);
 }
 
+// An HDF5 that refuses cubelm's file driver (its driver interface changed): the one writer
+// says so once and writes the same file through HDF5's POSIX driver.
+TEST(Checkpoint, OneWriterFallsBackToHdf5sDriverWhereTheDriverIsRefused) {
+  const auto world = comm::Communicator::world();
+  const int r = world.rank();
+  const Shape& shape = kEightMiB;
+  const Block rows = rows_of_eight_mib(world);
+  const std::vector<float> mine = fill2(rows, matrix_value);
+  TempPath file(world);
+  ::setenv("CUBELM_TEST_REFUSE_DRIVER", "1", 1);
+  ::testing::internal::CaptureStderr();
+  {
+    CheckpointWriter w(file.str(), world, Writers::one);
+    w.write("/model/a", shape, rows, mine.data());
+    w.close();
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("CUBELM_TEST_REFUSE_DRIVER");
+  if (r == 0) {
+    EXPECT_NE(said.find("cubelm: warning: HDF5 "), std::string::npos) << said;
+    EXPECT_NE(said.find("refused cubelm's checkpoint file driver (refused for a test"),
+              std::string::npos)
+        << said;
+  }
+  CheckpointReader rd(file.str(), world);
+  std::vector<float> back(static_cast<std::size_t>(rows.size()));
+  rd.read("/model/a", rows, back.data());
+  EXPECT_EQ(back, mine);
+}
+
 // A chunk the one writer cannot write (here: past the first rank's file size limit) ends
 // the save with a cubelm::Error on every rank that names the file and the system's error,
 // at the next tensor or at close(); the file keeps its .partial name. The limit lifted,
 // the same ranks write the next checkpoint.
 TEST(Checkpoint, OneWriterThatCannotWriteFailsOnEveryRank) {
   const auto world = comm::Communicator::world();
-  const int r = world.rank(), p = world.size();
-  const Shape shape{2048, 1024}; // 8 MiB
-  const auto [r0, r1] = even(shape[0], r, p);
-  const Block rows = Block::rows(shape, r0, r1);
+  const int r = world.rank();
+  const Shape& shape = kEightMiB;
+  const Block rows = rows_of_eight_mib(world);
   const std::vector<float> mine(static_cast<std::size_t>(rows.size()), 2.5f);
   TempPath file(world);
   rlimit before{};
