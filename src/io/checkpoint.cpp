@@ -193,10 +193,11 @@ hid_t select(const Block& block, hid_t filespace) {
 // `one_writer` (where its failures go), through the direct driver, which takes the POSIX
 // driver's file lock where the file system has locks and skips it where it does not (as
 // MPI-IO never takes one).
-hid_t file_access(const comm::Communicator& comm, direct::Failure* one_writer = nullptr) {
+hid_t file_access(const comm::Communicator& comm, direct::Failure* one_writer = nullptr,
+                  direct::Slabs* slabs = nullptr) {
   const hid_t fapl = CUBELM_HDF5_ID(H5Pcreate(H5P_FILE_ACCESS));
   if (one_writer != nullptr)
-    direct::use_driver(fapl, one_writer);
+    direct::use_driver(fapl, one_writer, slabs);
   else
     CUBELM_HDF5_CHECK(H5Pset_fapl_mpio(fapl, comm.raw(), MPI_INFO_NULL));
   return fapl;
@@ -443,9 +444,11 @@ CheckpointWriter::CheckpointWriter(const std::string& path, const comm::Communic
 
   one_writer_ = writers == Writers::one || comm_.size() == 1;
   if (holds_file()) {
-    if (one_writer_)
+    if (one_writer_) {
       failure_ = std::make_unique<direct::Failure>();
-    Hid fapl(file_access(comm_, failure_.get()), H5Pclose);
+      slabs_ = std::make_unique<direct::Slabs>();
+    }
+    Hid fapl(file_access(comm_, failure_.get(), slabs_.get()), H5Pclose);
     // Metadata written collectively scales better than rank 0 writing it alone.
     if (!one_writer_)
       CUBELM_HDF5_CHECK(H5Pset_coll_metadata_write(fapl, 1));
@@ -465,6 +468,8 @@ CheckpointWriter::~CheckpointWriter() {
 }
 
 void CheckpointWriter::release() noexcept {
+  if (slabs_) // the driver's thread reads the slabs until it has written them
+    slabs_->settle();
   if (sync_fd_ >= 0)
     ::close(sync_fd_);
   sync_fd_ = -1;

@@ -1,14 +1,18 @@
 // The one writer's HDF5 file driver (checkpoint_direct.hpp). HDF5 lays the file out and
 // writes its metadata through this driver as through its POSIX one; the whole blocks of
-// each chunk it writes are copied into a buffer and written with O_DIRECT by the file's
-// own thread, while the writer assembles the next chunks. Through the page cache, one
-// process copies every byte into the cache and then waits for writeback, which alone
-// streams far below what the device takes (docs/training.md, "Checkpoint speed").
+// each chunk it writes go to the file's own thread, which writes them with O_DIRECT while
+// the writer assembles the next chunks: from the writer's slab where it lends them
+// (Slabs), otherwise from a copy. Through the page cache, one process copies every byte
+// into the cache and then waits for writeback, which alone streams far below what the
+// device takes (docs/training.md, "Checkpoint speed").
 //
-// Ordering: a direct write never shares a block with anything else (chunks start on a
-// block boundary, their last partial block goes through the page cache); a read, or a
-// write through the cache that overlaps a direct write in flight, first waits for the
-// writes in flight, and so do flush, truncate and close.
+// Ordering: every write goes through the thread, in the order HDF5 made them: the whole
+// blocks of a chunk (which starts on a block boundary) with O_DIRECT, then the rest of it,
+// and everything smaller (metadata, small tensors), through the page cache. From the
+// writer a write through the page cache would wait for the file's inode lock, which a
+// direct write in flight holds; from the thread, the writer never touches the file while
+// it assembles chunks. A read waits for the writes in flight, and so do flush, truncate
+// and close.
 //
 // Failures: the first failed write goes to the file's Failure, and from then on the file
 // is lost: later writes are dropped and flush, truncate and close succeed, so that HDF5
@@ -85,9 +89,9 @@ std::string write_failed(std::size_t bytes, std::uint64_t offset, const std::str
 // The thread that writes the queued blocks, and the buffers they are copied into.
 class DirectQueue {
 public:
-  DirectQueue(int direct_fd, int cached_fd, std::string path, Failure* failure)
+  DirectQueue(int direct_fd, int cached_fd, std::string path, Failure* failure, Slabs* slabs)
       : direct_fd_(direct_fd), cached_fd_(cached_fd), path_(std::move(path)), failure_(failure),
-        thread_([this] { run(); }) {}
+        slabs_(slabs), thread_([this] { run(); }) {}
 
   ~DirectQueue() {
     {
@@ -101,31 +105,28 @@ public:
   DirectQueue(const DirectQueue&) = delete;
   DirectQueue& operator=(const DirectQueue&) = delete;
 
-  // Copies `bytes` (a multiple of kAlignment) into a free buffer, waiting for one, and
-  // queues its write at `offset`.
-  void push(std::uint64_t offset, const void* data, std::size_t bytes) {
+  // Queues the write of `size` bytes at `offset`: the first `bytes` (a multiple of
+  // kAlignment, or none) directly, copied into a free buffer (waiting for one), or, with
+  // `slab` >= 0, from the slab, which holds them until the thread has written them (Slabs);
+  // the rest, copied, through the page cache after them.
+  void push(std::uint64_t offset, const void* data, std::size_t bytes, std::size_t size, int slab) {
+    const char* from = static_cast<const char*>(data);
+    Job job{offset, bytes, Buffer{}, nullptr, slab, std::vector<char>(from + bytes, from + size)};
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return in_use_ < kBuffers; });
-    Job job{offset, bytes, take(bytes)};
-    ++in_use_;
-    lock.unlock();
-    std::memcpy(job.buffer.data.get(), data, bytes);
-    lock.lock();
+    if (slab >= 0) {
+      job.lent = from;
+      slabs_->queued(slab);
+    } else if (bytes > 0) {
+      done_.wait(lock, [&] { return in_use_ < kBuffers; });
+      job.buffer = take(bytes);
+      ++in_use_;
+      lock.unlock();
+      std::memcpy(job.buffer.data.get(), data, bytes);
+      lock.lock();
+    }
     queue_.push_back(std::move(job));
     lock.unlock();
     wake_.notify_all();
-  }
-
-  // Whether [offset, offset + bytes) overlaps a write queued or being written.
-  bool overlaps(std::uint64_t offset, std::size_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto hits = [&](std::uint64_t at, std::size_t n) {
-      return offset < at + n && at < offset + bytes;
-    };
-    if (writing_ && hits(writing_at_, writing_bytes_))
-      return true;
-    return std::any_of(queue_.begin(), queue_.end(),
-                       [&](const Job& j) { return hits(j.offset, j.bytes); });
   }
 
   // Waits for every queued write.
@@ -138,7 +139,10 @@ private:
   struct Job {
     std::uint64_t offset;
     std::size_t bytes;
-    Buffer buffer;
+    Buffer buffer;              // a copy of the bytes (push), or
+    const char* lent = nullptr; // the bytes in slab `slab`
+    int slab = -1;
+    std::vector<char> tail; // after them, through the page cache
   };
 
   // A free buffer of at least `bytes` (mutex held): a spare one, or a new one in place of
@@ -152,6 +156,10 @@ private:
       }
     if (!spare_.empty())
       spare_.pop_back();
+    return allocate(bytes);
+  }
+
+  static Buffer allocate(std::size_t bytes) {
     const std::size_t capacity = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     char* p = static_cast<char*>(std::aligned_alloc(kAlignment, capacity));
     if (p == nullptr)
@@ -160,10 +168,23 @@ private:
   }
 
   // Writes one block: O_DIRECT, or through the page cache on a file system that opens
-  // files O_DIRECT but refuses the writes (EINVAL), from then on. errno on failure.
+  // files O_DIRECT but refuses the writes (EINVAL), from then on. errno on failure. Lent
+  // bytes that do not start on a block boundary in memory are copied into the thread's own
+  // buffer first (O_DIRECT needs both ends aligned).
   bool write_block(const Job& job) {
     const off_t at = static_cast<off_t>(job.offset);
     const char* data = job.buffer.data.get();
+    if (job.lent != nullptr) {
+      data = job.lent;
+      if (!cached_ && reinterpret_cast<std::uintptr_t>(data) % kAlignment != 0) {
+        if (own_.capacity < job.bytes) {
+          own_ = Buffer{};
+          own_ = allocate(job.bytes);
+        }
+        std::memcpy(own_.data.get(), data, job.bytes);
+        data = own_.data.get();
+      }
+    }
     if (!cached_) {
       if (write_all(direct_fd_, data, job.bytes, at))
         return true;
@@ -183,15 +204,21 @@ private:
       Job job = std::move(queue_.front());
       queue_.pop_front();
       writing_ = true;
-      writing_at_ = job.offset;
-      writing_bytes_ = job.bytes;
       lock.unlock();
       // After a failure the file is lost: the rest is dropped.
-      if (!failure_->failed() && !write_block(job))
+      if (!failure_->failed() && job.bytes > 0 && !write_block(job))
         failure_->record(write_failed(job.bytes, job.offset, path_));
+      if (!failure_->failed() && !job.tail.empty() &&
+          !write_all(cached_fd_, job.tail.data(), job.tail.size(),
+                     static_cast<off_t>(job.offset + job.bytes)))
+        failure_->record(write_failed(job.tail.size(), job.offset + job.bytes, path_));
+      if (job.lent != nullptr)
+        slabs_->written(job.slab);
       lock.lock();
-      spare_.push_back(std::move(job.buffer));
-      --in_use_;
+      if (job.buffer.data) {
+        spare_.push_back(std::move(job.buffer));
+        --in_use_;
+      }
       writing_ = false;
       done_.notify_all();
     }
@@ -200,20 +227,21 @@ private:
   const int direct_fd_, cached_fd_;
   const std::string path_;
   Failure* const failure_;
+  Slabs* const slabs_;
+  Buffer own_; // the thread's: lent bytes not aligned in memory
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::deque<Job> queue_;
   std::vector<Buffer> spare_;
   int in_use_ = 0;
   bool writing_ = false, stop_ = false, cached_ = false;
-  std::uint64_t writing_at_ = 0;
-  std::size_t writing_bytes_ = 0;
   std::thread thread_; // last: starts once the rest is constructed
 };
 
 // What use_driver hands HDF5 for the file access property list (copied by value).
 struct DriverInfo {
   Failure* failure;
+  Slabs* slabs; // or null
 };
 
 // The driver's file: HDF5's public part first, as every driver's.
@@ -227,6 +255,7 @@ struct DirectFile {
   ino_t inode;
   std::string* path;
   Failure* failure;
+  Slabs* slabs;       // or null
   DirectQueue* queue; // null without direct_fd
 };
 
@@ -276,7 +305,9 @@ H5FD_t* open_file(const char* name, unsigned flags, hid_t fapl, haddr_t maxaddr)
   f->inode = st.st_ino;
   f->path = new std::string(name);
   f->failure = info->failure;
-  f->queue = direct_fd >= 0 ? new DirectQueue(direct_fd, fd, name, info->failure) : nullptr;
+  f->slabs = info->slabs;
+  f->queue =
+      direct_fd >= 0 ? new DirectQueue(direct_fd, fd, name, info->failure, info->slabs) : nullptr;
   return &f->pub;
 }
 
@@ -363,18 +394,19 @@ herr_t write_file(H5FD_t* file, H5FD_mem_t type, hid_t /*dxpl*/, haddr_t addr, s
   if (f->failure->failed())
     return 0; // dropped: see the top of this file
   const char* data = static_cast<const char*>(buffer);
-  std::size_t direct = 0; // the leading whole blocks of a chunk go to the queue
-  if (f->queue != nullptr && type == H5FD_MEM_DRAW && addr % kAlignment == 0 && size >= kThreshold)
-    direct = size / kAlignment * kAlignment;
-  if (direct > 0)
-    f->queue->push(addr, data, direct);
-  const std::size_t rest = size - direct;
-  if (rest > 0) {
-    if (f->queue != nullptr && f->queue->overlaps(addr + direct, rest))
-      drain(f);
-    if (!write_all(f->fd, data + direct, rest, static_cast<off_t>(addr + direct)))
-      f->failure->record(write_failed(rest, addr + direct, *f->path));
+  if (f->queue != nullptr) { // see the top of this file
+    std::size_t direct = 0;  // a chunk's leading whole blocks
+    if (type == H5FD_MEM_DRAW && addr % kAlignment == 0 && size >= kThreshold)
+      direct = size / kAlignment * kAlignment;
+    // From a slab: lent, but for its last whole block, copied with the partial one (Slabs).
+    const int slab = direct > 0 && f->slabs != nullptr ? f->slabs->holding(data, size) : -1;
+    if (slab >= 0)
+      direct -= kAlignment;
+    f->queue->push(addr, data, direct, size, slab);
+    return 0;
   }
+  if (!write_all(f->fd, data, size, static_cast<off_t>(addr)))
+    f->failure->record(write_failed(size, addr, *f->path));
   return 0;
 }
 
@@ -463,7 +495,59 @@ hid_t driver() {
 
 } // namespace
 
-void use_driver(hid_t fapl, Failure* failure) {
+float* Slabs::next(std::size_t elements) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Slab& slab = slabs_[turn_];
+  turn_ = (turn_ + 1) % kCount;
+  written_.wait(lock, [&] { return slab.in_flight == 0; });
+  if (slab.elements < elements) {
+    slab.data.reset();
+    slab.elements = 0;
+    const std::size_t bytes = (elements * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
+    auto* p = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
+    if (p == nullptr)
+      throw std::bad_alloc();
+    slab.data.reset(p);
+    slab.elements = elements;
+  }
+  return slab.data.get();
+}
+
+void Slabs::settle(int i) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  written_.wait(lock, [&] { return slabs_[i].in_flight == 0; });
+}
+
+void Slabs::settle() {
+  for (int i = 0; i < kCount; ++i)
+    settle(i);
+}
+
+int Slabs::holding(const void* data, std::size_t bytes) const {
+  const auto at = reinterpret_cast<std::uintptr_t>(data);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int i = 0; i < kCount; ++i) {
+    const auto base = reinterpret_cast<std::uintptr_t>(slabs_[i].data.get());
+    if (base != 0 && at >= base && at + bytes <= base + slabs_[i].elements * sizeof(float))
+      return i;
+  }
+  return -1;
+}
+
+void Slabs::queued(int i) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++slabs_[i].in_flight;
+}
+
+void Slabs::written(int i) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --slabs_[i].in_flight;
+  }
+  written_.notify_all();
+}
+
+void use_driver(hid_t fapl, Failure* failure, Slabs* slabs) {
   hid_t id;
   {
     QuietHdf5 quiet; // a refusal is reported below
@@ -485,7 +569,7 @@ void use_driver(hid_t fapl, Failure* failure) {
     });
     CUBELM_HDF5_CHECK(H5Pset_fapl_sec2(fapl));
   } else {
-    const DriverInfo info{failure};
+    const DriverInfo info{failure, slabs};
     CUBELM_HDF5_CHECK(H5Pset_driver(fapl, id, &info));
   }
   CUBELM_HDF5_CHECK(H5Pset_alignment(fapl, kThreshold, kAlignment));
@@ -494,7 +578,7 @@ void use_driver(hid_t fapl, Failure* failure) {
 std::uint64_t buffer_bytes(std::uint64_t largest_chunk) {
   if (largest_chunk < kThreshold)
     return 0;
-  return kBuffers * ((largest_chunk + kAlignment - 1) / kAlignment * kAlignment);
+  return (kBuffers + 1) * ((largest_chunk + kAlignment - 1) / kAlignment * kAlignment);
 }
 
 } // namespace cubelm::io::direct

@@ -4,7 +4,11 @@
 
 #include <hdf5.h>
 
+#include <condition_variable>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -17,8 +21,9 @@ namespace cubelm::io::direct {
 constexpr std::uint64_t kAlignment = 4096;
 constexpr std::uint64_t kThreshold = 64 * 1024;
 
-/// Buffers a file holds for the writes in flight: the thread writes one while the next are
-/// filled.
+/// Buffers a file holds for the copies of chunks in flight that are not lent (Slabs): the
+/// thread writes one while the next are filled. The thread has one more of its own, for
+/// lent chunks that do not start on a block boundary in memory.
 constexpr int kBuffers = 3;
 
 /// The first write to a file that failed, as the driver met it: "cannot write <n> bytes at
@@ -48,11 +53,58 @@ private:
   std::string first_;
 };
 
+/// The one writer's two slabs (checkpoint_writer_one.cpp): block-aligned memory it lends
+/// the driver. A chunk written from a slab is queued without a copy, and the driver's
+/// thread writes its whole blocks from the slab (copying them into a buffer of its own
+/// only where the chunk does not start on a block boundary in memory), except the last
+/// whole block, which the write puts through the page cache with the partial one before it
+/// returns. So the writer may change a chunk's last 4 KiB once its write has returned (as
+/// write_chunks does, putting back the element the checksum borrowed), and nothing else
+/// of a slab until the driver has written it: next() and settle() wait for that.
+class Slabs {
+public:
+  static constexpr int kCount = 3;
+
+  Slabs() = default;
+  ~Slabs() { settle(); }
+  Slabs(const Slabs&) = delete;
+  Slabs& operator=(const Slabs&) = delete;
+
+  /// The next slab in turn (they alternate across tensors, so that one is written while
+  /// the next arrives), of at least `elements` floats, once nothing queued from it is left
+  /// to write (after growing, what it held is gone).
+  float* next(std::size_t elements);
+  /// Waits until no write from slab i (from any slab, without i) is queued or in flight.
+  void settle(int i);
+  void settle();
+
+  // For the driver: the slab that holds [data, data + bytes), or -1; a write from slab i
+  // queued and done.
+  int holding(const void* data, std::size_t bytes) const;
+  void queued(int i);
+  void written(int i);
+
+private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  struct Slab {
+    std::unique_ptr<float, Free> data;
+    std::size_t elements = 0;
+    int in_flight = 0;
+  };
+  mutable std::mutex mutex_;
+  std::condition_variable written_;
+  Slab slabs_[kCount];
+  int turn_ = 0; // the slab next() gives
+};
+
 /// Makes `fapl` open files with the direct driver, aligned as above, its failures going to
-/// `failure` (which outlives the files). Where the file system refuses O_DIRECT (tmpfs,
-/// some network file systems), the driver writes everything through the page cache, as
-/// HDF5's POSIX driver does.
-void use_driver(hid_t fapl, Failure* failure);
+/// `failure` and the chunks written from `slabs` (if any) lent rather than copied (both
+/// outlive the files). Where the file system refuses O_DIRECT (tmpfs, some network file
+/// systems), the driver writes everything through the page cache, as HDF5's POSIX driver
+/// does.
+void use_driver(hid_t fapl, Failure* failure, Slabs* slabs = nullptr);
 
 /// Host memory the driver holds while a file is open whose largest chunk is
 /// `largest_chunk` bytes.

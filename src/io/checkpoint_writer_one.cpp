@@ -23,14 +23,13 @@
 #include <vector>
 
 namespace cubelm::io {
-
 using chunking::to_hsize;
 
 namespace {
 
 // The one writer assembles each tensor in slabs of whole chunk rows, at most
-// kSlabElements (64 MiB of float32) unless one chunk is larger, and posts the receives of
-// the next slab before it writes one.
+// kSlabElements (64 MiB of float32) unless one chunk is larger, in two slabs that it
+// lends the driver: one is written while the next arrives.
 constexpr std::uint64_t kSlabElements = std::uint64_t(1) << 24;
 constexpr int kGatherTag = 7411;
 
@@ -72,20 +71,25 @@ std::uint64_t writer_buffer_bytes(const std::vector<std::vector<std::uint64_t>>&
                                   Writers writers, int ranks) {
   if (writers != Writers::one && ranks > 1)
     return 0;
-  std::uint64_t most = 0, chunk = 0;
+  const auto blocks = [](std::uint64_t bytes) {
+    return (bytes + direct::kAlignment - 1) / direct::kAlignment * direct::kAlignment;
+  };
+  std::uint64_t slab = 0, staging = 0, chunk = 0;
   for (const auto& shape : shapes) {
     const auto dims = to_hsize(shape);
     if (dims.empty() || dims[0] == 0)
       continue;
-    const std::uint64_t rows = slab_rows(dims);
-    // The slabs, and as many staging buffers for the blocks of columns of other ranks.
-    const std::uint64_t buffers = (rows < dims[0] ? 2 : 1) * (ranks > 1 ? 2 : 1);
-    most = std::max(most, buffers * slab_elements_held(dims) * sizeof(float));
+    const std::uint64_t held = slab_elements_held(dims) * sizeof(float);
+    // The slabs take turns across tensors, so each grows to the largest; the staging
+    // buffers for the blocks of columns of other ranks: one per slab of a tensor, up to two.
+    slab = std::max(slab, blocks(held));
+    if (ranks > 1)
+      staging = std::max(staging, (slab_rows(dims) < dims[0] ? 2 : 1) * held);
     // A chunk as write_chunks hands it to the driver: its elements and the checksum.
     chunk =
         std::max<std::uint64_t>(chunk, chunking::chunk_of(dims)[0] * row_elements(dims) * 4 + 4);
   }
-  return most + direct::buffer_bytes(chunk);
+  return direct::Slabs::kCount * slab + staging + direct::buffer_bytes(chunk);
 }
 
 namespace {
@@ -97,18 +101,19 @@ namespace {
 // spare element after the last), which is put back after the write.
 // Returns why a chunk could not be written (HDF5's innermost message: the driver's, which
 // names the file and the system's error), or "".
+// The slab is lent to the driver (direct::Slabs): a chunk's bytes stay as they are once
+// handed over, but for its last block.
 std::string write_chunks(hid_t dset, const std::vector<hsize_t>& dims, std::uint64_t first,
-                         std::uint64_t end, std::vector<float>& slab) {
+                         std::uint64_t end, float* slab, std::uint64_t held) {
   const std::uint64_t chunk_rows = chunking::chunk_of(dims)[0];
   const std::uint64_t chunk = chunk_rows * row_elements(dims); // elements
   const std::uint64_t chunks = (end - first + chunk_rows - 1) / chunk_rows;
   const std::uint64_t filled = (end - first) * row_elements(dims);
-  CUBELM_ASSERT(slab.size() >= chunks * chunk + 1, "checkpoint slab buffer too small");
-  std::fill(slab.begin() + static_cast<std::ptrdiff_t>(filled),
-            slab.begin() + static_cast<std::ptrdiff_t>(chunks * chunk), 0.0f);
+  CUBELM_ASSERT(held >= chunks * chunk + 1, "checkpoint slab buffer too small");
+  std::fill(slab + filled, slab + chunks * chunk, 0.0f);
   std::vector<hsize_t> offset(dims.size(), 0);
   for (std::uint64_t c = 0; c < chunks; ++c) {
-    float* const at = slab.data() + c * chunk;
+    float* const at = slab + c * chunk;
     const std::size_t bytes = static_cast<std::size_t>(chunk) * sizeof(float);
     const std::uint32_t sum = chunking::fletcher32(at, bytes);
     unsigned char stored[4] = {
@@ -133,9 +138,9 @@ std::string write_chunks(hid_t dset, const std::vector<hsize_t>& dims, std::uint
 } // namespace
 
 // The one writer: every rank sends the first rank the rows of its block that fall in each
-// slab of the tensor, in slab order; the first rank places them with an MPI subarray type
-// (so a block of columns lands in its columns), posts the receives of slab k + 1 before it
-// writes slab k, and so writes each chunk whole, once.
+// slab of the tensor, in slab order; the first rank receives them in place (a block of
+// whole rows) or staged and placed into their columns, hands slab k's chunks to the driver
+// and posts the receives of slab k + 1, and so writes each chunk whole, once.
 void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::uint64_t>& shape,
                                       const Block& block, const float* data,
                                       const std::vector<std::uint64_t>& blocks) {
@@ -192,12 +197,9 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   for (int q = 0; q < ranks; ++q)
     columns = columns || !whole_rows(blocks.data() + static_cast<std::size_t>(q) * stride);
   for (int i = 0; i < 2; ++i)
-    if (i == 0 || slabs > 1) {
-      if (slabs_[i].size() < held)
-        slabs_[i].resize(held);
-      if (columns && staging_[i].size() < held)
-        staging_[i].resize(held);
-    }
+    if ((i == 0 || slabs > 1) && columns && staging_[i].size() < held)
+      staging_[i].resize(held);
+  float* slab_of[2] = {nullptr, nullptr}; // slab k's memory is slab_of[k % 2]
   struct Staged {
     std::uint64_t at;       // in the staging buffer
     const std::uint64_t* b; // the block
@@ -225,8 +227,10 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   };
   std::vector<MPI_Request> requests[2];
   std::vector<Staged> staged[2];
-  // Posts the receives of slab k into its buffers and copies the writer's own rows.
+  // Posts the receives of slab k into its buffers and copies the writer's own rows, once
+  // the driver has written what it held before (slab k - 2, or another tensor's).
   const auto post = [&](std::uint64_t k) {
+    float* const slab = slab_of[k % 2] = slabs_->next(held);
     auto& pending = requests[k % 2];
     const std::uint64_t first = k * rows;
     std::uint64_t at = 0;
@@ -241,13 +245,13 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
       if (lo == hi)
         continue;
       const int n = int_count((hi - lo) * row);
-      float* into = slabs_[k % 2].data() + (lo - first) * row;
+      float* into = slab + (lo - first) * row;
       if (q == comm_.rank()) { // the writer's own rows: copied, not sent
         const float* from = data + (lo - block.offset[0]) * block_row;
         if (whole_rows(b))
           std::memcpy(into, from, (hi - lo) * row * sizeof(float));
         else
-          place(from, b, lo, hi, first, slabs_[k % 2].data());
+          place(from, b, lo, hi, first, slab);
         continue;
       }
       if (!whole_rows(b)) {
@@ -259,23 +263,24 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
       CUBELM_MPI_CHECK(MPI_Irecv(into, n, MPI_FLOAT, q, kGatherTag, comm_.raw(), &pending.back()));
     }
   };
+  // Slab k + 1 is posted once slab k is handed to the driver, whose thread writes it while
+  // slab k + 1 arrives (into the memory of slab k - 1, written meanwhile). The receives
+  // need not be posted earlier: MPI copies a large message when the writer waits for it.
   if (slabs > 0)
     post(0);
   for (std::uint64_t k = 0; k < slabs; ++k) {
-    if (k + 1 < slabs)
-      post(k + 1);
     auto& pending = requests[k % 2];
     wait_all(pending);
     pending.clear();
     for (const Staged& piece : staged[k % 2])
       place(staging_[k % 2].data() + piece.at, piece.b, piece.lo, piece.hi, k * rows,
-            slabs_[k % 2].data());
+            slab_of[k % 2]);
     staged[k % 2].clear();
     // After a failure the slabs still arrive (the senders do not know yet) but go nowhere.
     if (!failure_->failed())
       if (const std::string problem =
               write_chunks(dset, dims, k * rows, std::min<std::uint64_t>(dims[0], (k + 1) * rows),
-                           slabs_[k % 2]);
+                           slab_of[k % 2], held);
           !problem.empty())
         failure_->record(problem);
     // Start writing the slab's pages in the page cache to storage now, while the next slab
@@ -284,6 +289,8 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
     // what keeps the device busy.
     if (sync_fd_ >= 0)
       ::sync_file_range(sync_fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+    if (k + 1 < slabs)
+      post(k + 1);
   }
 }
 

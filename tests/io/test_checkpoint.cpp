@@ -111,7 +111,16 @@ std::vector<float> fill2(const Block& block, float (*f)(std::uint64_t, std::uint
   return v;
 }
 
+std::vector<float> fill1(const Block& block) {
+  std::vector<float> v;
+  for (std::uint64_t k = 0; k < block.count[0]; ++k)
+    v.push_back(vector_value(block.offset[0] + k));
+  return v;
+}
+
 const Shape matrix_shape{7, 5}, vector_shape{13}, replica_shape{3, 4}, cube_shape{2, 3, 4};
+// One chunk whose bytes and checksum fill 64 KiB exactly.
+const Shape kBlockChunk{16383};
 
 // Writes the test tensors with `comm`: the matrix by uneven rows, the vector
 // by the last rank alone, the replicated tensor by rank 0 only, the 3-D
@@ -123,9 +132,7 @@ void write_tensors(CheckpointWriter& w, const comm::Communicator& comm) {
   const std::vector<float> mine = fill2(rows, matrix_value);
   w.write("/model/wte", matrix_shape, rows, mine.data());
 
-  std::vector<float> vec;
-  for (std::uint64_t k = 0; k < vector_shape[0]; ++k)
-    vec.push_back(vector_value(k));
+  const std::vector<float> vec = fill1(Block::whole(vector_shape));
   w.write("/model/ln_f/gamma", vector_shape,
           r == p - 1 ? Block::whole(vector_shape) : Block::none(), vec.data());
 
@@ -617,9 +624,11 @@ TEST(Checkpoint, OneWriterWritesWhatEveryRankHolds) {
 }
 
 // A tensor of three chunks of 700 rows (the last one a row short, which HDF5 stores padded),
-// written under Writers::one in slabs of one chunk
-// (the test hook), by blocks of rows and columns whose edges cross the slabs': each rank
-// sends the first rank its rows of each slab, which places them by column.
+// written under Writers::one in slabs of one chunk (the test hook), by blocks of rows and
+// columns whose edges cross the slabs': each rank sends the first rank its rows of each
+// slab, which places them by column. And in one slab of three chunks, the second and third
+// of which do not start on a 4 KiB boundary in the slab, so that the driver's thread copies
+// them before it writes them.
 TEST(Checkpoint, OneWriterAssemblesSlabsFromBlocksOfRowsAndColumns) {
   const auto world = comm::Communicator::world();
   const int r = world.rank(), p = world.size();
@@ -637,30 +646,43 @@ TEST(Checkpoint, OneWriterAssemblesSlabsFromBlocksOfRowsAndColumns) {
   for (std::uint64_t i = 0; i < block.count[0]; ++i)
     for (std::uint64_t j = 0; j < block.count[1]; ++j)
       mine.push_back(value(block.offset[0] + i, block.offset[1] + j));
-  TempPath file(world);
-  ASSERT_EQ(setenv("CUBELM_TEST_SLAB_ELEMENTS", "1", 1), 0);
-  {
-    CheckpointWriter w(file.str(), world, Writers::one);
-    w.write("/model/wte", shape, block, mine.data());
-    // A tensor of one slab after it, with the same messages' tag.
-    const Block rows = Block::rows(matrix_shape, uneven(7, r, p).first, uneven(7, r, p).second);
-    const std::vector<float> few = fill2(rows, matrix_value);
-    w.write("/model/wpe", matrix_shape, rows, few.data());
-    w.close();
+  for (const bool one_chunk_slabs : {true, false}) {
+    SCOPED_TRACE(one_chunk_slabs ? "slabs of one chunk" : "one slab of three chunks");
+    TempPath file(world);
+    if (one_chunk_slabs)
+      ASSERT_EQ(setenv("CUBELM_TEST_SLAB_ELEMENTS", "1", 1), 0);
+    {
+      CheckpointWriter w(file.str(), world, Writers::one);
+      w.write("/model/wte", shape, block, mine.data());
+      // A tensor of one slab after it, with the same messages' tag.
+      const Block rows = Block::rows(matrix_shape, uneven(7, r, p).first, uneven(7, r, p).second);
+      const std::vector<float> few = fill2(rows, matrix_value);
+      w.write("/model/wpe", matrix_shape, rows, few.data());
+      // A chunk of 64 KiB with its checksum, 4 bytes short of 64 KiB without: the checksum
+      // ends the chunk's last whole block, which the driver copies rather than borrows
+      // (the writer puts back the element the checksum borrowed as soon as HDF5 returns).
+      const auto [v0, v1] = uneven(kBlockChunk[0], r, p);
+      const std::vector<float> line = fill1(Block{{v0}, {v1 - v0}});
+      w.write("/model/line", kBlockChunk, Block{{v0}, {v1 - v0}}, line.data());
+      w.close();
+    }
+    ASSERT_EQ(unsetenv("CUBELM_TEST_SLAB_ELEMENTS"), 0);
+    CheckpointReader rd(file.str(), world);
+    std::vector<float> all(2099 * 1000);
+    rd.read("/model/wte", Block::whole(shape), all.data());
+    int wrong = 0;
+    for (std::uint64_t i = 0; i < shape[0]; ++i)
+      for (std::uint64_t j = 0; j < shape[1]; ++j)
+        wrong += all[i * shape[1] + j] != value(i, j);
+    EXPECT_EQ(wrong, 0);
+    std::vector<float> small(35);
+    rd.read("/model/wpe", Block::whole(matrix_shape), small.data());
+    EXPECT_EQ(small, fill2(Block::whole(matrix_shape), matrix_value));
+    std::vector<float> line(kBlockChunk[0]);
+    rd.read("/model/line", Block::whole(kBlockChunk), line.data());
+    EXPECT_EQ(line, fill1(Block::whole(kBlockChunk)));
+    EXPECT_EQ(verify_checkpoint(file.str(), world).problem, "");
   }
-  ASSERT_EQ(unsetenv("CUBELM_TEST_SLAB_ELEMENTS"), 0);
-  CheckpointReader rd(file.str(), world);
-  std::vector<float> all(2099 * 1000);
-  rd.read("/model/wte", Block::whole(shape), all.data());
-  int wrong = 0;
-  for (std::uint64_t i = 0; i < shape[0]; ++i)
-    for (std::uint64_t j = 0; j < shape[1]; ++j)
-      wrong += all[i * shape[1] + j] != value(i, j);
-  EXPECT_EQ(wrong, 0);
-  std::vector<float> small(35);
-  rd.read("/model/wpe", Block::whole(matrix_shape), small.data());
-  EXPECT_EQ(small, fill2(Block::whole(matrix_shape), matrix_value));
-  EXPECT_EQ(verify_checkpoint(file.str(), world).problem, "");
 }
 
 // The tensor of the one writer's driver tests: 8 MiB, two chunks of 4 MiB, and this
@@ -801,25 +823,28 @@ TEST(Checkpoint, OneWriterThatCannotWriteFailsOnEveryRank) {
   EXPECT_EQ(verify_checkpoint(file.str(), world).problem, "");
 }
 
-// The first rank's slabs: two of at most 64 MiB for a tensor of several, one for a tensor
-// of one, each of whole chunks and one element for the last chunk's checksum; on more than
-// one rank as many staging buffers; the file driver's buffers; nothing under Writers::all
-// on more than one rank (a single rank always writes alone).
-TEST(Checkpoint, OneWritersBuffersAreSlabsStagingAndThreeChunks) {
-  // The file driver's buffers: three of the largest chunk with its checksum, in whole
-  // 4 KiB blocks; none for chunks under 64 KiB, which it writes through the page cache.
-  const auto driver = [](std::uint64_t chunk_bytes) {
-    return 3 * ((chunk_bytes + 4 + 4095) / 4096 * 4096);
-  };
+// The first rank's slabs: three of at most 64 MiB, which take turns across tensors (each
+// as large as the largest tensor's slab, in whole 4 KiB blocks), of whole chunks and one
+// element for the last chunk's checksum; on more than one rank, staging buffers (two for a
+// tensor of several slabs, one for a tensor of one); the file driver's buffers; nothing
+// under Writers::all on more than one rank (a single rank always writes alone).
+TEST(Checkpoint, OneWritersBuffersAreSlabsStagingAndDriverChunks) {
+  const auto blocks = [](std::uint64_t bytes) { return (bytes + 4095) / 4096 * 4096; };
+  // The file driver's buffers: four of the largest chunk with its checksum (three for
+  // copies, one of its thread's); none for chunks under 64 KiB, which it writes through the
+  // page cache.
+  const auto driver = [&](std::uint64_t chunk_bytes) { return 4 * blocks(chunk_bytes + 4); };
   // [50257, 768]: 37 chunks of 1359 rows (4 MiB); a slab of 16 chunks.
   const std::vector<std::vector<std::uint64_t>> gpt2 = {{50257, 768}, {768}};
   const std::uint64_t slab = (16 * 1359 * 768 + 1) * 4;
-  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 8), 4 * slab + driver(1359 * 768 * 4));
-  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 1), 2 * slab + driver(1359 * 768 * 4));
+  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 8),
+            3 * blocks(slab) + 2 * slab + driver(1359 * 768 * 4));
+  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 1), 3 * blocks(slab) + driver(1359 * 768 * 4));
   // [2099, 1000]: chunks of 700 rows; one slab of three chunks, the last one padded.
+  const std::uint64_t one = (2100ull * 1000 + 1) * 4;
   EXPECT_EQ(writer_buffer_bytes({{2099, 1000}}, Writers::one, 8),
-            2 * (2100ull * 1000 + 1) * 4 + driver(700 * 1000 * 4));
-  EXPECT_EQ(writer_buffer_bytes({{7, 5}}, Writers::one, 8), 2 * (7ull * 5 + 1) * 4);
+            3 * blocks(one) + one + driver(700 * 1000 * 4));
+  EXPECT_EQ(writer_buffer_bytes({{7, 5}}, Writers::one, 8), 3 * 4096 + (7ull * 5 + 1) * 4);
   EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::all, 8), 0u);
   EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::all, 1), writer_buffer_bytes(gpt2, Writers::one, 1));
 }

@@ -42,7 +42,8 @@ namespace cubelm::io {
 
 namespace direct {
 class Failure; // the one writer's file driver (src/io/checkpoint_direct.hpp)
-}
+class Slabs;
+} // namespace direct
 
 /// \brief The value of the root attribute "format" of every cubelm checkpoint.
 inline constexpr const char* checkpoint_format = "cubelm-checkpoint";
@@ -179,8 +180,10 @@ private:
   std::unique_ptr<direct::Failure> failure_;
   std::int64_t file_ = -1; // hid_t (kept out of this header so it need not include hdf5.h)
   std::int64_t dxpl_ = -1;
-  int sync_fd_ = -1;              // one_writer_: the file, for sync_file_range
-  std::vector<float> slabs_[2];   // one_writer_: the slab being written and the one arriving
+  int sync_fd_ = -1; // one_writer_: the file, for sync_file_range
+  /// one_writer_, the first rank: the slab being written and the one arriving, lent to the
+  /// driver
+  std::unique_ptr<direct::Slabs> slabs_;
   std::vector<float> staging_[2]; // one_writer_: their blocks of columns, as they arrive
   bool closed_ = false;
 };
