@@ -497,9 +497,17 @@ hid_t driver() {
 
 float* Slabs::next(std::size_t elements) {
   std::unique_lock<std::mutex> lock(mutex_);
-  Slab& slab = slabs_[turn_];
-  turn_ = (turn_ + 1) % kCount;
-  written_.wait(lock, [&] { return slab.in_flight == 0; });
+  // The first free slab from turn_ on (the driver frees them in the order it was lent
+  // them): a slab that lent nothing (a tensor of small chunks) is free again at once.
+  int free = -1;
+  written_.wait(lock, [&] {
+    for (int k = 0; k < kCount && free < 0; ++k)
+      if (slabs_[(turn_ + k) % kCount].in_flight == 0)
+        free = (turn_ + k) % kCount;
+    return free >= 0;
+  });
+  Slab& slab = slabs_[free];
+  turn_ = (free + 1) % kCount;
   if (slab.elements < elements) {
     slab.data.reset();
     slab.elements = 0;

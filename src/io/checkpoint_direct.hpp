@@ -70,9 +70,9 @@ public:
   Slabs(const Slabs&) = delete;
   Slabs& operator=(const Slabs&) = delete;
 
-  /// The next slab in turn (they alternate across tensors, so that one is written while
-  /// the next arrives), of at least `elements` floats, once nothing queued from it is left
-  /// to write (after growing, what it held is gone).
+  /// The next free slab in turn (they take turns across tensors, so that some are written
+  /// while the next arrives), waiting for the oldest if none is free, of at least `elements`
+  /// floats (after growing, what it held is gone).
   float* next(std::size_t elements);
   /// Waits until no write from slab i (from any slab, without i) is queued or in flight.
   void settle(int i);
