@@ -1,5 +1,6 @@
 #include "cubelm/train/data_parallel.hpp"
 
+#include "cubelm/comm/batch.hpp"
 #include "cubelm/core/error.hpp"
 #include "cubelm/cost/buckets.hpp"
 #include "cubelm/cost/shape.hpp"
@@ -263,19 +264,30 @@ std::vector<Vec<real>> DataParallel::moments(int which) const {
         any ? Vec<real>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::moments_gathered"),
                         values_.extent(0))
             : Vec<real>();
+    // Every bucket's transfers posted at once and waited for together: one after the other,
+    // each receive waited for its sender to be scheduled (0.5 s of a 3 s save of GPT-2 124M
+    // on 8 ranks sharing 2 cores).
+    std::vector<comm::Request> gathering;
     for (const auto& b : buckets_) {
       const std::int64_t piece = b.size / b.shards;
       const Vec<real> own = range(mine, b.moment_first, piece);
       if (b.shards <= 1) {
         Kokkos::deep_copy(exec, range(full, b.first, b.size), own);
-      } else if (b.group->rank() == 0) {
+        continue;
+      }
+      comm::Batch batch(*b.group, comm::Matching::in_order);
+      if (b.group->rank() == 0) {
         Kokkos::deep_copy(exec, range(full, b.first, piece), own);
         for (int r = 1; r < b.shards; ++r)
-          b.group->recv(exec, range(full, b.first + r * piece, piece), r);
+          batch.recv(range(full, b.first + r * piece, piece), r);
       } else {
-        b.group->send(exec, own, 0);
+        batch.send(own, 0);
       }
+      for (comm::Request& request : batch.post(exec))
+        gathering.push_back(std::move(request));
     }
+    for (comm::Request& request : gathering)
+      request.wait();
   }
   // Views into them, no copy: a checkpoint reads them at once (and a snapshot copies them
   // once, into its own buffers). A parameter whose bucket went to another rank: empty.
