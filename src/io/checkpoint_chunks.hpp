@@ -20,8 +20,9 @@ inline std::vector<hsize_t> to_hsize(const std::vector<std::uint64_t>& v) {
 std::vector<hsize_t> chunk_of(const std::vector<hsize_t>& dims);
 
 /// HDF5's Fletcher32 checksum of `bytes` bytes (an even number), bit for bit the value its
-/// filter stores after a chunk (little-endian), for chunks written directly.
-std::uint32_t fletcher32(const void* data, std::size_t bytes);
+/// filter stores after a chunk (little-endian), for chunks written directly. With AVX2 16
+/// words at a time where the processor has it, unless `vector` is false (the same value).
+std::uint32_t fletcher32(const void* data, std::size_t bytes, bool vector = true);
 
 } // namespace cubelm::io::chunking
 

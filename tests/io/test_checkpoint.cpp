@@ -10,6 +10,7 @@
 #include "cubelm/core/error.hpp"
 #include "cubelm/io/checkpoint.hpp"
 
+#include "checkpoint_chunks.hpp"
 #include "test_helpers.hpp"
 
 #include <fcntl.h>
@@ -28,6 +29,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -821,6 +823,43 @@ TEST(Checkpoint, OneWriterThatCannotWriteFailsOnEveryRank) {
     w.close();
   }
   EXPECT_EQ(verify_checkpoint(file.str(), world).problem, "");
+}
+
+// HDF5's Fletcher32 as its filter computes it, word by word, folding every 360 words.
+std::uint32_t hdf5_fletcher32(const std::vector<std::uint8_t>& bytes) {
+  std::uint32_t sum1 = 0, sum2 = 0;
+  std::size_t words = bytes.size() / 2, at = 0;
+  while (words > 0) {
+    std::size_t n = std::min<std::size_t>(words, 360);
+    words -= n;
+    for (; n > 0; --n, at += 2) {
+      sum1 += (std::uint32_t(bytes[at]) << 8) | bytes[at + 1];
+      sum2 += sum1;
+    }
+    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  }
+  sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+  sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  return (sum2 << 16) | sum1;
+}
+
+// The one writer's checksum, vectorized and not, is HDF5's for every length around the
+// 16-word groups and the 360-word folds, on random bytes and on all-ones (the largest sums).
+TEST(Checkpoint, WritersFletcher32IsHdf5s) {
+  std::mt19937 random(29);
+  for (const std::size_t bytes :
+       {std::size_t{0}, std::size_t{2}, std::size_t{30}, std::size_t{32}, std::size_t{34},
+        std::size_t{718}, std::size_t{720}, std::size_t{722}, std::size_t{1442}, std::size_t{4096},
+        std::size_t{(1 << 22) + 4}})
+    for (const bool ones : {false, true}) {
+      std::vector<std::uint8_t> data(bytes);
+      for (auto& b : data)
+        b = ones ? 0xff : static_cast<std::uint8_t>(random());
+      const std::uint32_t want = hdf5_fletcher32(data);
+      EXPECT_EQ(chunking::fletcher32(data.data(), bytes), want) << bytes << " bytes";
+      EXPECT_EQ(chunking::fletcher32(data.data(), bytes, false), want) << bytes << " bytes";
+    }
 }
 
 // The first rank's slabs: three of at most 64 MiB, which take turns across tensors (each
