@@ -695,6 +695,14 @@ Block rows_of_eight_mib(const comm::Communicator& world) {
   const auto [r0, r1] = even(kEightMiB[0], world.rank(), world.size());
   return Block::rows(kEightMiB, r0, r1);
 }
+// This rank's `block` of tensor `name` of the checkpoint at `path`.
+std::vector<float> read_back(const std::string& path, const comm::Communicator& world,
+                             const std::string& name, const Block& block) {
+  CheckpointReader rd(path, world);
+  std::vector<float> back(static_cast<std::size_t>(block.size()));
+  rd.read(name, block, back.data());
+  return back;
+}
 } // namespace
 
 // The one writer's chunks go to storage directly (O_DIRECT) where the file system allows
@@ -745,10 +753,7 @@ TEST(Checkpoint, OneWriterWritesChunksPastThePageCache) {
     EXPECT_LT(cached, resident.size() / 10)
         << cached << " of the file's " << resident.size() << " pages are in the page cache";
   }
-  CheckpointReader rd(file.str(), world);
-  std::vector<float> back(static_cast<std::size_t>(rows.size()));
-  rd.read("/model/b", rows, back.data());
-  EXPECT_EQ(back, mine);
+  EXPECT_EQ(read_back(file.str(), world, "/model/b", rows), mine);
 }
 
 // An HDF5 that refuses cubelm's file driver (its driver interface changed): the one writer
@@ -775,10 +780,7 @@ TEST(Checkpoint, OneWriterFallsBackToHdf5sDriverWhereTheDriverIsRefused) {
               std::string::npos)
         << said;
   }
-  CheckpointReader rd(file.str(), world);
-  std::vector<float> back(static_cast<std::size_t>(rows.size()));
-  rd.read("/model/a", rows, back.data());
-  EXPECT_EQ(back, mine);
+  EXPECT_EQ(read_back(file.str(), world, "/model/a", rows), mine);
 }
 
 // A chunk the one writer cannot write (here: past the first rank's file size limit) ends
