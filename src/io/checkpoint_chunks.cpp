@@ -1,10 +1,12 @@
 // Chunk shapes and the size of a checkpoint file (CheckpointWriter stores tensors so).
 
 #include "checkpoint_chunks.hpp"
+#include "checkpoint_direct.hpp"
 
 #include "cubelm/io/checkpoint.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -32,6 +34,17 @@ std::vector<hsize_t> chunk_of(const std::vector<hsize_t>& dims) {
     const hsize_t most = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], kChunkElements / row));
     const hsize_t count = (dims[0] + most - 1) / most;
     chunk[0] = (dims[0] + count - 1) / count;
+    // Chunks of whole file blocks where a few more rows allow it, padding the last chunk
+    // by at most 1% of the tensor ([50257, 768]: 37 chunks of 1360 rows, not 1359): the
+    // one writer then finds every chunk of a tensor on a block boundary in its slab as in
+    // the file, and its driver writes them from there, not from a copy.
+    if (count > 1) {
+      const hsize_t block = direct::kAlignment / sizeof(float);
+      const hsize_t multiple = block / std::gcd(row, block);
+      const hsize_t rounded = (chunk[0] + multiple - 1) / multiple * multiple;
+      if (rounded <= most && 100 * (count * rounded - dims[0]) <= dims[0])
+        chunk[0] = rounded;
+    }
   }
   for (auto& c : chunk)
     c = std::max<hsize_t>(c, 1);

@@ -864,6 +864,32 @@ TEST(Checkpoint, WritersFletcher32IsHdf5s) {
     }
 }
 
+// Chunks of whole rows and at most 2^20 elements, as few as that allows with the rows
+// spread evenly; of whole 4 KiB blocks where rounding the rows up pads the tensor by at
+// most 1% (the one writer's driver then writes each chunk from the slab that holds it).
+TEST(Checkpoint, ChunksAreWholeBlocksWhereThePaddingIsSmall) {
+  using V = std::vector<hsize_t>;
+  EXPECT_EQ(chunking::chunk_of({50257, 768}), (V{1360, 768}));  // 1359 spread evenly
+  EXPECT_EQ(chunking::chunk_of({2304, 768}), (V{1152, 768}));   // already whole blocks
+  EXPECT_EQ(chunking::chunk_of({768, 3072}), (V{256, 3072}));   // 3 MiB
+  EXPECT_EQ(chunking::chunk_of({2099, 1000}), (V{700, 1000}));  // 768 rows would pad 10%
+  EXPECT_EQ(chunking::chunk_of({3, 700000}), (V{1, 700000}));   // no multiple fits
+  EXPECT_EQ(chunking::chunk_of({1000, 1000}), (V{1000, 1000})); // one chunk
+  EXPECT_EQ(chunking::chunk_of({7}), (V{7}));
+  for (hsize_t rows : {1000, 5000, 50257, 100003})
+    for (hsize_t row : {1, 3, 64, 96, 768, 1000, 2304, 4097}) {
+      const V chunk = chunking::chunk_of({rows, row});
+      const hsize_t most = std::min<hsize_t>(rows, (hsize_t(1) << 20) / row);
+      const hsize_t count = (rows + most - 1) / most, even = (rows + count - 1) / count;
+      EXPECT_LE(chunk[0] * row, hsize_t(1) << 20) << rows << " x " << row;
+      EXPECT_EQ((rows + chunk[0] - 1) / chunk[0], count) << rows << " x " << row;
+      EXPECT_LE(100 * (count * chunk[0] - rows), std::max(rows, 100 * (count * even - rows)))
+          << rows << " x " << row;
+      if (count > 1 && chunk[0] != even)
+        EXPECT_EQ(chunk[0] * row % 1024, 0u) << rows << " x " << row;
+    }
+}
+
 // The first rank's slabs: three of at most 64 MiB, which take turns across tensors (each
 // as large as the largest tensor's slab, in whole 4 KiB blocks), of whole chunks and one
 // element for the last chunk's checksum; on more than one rank, staging buffers (two for a
@@ -875,12 +901,12 @@ TEST(Checkpoint, OneWritersBuffersAreSlabsStagingAndDriverChunks) {
   // copies, one of its thread's); none for chunks under 64 KiB, which it writes through the
   // page cache.
   const auto driver = [&](std::uint64_t chunk_bytes) { return 4 * blocks(chunk_bytes + 4); };
-  // [50257, 768]: 37 chunks of 1359 rows (4 MiB); a slab of 16 chunks.
+  // [50257, 768]: 37 chunks of 1360 rows (4 MiB, whole 4 KiB blocks); a slab of 16 chunks.
   const std::vector<std::vector<std::uint64_t>> gpt2 = {{50257, 768}, {768}};
-  const std::uint64_t slab = (16 * 1359 * 768 + 1) * 4;
+  const std::uint64_t slab = (16 * 1360 * 768 + 1) * 4;
   EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 8),
-            3 * blocks(slab) + 2 * slab + driver(1359 * 768 * 4));
-  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 1), 3 * blocks(slab) + driver(1359 * 768 * 4));
+            3 * blocks(slab) + 2 * slab + driver(1360 * 768 * 4));
+  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 1), 3 * blocks(slab) + driver(1360 * 768 * 4));
   // [2099, 1000]: chunks of 700 rows; one slab of three chunks, the last one padded.
   const std::uint64_t one = (2100ull * 1000 + 1) * 4;
   EXPECT_EQ(writer_buffer_bytes({{2099, 1000}}, Writers::one, 8),
