@@ -388,6 +388,56 @@ std::uint64_t Block::size() const {
   return count.empty() ? 0 : product(count);
 }
 
+namespace {
+
+// Elements [first, end) of the block at `offset` with `count`, whose dimensions before d
+// are one element (a slice of it), appended to `out` as blocks in row-major order:
+// a partial slice along d, the whole slices, a partial slice.
+void run_blocks(std::vector<std::uint64_t>& offset, std::vector<std::uint64_t>& count,
+                std::size_t d, std::uint64_t first, std::uint64_t end, std::vector<Block>& out) {
+  if (first >= end)
+    return;
+  std::uint64_t inner = 1; // elements of one slice along d
+  for (std::size_t e = d + 1; e < count.size(); ++e)
+    inner *= count[e];
+  const std::uint64_t at = offset[d], n = count[d];
+  const auto slice = [&](std::uint64_t i, std::uint64_t lo, std::uint64_t hi) {
+    offset[d] = at + i;
+    count[d] = 1;
+    run_blocks(offset, count, d + 1, lo, hi, out);
+    offset[d] = at;
+    count[d] = n;
+  };
+  std::uint64_t whole = first / inner;
+  if (first % inner != 0) {
+    const std::uint64_t stop = std::min(end, (whole + 1) * inner);
+    slice(whole, first - whole * inner, stop - whole * inner);
+    if (stop == end)
+      return;
+    ++whole;
+  }
+  if (end / inner > whole) {
+    Block b{offset, count};
+    b.offset[d] = at + whole;
+    b.count[d] = end / inner - whole;
+    out.push_back(std::move(b));
+  }
+  if (end % inner != 0)
+    slice(end / inner, 0, end % inner);
+}
+
+} // namespace
+
+std::vector<Block> Block::run(std::uint64_t first, std::uint64_t count) const {
+  CUBELM_ASSERT(first + count <= size() || count == 0, "Block::run past the end of the block");
+  std::vector<Block> out;
+  if (count == 0)
+    return out;
+  std::vector<std::uint64_t> at = offset, extent = this->count;
+  run_blocks(at, extent, 0, first, first + count, out);
+  return out;
+}
+
 std::string shape_text(const std::vector<std::uint64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i)
@@ -483,6 +533,12 @@ void CheckpointWriter::release() noexcept {
 void CheckpointWriter::write(const std::string& dataset,
                              const std::vector<std::uint64_t>& global_shape, const Block& block,
                              const float* data) {
+  write(dataset, global_shape, block, 0, block.size(), data);
+}
+
+void CheckpointWriter::write(const std::string& dataset,
+                             const std::vector<std::uint64_t>& global_shape, const Block& block,
+                             std::uint64_t first, std::uint64_t count, const float* data) {
   const comm::watchdog::Scope watched(checkpoint_group(), "write");
   CUBELM_ASSERT(!closed_, "CheckpointWriter::write after close()");
   const std::string name = absolute(dataset);
@@ -494,10 +550,14 @@ void CheckpointWriter::write(const std::string& dataset,
   else if (const std::string in_the_way = holds_file() ? blocked_by(file_, name) : "";
            !in_the_way.empty())
     problem = in_the_way + " is a dataset, not a group";
-  else if (!block.empty() && data == nullptr)
+  else if (count > 0 && data == nullptr)
     problem = "rank " + std::to_string(comm_.rank()) + " passed no data for its block";
   else if (const std::string p = block_problem(block, global_shape); !p.empty())
     problem = "rank " + std::to_string(comm_.rank()) + ": " + p;
+  else if (count > 0 && (first > block.size() || count > block.size() - first))
+    problem = "rank " + std::to_string(comm_.rank()) + ": elements [" + std::to_string(first) +
+              ", " + std::to_string(first + count) + ") of a block of " +
+              std::to_string(block.size());
   // Blocks that overlap (a replica writing too) or leave a gap (nobody writing a part)
   // would go unnoticed on disk; their total size tells.
   const auto tiling = [&](std::uint64_t total) -> std::string {
@@ -517,16 +577,21 @@ void CheckpointWriter::write(const std::string& dataset,
   // whether anyone failed by itself; the problems' text travels only when there is one.
   // (Two collectives per tensor, a gather and an agreement, cost a GPT-2 124M save on 8
   // ranks sharing 2 cores about 0.2 s of 1.1.)
-  const std::size_t nd = global_shape.size(), stride = 2 * nd + 1;
+  // Each rank's entry: its block's offsets and counts, the first and the number of its
+  // elements it writes, and whether it found a problem.
+  const std::size_t nd = global_shape.size(), stride = 2 * nd + 3;
   std::vector<std::uint64_t> blocks;
   if (one_writer_) {
     std::vector<std::uint64_t> mine(stride, 0);
-    mine[2 * nd] = problem.empty() ? 0 : 1;
-    if (problem.empty() && !block.empty())
+    mine[2 * nd + 2] = problem.empty() ? 0 : 1;
+    if (problem.empty() && count > 0) {
       for (std::size_t d = 0; d < nd; ++d) {
         mine[d] = block.offset[d];
         mine[nd + d] = block.count[d];
       }
+      mine[2 * nd] = first;
+      mine[2 * nd + 1] = count;
+    }
     blocks.resize(stride * static_cast<std::size_t>(comm_.size()));
     // The other ranks wait here while the writer writes the previous tensor: asleep.
     std::vector<MPI_Request> gathered(1);
@@ -538,11 +603,8 @@ void CheckpointWriter::write(const std::string& dataset,
     bool failed = false;
     for (int q = 0; q < comm_.size(); ++q) {
       const std::uint64_t* b = blocks.data() + stride * static_cast<std::size_t>(q);
-      failed = failed || b[2 * nd] != 0;
-      std::uint64_t size = nd > 0 ? 1 : 0;
-      for (std::size_t d = 0; d < nd; ++d)
-        size *= b[nd + d];
-      total += size;
+      failed = failed || b[2 * nd + 2] != 0;
+      total += b[2 * nd + 1];
     }
     problem = failed ? comm::agree(comm_, problem) : tiling(total);
   } else {
@@ -553,7 +615,7 @@ void CheckpointWriter::write(const std::string& dataset,
   if (!problem.empty())
     throw InternalError("checkpoint " + path_ + ": " + name + ": " + problem);
   if (!one_writer_) {
-    const std::uint64_t mine = block.size();
+    const std::uint64_t mine = count;
     std::uint64_t total = 0;
     CUBELM_MPI_CHECK(MPI_Allreduce(&mine, &total, 1, MPI_UINT64_T, MPI_SUM, comm_.raw()));
     if (const std::string wrong = tiling(total); !wrong.empty())
@@ -562,7 +624,7 @@ void CheckpointWriter::write(const std::string& dataset,
 
   const auto dims = to_hsize(global_shape);
   if (!holds_file()) { // Writers::one: the first rank creates the dataset and writes our block
-    write_gathered(-1, global_shape, block, data, blocks);
+    write_gathered(-1, global_shape, first, count, data, blocks);
     return;
   }
   Hid filespace(
@@ -583,13 +645,27 @@ void CheckpointWriter::write(const std::string& dataset,
            H5Dclose);
 
   if (one_writer_) {
-    write_gathered(dset, global_shape, block, data, blocks);
+    write_gathered(dset, global_shape, first, count, data, blocks);
     return;
   }
-  Hid memspace(select(block, filespace), H5Sclose);
+  // A part of the block: the union of its runs' blocks, which HDF5 fills in the file's
+  // row-major order, the part's own.
+  const auto selected = [&]() -> hid_t {
+    if (count == 0 || count == block.size())
+      return select(count == 0 ? Block::none() : block, filespace);
+    CUBELM_HDF5_CHECK(H5Sselect_none(filespace));
+    for (const Block& b : block.run(first, count)) {
+      const auto start = to_hsize(b.offset), extent = to_hsize(b.count);
+      CUBELM_HDF5_CHECK(H5Sselect_hyperslab(filespace, H5S_SELECT_OR, start.data(), nullptr,
+                                            extent.data(), nullptr));
+    }
+    const hsize_t n = count;
+    return CUBELM_HDF5_ID(H5Screate_simple(1, &n, nullptr));
+  };
+  Hid memspace(selected(), H5Sclose);
   const float dummy = 0.0f; // HDF5 wants a buffer even when nothing is selected
   CUBELM_HDF5_CHECK(
-      H5Dwrite(dset, H5T_NATIVE_FLOAT, memspace, filespace, dxpl_, block.empty() ? &dummy : data));
+      H5Dwrite(dset, H5T_NATIVE_FLOAT, memspace, filespace, dxpl_, count == 0 ? &dummy : data));
 }
 
 void CheckpointWriter::set_attribute(const std::string& object, const std::string& name,

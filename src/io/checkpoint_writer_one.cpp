@@ -137,47 +137,52 @@ std::string write_chunks(hid_t dset, const std::vector<hsize_t>& dims, std::uint
 
 } // namespace
 
-// The one writer: every rank sends the first rank the rows of its block that fall in each
-// slab of the tensor, in slab order; the first rank receives them in place (a block of
-// whole rows) or staged and placed into their columns, hands slab k's chunks to the driver
-// and posts the receives of slab k + 1, and so writes each chunk whole, once.
+// The one writer: every rank sends the first rank its elements (its block, or a run of it)
+// that fall in each slab of the tensor, in slab order; the first rank receives them in
+// place (from a block of whole rows, whose elements are contiguous in the tensor) or staged
+// and placed into their columns, hands slab k's chunks to the driver and posts the receives
+// of slab k + 1, and so writes each chunk whole, once.
 void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::uint64_t>& shape,
-                                      const Block& block, const float* data,
+                                      std::uint64_t first, std::uint64_t count, const float* data,
                                       const std::vector<std::uint64_t>& blocks) {
   const auto dims = to_hsize(shape);
   const int nd = static_cast<int>(dims.size());
-  const std::size_t stride = 2 * static_cast<std::size_t>(nd) + 1; // as write() gathered them
+  const std::size_t stride = 2 * static_cast<std::size_t>(nd) + 3; // as write() gathered them
   const int ranks = comm_.size();
   const bool writer = comm_.rank() == 0;
   const std::uint64_t rows = slab_rows(dims);
   const std::uint64_t slabs = dims[0] == 0 ? 0 : (dims[0] + rows - 1) / rows;
-  // Rows [lo, hi) of a block at row `offset` with `count` rows that fall in slab k.
-  const auto overlap = [&](std::uint64_t offset, std::uint64_t count, std::uint64_t k) {
-    const std::uint64_t lo = std::max(offset, k * rows);
-    const std::uint64_t hi =
-        std::min(offset + count, std::min<std::uint64_t>(dims[0], (k + 1) * rows));
-    return std::make_pair(lo, std::max(lo, hi));
-  };
   const auto int_count = [&](std::uint64_t n) {
     CUBELM_ASSERT(n <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()),
                   "checkpoint " + path_ + ": a slab holds more elements than an MPI count");
     return static_cast<int>(n);
   };
-  std::uint64_t block_row = 1; // elements of one row of this rank's block
-  for (int d = 1; d < nd && !block.empty(); ++d)
-    block_row *= block.count[d];
-  // The other ranks send the writer their rows of each slab in turn, contiguous as their
-  // block holds them, and wait for each send asleep.
+  // The elements [s, e) of block b (offsets, counts, first, count) that fall in slab k,
+  // numbered in the block's row-major order.
+  const auto in_slab = [&](const std::uint64_t* b, std::uint64_t k) {
+    std::uint64_t row = 1; // elements of one row of the block
+    for (int d = 1; d < nd; ++d)
+      row *= b[nd + d];
+    const std::uint64_t lo = std::max(b[0], k * rows);
+    const std::uint64_t hi =
+        std::min(b[0] + b[nd], std::min<std::uint64_t>(dims[0], (k + 1) * rows));
+    const std::uint64_t from = b[2 * nd], to = b[2 * nd] + b[2 * nd + 1];
+    const std::uint64_t s = std::max(from, lo < hi ? (lo - b[0]) * row : to);
+    const std::uint64_t e = std::min(to, lo < hi ? (hi - b[0]) * row : to);
+    return std::make_pair(s, std::max(s, e));
+  };
+  // The other ranks send the writer their elements of each slab in turn, contiguous as
+  // they hold them, and wait for each send asleep.
   if (!writer) {
-    for (std::uint64_t k = 0; k < slabs && !block.empty(); ++k) {
-      const auto [lo, hi] = overlap(block.offset[0], block.count[0], k);
-      if (lo == hi)
+    const std::uint64_t* mine = blocks.data() + static_cast<std::size_t>(comm_.rank()) * stride;
+    for (std::uint64_t k = 0; k < slabs && count > 0; ++k) {
+      const auto [s, e] = in_slab(mine, k);
+      if (s == e)
         continue;
-      float* const rows_of =
-          const_cast<float*>(data) + (lo - block.offset[0]) * block_row; // MPI-2 API
+      float* const part = const_cast<float*>(data) + (s - first); // MPI-2 API
       std::vector<MPI_Request> sent(1);
-      CUBELM_MPI_CHECK(MPI_Isend(rows_of, int_count((hi - lo) * block_row), MPI_FLOAT, 0,
-                                 kGatherTag, comm_.raw(), sent.data()));
+      CUBELM_MPI_CHECK(
+          MPI_Isend(part, int_count(e - s), MPI_FLOAT, 0, kGatherTag, comm_.raw(), sent.data()));
       wait_all(sent, true);
     }
     return;
@@ -203,27 +208,32 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   struct Staged {
     std::uint64_t at;       // in the staging buffer
     const std::uint64_t* b; // the block
-    std::uint64_t lo, hi;   // its rows in the slab
+    std::uint64_t s, e;     // its elements in the slab
   };
-  // Rows [lo, hi) of block b, packed as the block holds them at `from`, into their place
-  // in the slab whose first row is `first`: one copy per run of the last dimension.
-  const auto place = [&](const float* from, const std::uint64_t* b, std::uint64_t lo,
-                         std::uint64_t hi, std::uint64_t first, float* slab) {
+  // Elements [s, e) of block b, packed at `from`, into their place in the slab whose
+  // first row is `first_row`: one copy per run of the last dimension.
+  const auto place = [&](const float* from, const std::uint64_t* b, std::uint64_t s,
+                         std::uint64_t e, std::uint64_t first_row, float* slab) {
     const std::uint64_t run = b[2 * nd - 1];
-    std::vector<std::uint64_t> at(static_cast<std::size_t>(nd - 1), 0); // within the block
-    const auto extent = [&](int d) { return d == 0 ? hi - lo : b[nd + d]; };
-    while (true) {
-      std::uint64_t into = lo + at[0] - first;
+    std::vector<std::uint64_t> at(static_cast<std::size_t>(nd)); // within the block
+    for (std::uint64_t j = s; j < e;) {
+      std::uint64_t rest = j;
+      for (int d = nd - 1; d >= 0; --d) {
+        at[static_cast<std::size_t>(d)] = rest % b[nd + d];
+        rest /= b[nd + d];
+      }
+      std::uint64_t into = b[0] + at[0] - first_row;
       for (int d = 1; d < nd; ++d)
-        into = into * dims[d] + b[d] + (d < nd - 1 ? at[static_cast<std::size_t>(d)] : 0);
-      std::memcpy(slab + into, from, run * sizeof(float));
-      from += run;
-      int d = nd - 2;
-      while (d >= 0 && ++at[static_cast<std::size_t>(d)] == extent(d))
-        at[static_cast<std::size_t>(d--)] = 0;
-      if (d < 0)
-        return;
+        into = into * dims[d] + b[d] + at[static_cast<std::size_t>(d)];
+      const std::uint64_t n = std::min(e - j, run - at[static_cast<std::size_t>(nd - 1)]);
+      std::memcpy(slab + into, from, n * sizeof(float));
+      from += n;
+      j += n;
     }
+  };
+  // Where element j of a block of whole rows goes in the slab whose first row is first_row.
+  const auto in_place = [&](const std::uint64_t* b, std::uint64_t j, std::uint64_t first_row) {
+    return b[0] * row_elements(dims) + j - first_row * row_elements(dims);
   };
   std::vector<MPI_Request> requests[2];
   std::vector<Staged> staged[2];
@@ -232,35 +242,33 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   const auto post = [&](std::uint64_t k) {
     float* const slab = slab_of[k % 2] = slabs_->next(held);
     auto& pending = requests[k % 2];
-    const std::uint64_t first = k * rows;
     std::uint64_t at = 0;
     for (int q = 0; q < ranks; ++q) {
       const std::uint64_t* b = blocks.data() + static_cast<std::size_t>(q) * stride;
-      std::uint64_t row = 1; // elements of one row of the block
-      for (int d = 1; d < nd; ++d)
-        row *= b[nd + d];
-      if (b[nd] == 0 || row == 0)
+      if (b[2 * nd + 1] == 0)
         continue;
-      const auto [lo, hi] = overlap(b[0], b[nd], k);
-      if (lo == hi)
+      const auto [s, e] = in_slab(b, k);
+      if (s == e)
         continue;
-      const int n = int_count((hi - lo) * row);
-      float* into = slab + (lo - first) * row;
-      if (q == comm_.rank()) { // the writer's own rows: copied, not sent
-        const float* from = data + (lo - block.offset[0]) * block_row;
+      if (q == comm_.rank()) { // the writer's own elements: copied, not sent
+        const float* from = data + (s - first);
         if (whole_rows(b))
-          std::memcpy(into, from, (hi - lo) * row * sizeof(float));
+          std::memcpy(slab + in_place(b, s, k * rows), from, (e - s) * sizeof(float));
         else
-          place(from, b, lo, hi, first, slab);
+          place(from, b, s, e, k * rows, slab);
         continue;
       }
-      if (!whole_rows(b)) {
-        staged[k % 2].push_back({at, b, lo, hi});
+      float* into;
+      if (whole_rows(b)) {
+        into = slab + in_place(b, s, k * rows);
+      } else {
+        staged[k % 2].push_back({at, b, s, e});
         into = staging_[k % 2].data() + at;
-        at += (hi - lo) * row;
+        at += e - s;
       }
       pending.emplace_back();
-      CUBELM_MPI_CHECK(MPI_Irecv(into, n, MPI_FLOAT, q, kGatherTag, comm_.raw(), &pending.back()));
+      CUBELM_MPI_CHECK(MPI_Irecv(into, int_count(e - s), MPI_FLOAT, q, kGatherTag, comm_.raw(),
+                                 &pending.back()));
     }
   };
   // Slab k + 1 is posted once slab k is handed to the driver, whose thread writes it while
@@ -273,8 +281,7 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
     wait_all(pending);
     pending.clear();
     for (const Staged& piece : staged[k % 2])
-      place(staging_[k % 2].data() + piece.at, piece.b, piece.lo, piece.hi, k * rows,
-            slab_of[k % 2]);
+      place(staging_[k % 2].data() + piece.at, piece.b, piece.s, piece.e, k * rows, slab_of[k % 2]);
     staged[k % 2].clear();
     // After a failure the slabs still arrive (the senders do not know yet) but go nowhere.
     if (!failure_->failed())

@@ -687,6 +687,116 @@ TEST(Checkpoint, OneWriterAssemblesSlabsFromBlocksOfRowsAndColumns) {
   }
 }
 
+// Block::run: the blocks of a run of a block's elements hold exactly those elements, in
+// their row-major order, in at most 2 d - 1 blocks: every run of blocks of 1, 2 and 3
+// dimensions, against the elements counted one by one.
+TEST(Checkpoint, RunsOfABlockAreBlocksInItsOrder) {
+  const std::vector<Block> blocks = {Block{{2}, {5}}, Block{{1, 3}, {3, 4}},
+                                     Block{{0, 1, 2}, {3, 2, 4}}, Block{{4, 0}, {1, 6}}};
+  for (const Block& block : blocks) {
+    const std::size_t nd = block.count.size();
+    // Element k of the block (row-major) as global coordinates.
+    const auto element = [&](std::uint64_t k) {
+      std::vector<std::uint64_t> at(nd);
+      for (std::size_t d = nd; d-- > 0;) {
+        at[d] = block.offset[d] + k % block.count[d];
+        k /= block.count[d];
+      }
+      return at;
+    };
+    const std::uint64_t n = block.size();
+    for (std::uint64_t first = 0; first <= n; ++first)
+      for (std::uint64_t count = 0; first + count <= n; ++count) {
+        std::vector<std::vector<std::uint64_t>> got;
+        const std::vector<Block> run = block.run(first, count);
+        EXPECT_LE(run.size(), 2 * nd - 1);
+        for (const Block& b : run) {
+          EXPECT_FALSE(b.empty());
+          for (std::uint64_t k = 0; k < b.size(); ++k) {
+            std::vector<std::uint64_t> at(nd);
+            std::uint64_t rest = k;
+            for (std::size_t d = nd; d-- > 0;) {
+              at[d] = b.offset[d] + rest % b.count[d];
+              rest /= b.count[d];
+            }
+            got.push_back(at);
+          }
+        }
+        std::vector<std::vector<std::uint64_t>> want;
+        for (std::uint64_t k = first; k < first + count; ++k)
+          want.push_back(element(k));
+        ASSERT_EQ(got, want) << "block " << shape_text(block.offset) << " + "
+                             << shape_text(block.count) << ", run [" << first << ", "
+                             << first + count << ")";
+      }
+  }
+}
+
+// Ranks that share a block write runs of it (ZeRO's shards of a parameter's moments):
+// blocks of columns (and of whole rows on one rank), each cut into uneven runs whose edges
+// cross rows, chunks and the one writer's slabs (one chunk each, the test hook), under
+// both writers; the tensors read back whole.
+TEST(Checkpoint, RanksWriteRunsOfTheirBlocks) {
+  const auto world = comm::Communicator::world();
+  const int r = world.rank(), p = world.size();
+  const Shape shape{2099, 1000};
+  const Shape cube{6, 5, 7};
+  // Two column bands (one on a single rank); the ranks of a band share its block in runs.
+  const int bands = p > 1 ? 2 : 1, band = r % bands, sharing = (p - band + bands - 1) / bands,
+            share = r / bands;
+  const auto [c0, c1] = even(shape[1], band, bands);
+  const Block block{{0, c0}, {shape[0], c1 - c0}};
+  const auto [k0, k1] = uneven(block.size(), share, sharing);
+  const auto value = [](std::uint64_t i, std::uint64_t j) {
+    return static_cast<float>(i * 1000 + j);
+  };
+  std::vector<float> part;
+  for (std::uint64_t k = k0; k < k1; ++k)
+    part.push_back(value(k / block.count[1], c0 + k % block.count[1]));
+  // The cube: one block of all of it, in runs.
+  const auto [q0, q1] = uneven(210, r, p);
+  std::vector<float> cube_part;
+  for (std::uint64_t k = q0; k < q1; ++k)
+    cube_part.push_back(cube_value(k / 35, k / 7 % 5, k % 7));
+  for (const Writers writers : {Writers::all, Writers::one}) {
+    SCOPED_TRACE(writers == Writers::one ? "one writer" : "all ranks");
+    TempPath file(world);
+    ASSERT_EQ(setenv("CUBELM_TEST_SLAB_ELEMENTS", "1", 1), 0);
+    {
+      CheckpointWriter w(file.str(), world, writers);
+      w.write("/model/wte", shape, block, k0, k1 - k0, part.data());
+      w.write("/model/cube", cube, Block::whole(cube), q0, q1 - q0, cube_part.data());
+      w.close();
+    }
+    ASSERT_EQ(unsetenv("CUBELM_TEST_SLAB_ELEMENTS"), 0);
+    CheckpointReader rd(file.str(), world);
+    std::vector<float> all(2099 * 1000);
+    rd.read("/model/wte", Block::whole(shape), all.data());
+    int wrong = 0;
+    for (std::uint64_t i = 0; i < shape[0]; ++i)
+      for (std::uint64_t j = 0; j < shape[1]; ++j)
+        wrong += all[i * shape[1] + j] != value(i, j);
+    EXPECT_EQ(wrong, 0);
+    std::vector<float> whole(210);
+    rd.read("/model/cube", Block::whole(cube), whole.data());
+    for (std::uint64_t k = 0; k < 210; ++k)
+      EXPECT_EQ(whole[k], cube_value(k / 35, k / 7 % 5, k % 7)) << k;
+    EXPECT_EQ(verify_checkpoint(file.str(), world).problem, "");
+  }
+  // Runs that do not tile the tensor, or reach past their block: errors on every rank.
+  TempPath file(world);
+  CheckpointWriter w(file.str(), world, Writers::one);
+  std::string msg = internal_error_of([&] {
+    w.write("/t", cube, Block::whole(cube), q0, q1 > q0 ? q1 - q0 - 1 : 0, cube_part.data());
+  });
+  EXPECT_HAS(msg, "/t: the blocks of all ranks hold 20");
+  msg = internal_error_of([&] {
+    w.write("/t", cube, Block{{0, 0, 0}, {1, 5, 7}}, r == p - 1 ? 30 : 0, r == p - 1 ? 6 : 0,
+            cube_part.data());
+  });
+  EXPECT_HAS(msg, "rank " + std::to_string(p - 1) + ": elements [30, 36) of a block of 35");
+}
+
 // The tensor of the one writer's driver tests: 8 MiB, two chunks of 4 MiB, and this
 // rank's block of rows of it.
 namespace {

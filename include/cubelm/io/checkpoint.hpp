@@ -67,6 +67,11 @@ struct Block {
   /// \brief The number of elements (0 for an empty block).
   std::uint64_t size() const;
   bool empty() const { return size() == 0; }
+
+  /// \brief Elements [first, first + count) of this block in its row-major order, as
+  /// blocks in that order (at most 2 d - 1 of them for d dimensions): a part of the block
+  /// cut from its flat layout, a ZeRO shard of a parameter's block for one.
+  std::vector<Block> run(std::uint64_t first, std::uint64_t count) const;
 };
 
 /// \brief "[256, 64]": a shape as messages print it.
@@ -137,6 +142,12 @@ public:
   /// twice is an InternalError too.
   void write(const std::string& dataset, const std::vector<std::uint64_t>& global_shape,
              const Block& block, const float* data);
+  /// \brief As above, this rank writing elements [first, first + count) of `block` in its
+  /// row-major order, which `data` holds (count floats): the ranks that share a block in
+  /// flat parts (ZeRO's shards of the optimizer's moments) write their parts where they
+  /// are, with no gather first. The parts of all ranks must tile the tensor.
+  void write(const std::string& dataset, const std::vector<std::uint64_t>& global_shape,
+             const Block& block, std::uint64_t first, std::uint64_t count, const float* data);
 
   /// \brief Collective: sets attribute `name` of `object` ("/" is the root; a
   /// missing group is created). Every rank passes the same value; an existing
@@ -168,8 +179,9 @@ private:
   void release() noexcept;
   /// This rank opens the file (all ranks, or the first under Writers::one).
   bool holds_file() const { return !one_writer_ || comm_.rank() == 0; }
-  void write_gathered(std::int64_t dset, const std::vector<std::uint64_t>& dims, const Block& block,
-                      const float* data, const std::vector<std::uint64_t>& blocks);
+  void write_gathered(std::int64_t dset, const std::vector<std::uint64_t>& dims,
+                      std::uint64_t first, std::uint64_t count, const float* data,
+                      const std::vector<std::uint64_t>& blocks);
 
   std::string path_;
   comm::Communicator comm_;
