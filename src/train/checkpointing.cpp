@@ -4,6 +4,7 @@
 #include "cubelm/cost/deck.hpp"
 #include "cubelm/cost/shape.hpp"
 #include "cubelm/io/checkpoint.hpp"
+#include "cubelm/train/data_parallel.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -267,17 +268,26 @@ namespace {
 
 // What one checkpoint writes, in the order every rank writes it: each tensor with its
 // stored shape, this rank's block of it and where its values are (none: zeros).
+// Of the block, the rank writes elements [first, first + count) (a run of moments), all of
+// them unless it says otherwise.
 struct Item {
   std::string path;
   std::vector<std::uint64_t> shape;
   io::Block block;
   const kernels::Vec<real>* source = nullptr;
+  std::uint64_t first = 0, count = 0;
+};
+
+// The moments as runs (ZeRO's shards: every rank with writes_moments writes its own).
+struct Runs {
+  const std::vector<MomentRun>* m;
+  const std::vector<MomentRun>* v;
 };
 
 template <class T>
-std::vector<Item> checkpoint_items(const model::ShardedGPT<T>& model,
-                                   const std::vector<kernels::Vec<real>>* m,
-                                   const std::vector<kernels::Vec<real>>* v) {
+std::vector<Item>
+checkpoint_items(const model::ShardedGPT<T>& model, const std::vector<kernels::Vec<real>>* m,
+                 const std::vector<kernels::Vec<real>>* v, const Runs& runs = {nullptr, nullptr}) {
   std::vector<Item> items;
   const auto& params = model.params();
   const auto tensors = all_tensors(model.config());
@@ -296,6 +306,17 @@ std::vector<Item> checkpoint_items(const model::ShardedGPT<T>& model,
         item.block = p.writer ? block_of(p) : io::Block::none();
         const auto* moments = parts[k].second;
         item.source = k == 0 ? &p.value : moments ? &(*moments)[it->second] : nullptr;
+        item.count = item.block.size();
+        if (const auto* run = k == 0 ? nullptr : k == 1 ? runs.m : runs.v; run) {
+          // The run, past the block's padding rows (its last) left out.
+          const MomentRun& r = (*run)[it->second];
+          item.block = p.writes_moments ? block_of(p) : io::Block::none();
+          item.first = static_cast<std::uint64_t>(r.first);
+          const std::uint64_t end =
+              std::min<std::uint64_t>(item.first + r.values.extent(0), item.block.size());
+          item.count = end > item.first ? end - item.first : 0;
+          item.source = &r.values;
+        }
       }
       items.push_back(std::move(item));
     }
@@ -345,26 +366,41 @@ void write_attributes(io::CheckpointWriter& w, const CheckpointAttributes& a) {
 
 } // namespace
 
-template <class T>
-void save_checkpoint(const std::string& path, const Deck& deck, const model::ShardedGPT<T>& model,
-                     const std::vector<kernels::Vec<real>>* m,
-                     const std::vector<kernels::Vec<real>>* v, int step,
-                     const comm::Communicator& comm, int optimizer_step) {
+namespace {
+void write_items(const std::string& path, const Deck& deck, const std::vector<Item>& items,
+                 int step, const comm::Communicator& comm, int optimizer_step) {
   make_parent(path, comm);
   io::CheckpointWriter w(path, comm, io::writers_named(deck.checkpoint.writers));
   const float nothing = 0.0f;
-  for (const Item& item : checkpoint_items(model, m, v)) {
-    if (item.block.empty()) {
-      w.write(item.path, item.shape, item.block, &nothing);
+  for (const Item& item : items) {
+    if (item.block.empty() || item.count == 0) {
+      w.write(item.path, item.shape, io::Block::none(), &nothing);
     } else if (item.source) { // one tensor at a time in host memory (a GPU's copy)
       const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), *item.source);
-      w.write(item.path, item.shape, item.block, host.data());
+      w.write(item.path, item.shape, item.block, item.first, item.count, host.data());
     } else {
       const std::vector<float> zeros(static_cast<std::size_t>(item.block.size()), 0.0f);
       w.write(item.path, item.shape, item.block, zeros.data());
     }
   }
   write_attributes(w, CheckpointAttributes::of(deck, step, optimizer_step));
+}
+} // namespace
+
+template <class T>
+void save_checkpoint(const std::string& path, const Deck& deck, const model::ShardedGPT<T>& model,
+                     const std::vector<kernels::Vec<real>>* m,
+                     const std::vector<kernels::Vec<real>>* v, int step,
+                     const comm::Communicator& comm, int optimizer_step) {
+  write_items(path, deck, checkpoint_items(model, m, v), step, comm, optimizer_step);
+}
+
+template <class T>
+void save_checkpoint(const std::string& path, const Deck& deck, const model::ShardedGPT<T>& model,
+                     const std::vector<MomentRun>& m, const std::vector<MomentRun>& v, int step,
+                     const comm::Communicator& comm, int optimizer_step) {
+  write_items(path, deck, checkpoint_items(model, nullptr, nullptr, Runs{&m, &v}), step, comm,
+              optimizer_step);
 }
 
 void save_model_tensors(const std::string& path, const Deck& deck,
@@ -524,6 +560,9 @@ void load_weights(const std::string& path, model::ShardedGPT<T>& model,
                                    const std::vector<kernels::Vec<real>>*,                         \
                                    const std::vector<kernels::Vec<real>>*, int,                    \
                                    const comm::Communicator&, int);                                \
+  template void save_checkpoint<T>(const std::string&, const Deck&, const model::ShardedGPT<T>&,   \
+                                   const std::vector<MomentRun>&, const std::vector<MomentRun>&,   \
+                                   int, const comm::Communicator&, int);                           \
   template int load_checkpoint<T>(                                                                 \
       const std::string&, model::ShardedGPT<T>&, std::vector<kernels::Vec<real>>&,                 \
       std::vector<kernels::Vec<real>>&, const comm::Communicator&, int*);                          \

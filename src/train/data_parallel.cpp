@@ -304,6 +304,26 @@ std::vector<Vec<real>> DataParallel::moments(int which) const {
   return out;
 }
 
+std::vector<MomentRun> DataParallel::moment_runs(int which) const {
+  const Vec<real>& mine = which == 0 ? m_ : v_;
+  std::vector<MomentRun> out(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    std::size_t k = 0;
+    while (k + 1 < buckets_.size() && offset_[i] >= buckets_[k].first + buckets_[k].size)
+      ++k;
+    if (buckets_.empty())
+      continue;
+    const Bucket& b = buckets_[k];
+    const std::int64_t piece = b.size / b.shards;
+    const std::int64_t lo = b.first + b.rank * piece;
+    const std::int64_t a = std::max(lo, offset_[i]);
+    const std::int64_t e = std::min(lo + piece, offset_[i] + params_[i]->size());
+    if (a < e)
+      out[i] = {a - offset_[i], range(mine, b.moment_first + (a - lo), e - a)};
+  }
+  return out;
+}
+
 void DataParallel::set_moments(const std::vector<Vec<real>>& m, const std::vector<Vec<real>>& v) {
   const ExecSpace exec;
   const Blocks& params = params_;

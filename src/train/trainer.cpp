@@ -67,11 +67,14 @@ Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
                               deck.train.global_batch, m.seq_len,
                               static_cast<std::uint64_t>(deck.train.seed));
   // Data-parallel replicas hold the same blocks: the first writes them (for the experts,
-  // the first of the ranks that hold the same experts).
+  // the first of the ranks that hold the same experts). Under ZeRO, where each holds a
+  // shard of their moments, each writes its shard (writes_moments).
   with_model([&](auto& model) {
-    for (auto& p : model.params())
+    for (auto& p : model.params()) {
+      p.writes_moments = p.writer;
       if ((p.expert ? grid().expert_dp() : grid().dp()).rank() != 0)
         p.writer = false;
+    }
     dp_ = std::make_unique<DataParallel>(model, grid(), deck.parallel.bucket_mb * 1e6,
                                          deck.parallel.zero == 1);
   });
@@ -252,6 +255,13 @@ cost::Memory Trainer::memory() const {
 }
 
 void Trainer::save(const std::string& path) const {
+  if (dp_->zero()) { // each rank writes its shard of the moments: nothing is gathered
+    const auto m = dp_->moment_runs(0), v = dp_->moment_runs(1);
+    with_model([&](const auto& model) {
+      save_checkpoint(path, deck_, model, m, v, step_, comm_, updates_);
+    });
+    return;
+  }
   const auto m = dp_->moments(0), v = dp_->moments(1);
   with_model([&](const auto& model) {
     save_checkpoint(path, deck_, model, &m, &v, step_, comm_, updates_);

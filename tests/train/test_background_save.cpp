@@ -110,7 +110,7 @@ void expect_background_equals_sync(const std::vector<LayoutCase>& cases, const s
     EXPECT_FALSE(fs::exists(io::CheckpointWriter::partial_path(background)));
     expect_same_files(sync, background, c.parallel);
     // checkpoint.writers = "one": the first rank writes what the others send it, in the
-    // background too; the file holds what every rank's MPI-IO wrote.
+    // background and synchronously; the file holds what every rank's MPI-IO wrote.
     {
       DeckText text = base(model);
       text.set("checkpoint.writers", "one");
@@ -123,6 +123,10 @@ void expect_background_equals_sync(const std::vector<LayoutCase>& cases, const s
       ASSERT_TRUE(done.has_value());
       EXPECT_EQ(done->error, "");
       expect_same_files(sync, gathered, c.parallel + ", checkpoint.writers = \"one\"");
+      // And synchronously: under ZeRO each rank sends its shard of the moments itself.
+      const std::string direct = dir + "/one_sync.h5";
+      one.save(direct);
+      expect_same_files(sync, direct, c.parallel + ", checkpoint.writers = \"one\", sync");
     }
     // The host buffers: what the rank writes (nothing on a replica), within the estimate.
     const cost::Memory mem = trainer.memory();

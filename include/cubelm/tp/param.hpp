@@ -27,7 +27,10 @@ struct ParamBlock {
   Vec<M> grad;                      ///< accumulated gradient of the block
   bool decay = false;               ///< weight decay applies (tensors of rank >= 2)
   bool writer = true;               ///< this rank writes the block to checkpoints (replicas do not)
-  bool counted = true;              ///< this rank's block counts in the global gradient norm
+  /// this rank writes its run of the block's moments to checkpoints (MomentRun): the
+  /// writer and its data-parallel replicas, which under ZeRO hold the moments in shards
+  bool writes_moments = true;
+  bool counted = true; ///< this rank's block counts in the global gradient norm
   /// an MoE expert's tensor: replicated over the expert-data-parallel group (its gradient
   /// is reduced there, ProcessGrid::expert_dp) instead of over dp
   bool expert = false;

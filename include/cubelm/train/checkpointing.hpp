@@ -142,6 +142,16 @@ void save_checkpoint(const std::string& path, const Deck& deck, const model::Sha
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm, int optimizer_step = -1);
 
+struct MomentRun; // data_parallel.hpp
+
+/// \brief As above, with the moments as runs of each parameter's block (ZeRO's shards,
+/// DataParallel::moment_runs): every rank with ParamBlock::writes_moments writes its own
+/// run, where it is, and the moments are gathered nowhere.
+template <class T>
+void save_checkpoint(const std::string& path, const Deck& deck, const model::ShardedGPT<T>& model,
+                     const std::vector<MomentRun>& m, const std::vector<MomentRun>& v, int step,
+                     const comm::Communicator& comm, int optimizer_step = -1);
+
 /// \brief Collectively writes a step-0 checkpoint of `deck`'s model from whole tensors in
 /// host memory, as `cubelm init` writes one: `values` maps every name of
 /// cost::parameter_table (below /model) to its values, row-major with the stored shape

@@ -27,6 +27,13 @@
 
 namespace cubelm::train {
 
+/// \brief A run of a parameter block's AdamW moments: its elements [first, first + n),
+/// row-major, where n is values' extent (DataParallel::moment_runs).
+struct MomentRun {
+  std::int64_t first = 0;
+  kernels::Vec<real> values;
+};
+
 class DataParallel {
 public:
   /// \brief Takes over the storage of `model`'s master weights and gradients (they keep
@@ -65,6 +72,13 @@ public:
   /// gathered on the group's first rank, the replica that writes checkpoints, into a copy;
   /// the group's other ranks get empty views for those parameters and hold no copy.
   std::vector<kernels::Vec<real>> moments(int which) const;
+  /// \brief This rank's own moments m (which = 0) or v (which = 1), per parameter in
+  /// params() order, as runs of the parameter's block: elements [first, first + n) of the
+  /// block, row-major, in views of the moments the optimizer updates (no copy, no
+  /// communication), valid until the next update. Under ZeRO each rank of a bucket's group
+  /// holds a run of some of its parameters (an empty view for the others); without, every
+  /// block whole. A checkpoint's moments are written so, by every rank of a group.
+  std::vector<MomentRun> moment_runs(int which) const;
   /// \brief Sets the moments from whole blocks (each rank keeps its shard).
   void set_moments(const std::vector<kernels::Vec<real>>& m,
                    const std::vector<kernels::Vec<real>>& v);
