@@ -546,8 +546,8 @@ int run_init(const std::string& deck_path, const std::string& output, const Envi
   const model::GridModel<real> net(deck.model, deck.micro_batch(),
                                    static_cast<std::uint64_t>(deck.train.seed),
                                    comm::layout_of(deck.parallel), comm::Communicator::world());
-  train::save_checkpoint(output, deck, *net.model, nullptr, nullptr, 0,
-                         comm::Communicator::world());
+  const std::vector<kernels::Vec<real>>* zeros = nullptr; // the moments: zeros
+  train::save_checkpoint(output, deck, *net.model, zeros, zeros, 0, comm::Communicator::world());
   if (env.world_rank() == 0)
     std::printf("%s: step-0 checkpoint of %s (%.3g M parameters, seed %lld)\n", output.c_str(),
                 deck_path.c_str(), cost::parameter_count(deck.model) / 1e6,

@@ -61,10 +61,10 @@ Memory stage_memory(const Deck& deck, const pipeline::PipelinePlan& plan, int s)
   mem.optimizer = 4 * (2 * moments + pieces);
   mem.activations =
       activation_bytes(deck.model, comm::layout_of(par), deck.micro_batch(), shape, values);
-  // The values and both moments of the rank's parameters (a replica writes none: this is
-  // the most a rank holds).
+  // The values and both moments of the rank's parameters, under ZeRO its shard of the
+  // moments (a replica writes none: this is the most a rank holds).
   if (deck.checkpoint.async)
-    mem.checkpoint_buffers = 3 * 4 * params;
+    mem.checkpoint_buffers = 4 * (params + 2 * moments);
   // The first rank (stage 0) assembles the file's slabs when it writes alone.
   if (s == 0)
     mem.writer_slabs = static_cast<std::int64_t>(io::writer_buffer_bytes(

@@ -397,9 +397,9 @@ void save_checkpoint(const std::string& path, const Deck& deck, const model::Sha
 
 template <class T>
 void save_checkpoint(const std::string& path, const Deck& deck, const model::ShardedGPT<T>& model,
-                     const std::vector<MomentRun>& m, const std::vector<MomentRun>& v, int step,
+                     const std::vector<MomentRun>* m, const std::vector<MomentRun>* v, int step,
                      const comm::Communicator& comm, int optimizer_step) {
-  write_items(path, deck, checkpoint_items(model, nullptr, nullptr, Runs{&m, &v}), step, comm,
+  write_items(path, deck, checkpoint_items(model, nullptr, nullptr, Runs{m, v}), step, comm,
               optimizer_step);
 }
 
@@ -435,29 +435,60 @@ void save_model_tensors(const std::string& path, const Deck& deck,
   write_attributes(w, CheckpointAttributes::of(deck, 0, 0));
 }
 
+namespace {
+// The tensors of a snapshot of `items`, at their offsets in its buffer, and their sources.
+std::pair<std::vector<CheckpointSnapshot::Tensor>, std::vector<const kernels::Vec<real>*>>
+snapshot_of(const std::vector<Item>& items) {
+  std::pair<std::vector<CheckpointSnapshot::Tensor>, std::vector<const kernels::Vec<real>*>> out;
+  std::int64_t at = 0;
+  for (const Item& item : items) {
+    const std::uint64_t n = item.block.empty() ? 0 : item.count;
+    out.first.push_back({item.path, item.shape, item.block, item.first, n, at});
+    out.second.push_back(item.source);
+    at += static_cast<std::int64_t>(n);
+  }
+  return out;
+}
+} // namespace
+
 template <class T>
 void CheckpointSnapshot::take(const Deck& deck, const model::ShardedGPT<T>& model,
                               const std::vector<kernels::Vec<real>>& m,
                               const std::vector<kernels::Vec<real>>& v, int step,
                               int optimizer_step) {
-  const std::vector<Item> items = checkpoint_items(model, &m, &v);
-  std::int64_t total = 0;
-  for (const Item& item : items)
-    total += static_cast<std::int64_t>(item.block.size());
+  auto [tensors, sources] = snapshot_of(checkpoint_items(model, &m, &v));
+  copy(deck, std::move(tensors), sources, step, optimizer_step);
+}
+
+template <class T>
+void CheckpointSnapshot::take(const Deck& deck, const model::ShardedGPT<T>& model,
+                              const std::vector<MomentRun>& m, const std::vector<MomentRun>& v,
+                              int step, int optimizer_step) {
+  auto [tensors, sources] = snapshot_of(checkpoint_items(model, nullptr, nullptr, Runs{&m, &v}));
+  copy(deck, std::move(tensors), sources, step, optimizer_step);
+}
+
+void CheckpointSnapshot::copy(const Deck& deck, std::vector<Tensor> tensors,
+                              const std::vector<const kernels::Vec<real>*>& sources, int step,
+                              int optimizer_step) {
+  const std::int64_t total =
+      tensors.empty() ? 0 : tensors.back().offset + static_cast<std::int64_t>(tensors.back().count);
   if (static_cast<std::int64_t>(buffer_.extent(0)) != total)
     buffer_ = Kokkos::View<float*, Kokkos::HostSpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "cubelm::checkpoint_snapshot"),
         static_cast<std::size_t>(total));
-  tensors_.clear();
-  std::int64_t at = 0;
-  for (const Item& item : items) {
-    const std::int64_t n = static_cast<std::int64_t>(item.block.size());
-    tensors_.push_back({item.path, item.shape, item.block, at});
-    if (n > 0) // the block's values are the first n of the rank's (blocks are row-major)
-      Kokkos::deep_copy(Kokkos::subview(buffer_, std::make_pair(at, at + n)),
-                        Kokkos::subview(*item.source, std::make_pair(std::int64_t(0), n)));
-    at += n;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    const std::int64_t n = static_cast<std::int64_t>(t.count);
+    if (n == 0)
+      continue;
+    const auto into = Kokkos::subview(buffer_, std::make_pair(t.offset, t.offset + n));
+    if (sources[i]) // the values are the first n of the source (blocks are row-major)
+      Kokkos::deep_copy(into, Kokkos::subview(*sources[i], std::make_pair(std::int64_t(0), n)));
+    else
+      Kokkos::deep_copy(into, 0.0f);
   }
+  tensors_ = std::move(tensors);
   attributes_ = CheckpointAttributes::of(deck, step, optimizer_step);
   writers_ = io::writers_named(deck.checkpoint.writers);
 }
@@ -465,16 +496,24 @@ void CheckpointSnapshot::take(const Deck& deck, const model::ShardedGPT<T>& mode
 void CheckpointSnapshot::write(const std::string& path, const comm::Communicator& comm) const {
   make_parent(path, comm);
   io::CheckpointWriter w(path, comm, writers_);
-  for (const Tensor& t : tensors_)
-    w.write(t.path, t.shape, t.block, buffer_.data() + t.offset);
+  const float nothing = 0.0f;
+  for (const Tensor& t : tensors_) {
+    if (t.count == 0)
+      w.write(t.path, t.shape, io::Block::none(), &nothing);
+    else
+      w.write(t.path, t.shape, t.block, t.first, t.count, buffer_.data() + t.offset);
+  }
   write_attributes(w, attributes_);
 }
 
 template <class T>
-std::int64_t CheckpointSnapshot::bytes_for(const model::ShardedGPT<T>& model) {
+std::int64_t CheckpointSnapshot::bytes_for(const model::ShardedGPT<T>& model,
+                                           const std::vector<MomentRun>* runs) {
+  const auto items = runs ? checkpoint_items(model, nullptr, nullptr, Runs{runs, runs})
+                          : checkpoint_items(model, nullptr, nullptr);
   std::int64_t total = 0;
-  for (const Item& item : checkpoint_items(model, nullptr, nullptr))
-    total += static_cast<std::int64_t>(item.block.size());
+  for (const Item& item : items)
+    total += item.block.empty() ? 0 : static_cast<std::int64_t>(item.count);
   return total * static_cast<std::int64_t>(sizeof(float));
 }
 
@@ -552,16 +591,20 @@ void load_weights(const std::string& path, model::ShardedGPT<T>& model,
 }
 
 #define CUBELM_INSTANTIATE_CHECKPOINTS(T)                                                          \
-  template std::int64_t CheckpointSnapshot::bytes_for<T>(const model::ShardedGPT<T>&);             \
+  template std::int64_t CheckpointSnapshot::bytes_for<T>(const model::ShardedGPT<T>&,              \
+                                                         const std::vector<MomentRun>*);           \
   template void CheckpointSnapshot::take<T>(const Deck&, const model::ShardedGPT<T>&,              \
                                             const std::vector<kernels::Vec<real>>&,                \
                                             const std::vector<kernels::Vec<real>>&, int, int);     \
+  template void CheckpointSnapshot::take<T>(const Deck&, const model::ShardedGPT<T>&,              \
+                                            const std::vector<MomentRun>&,                         \
+                                            const std::vector<MomentRun>&, int, int);              \
   template void save_checkpoint<T>(const std::string&, const Deck&, const model::ShardedGPT<T>&,   \
                                    const std::vector<kernels::Vec<real>>*,                         \
                                    const std::vector<kernels::Vec<real>>*, int,                    \
                                    const comm::Communicator&, int);                                \
   template void save_checkpoint<T>(const std::string&, const Deck&, const model::ShardedGPT<T>&,   \
-                                   const std::vector<MomentRun>&, const std::vector<MomentRun>&,   \
+                                   const std::vector<MomentRun>*, const std::vector<MomentRun>*,   \
                                    int, const comm::Communicator&, int);                           \
   template int load_checkpoint<T>(                                                                 \
       const std::string&, model::ShardedGPT<T>&, std::vector<kernels::Vec<real>>&,                 \

@@ -91,8 +91,10 @@ Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
     const std::string problem = comm::second_thread_problem(comm_);
     if (problem.empty()) {
       saves_ = std::make_unique<BackgroundSaves>(comm_);
+      const auto runs = dp_->moment_runs(0);
       with_model([&](const auto& model) {
-        saves_->snapshot().reserve(CheckpointSnapshot::bytes_for(model));
+        saves_->snapshot().reserve(
+            CheckpointSnapshot::bytes_for(model, dp_->zero() ? &runs : nullptr));
       });
     } else
       async_note_ = "checkpoint.async = true needs a writer thread that talks to MPI beside "
@@ -101,12 +103,25 @@ Trainer::Trainer(const Deck& deck, const comm::Communicator& comm)
   }
 }
 
+namespace {
+// f(m, v) with the moments as a checkpoint takes them: under ZeRO this rank's own shards
+// (runs of the blocks, which every rank writes: nothing is gathered), else whole blocks.
+template <class F>
+void with_moments(const DataParallel& dp, F&& f) {
+  if (dp.zero())
+    f(dp.moment_runs(0), dp.moment_runs(1));
+  else
+    f(dp.moments(0), dp.moments(1));
+}
+} // namespace
+
 void Trainer::save_in_background(const std::string& path, std::function<void()> after_commit) {
   CUBELM_ASSERT(saves_ != nullptr, "Trainer::save_in_background: no background writer");
   CUBELM_ASSERT(!saves_->in_flight(), "Trainer::save_in_background: a write is in flight");
-  const auto m = dp_->moments(0), v = dp_->moments(1);
-  with_model(
-      [&](const auto& model) { saves_->snapshot().take(deck_, model, m, v, step_, updates_); });
+  with_moments(*dp_, [&](const auto& m, const auto& v) {
+    with_model(
+        [&](const auto& model) { saves_->snapshot().take(deck_, model, m, v, step_, updates_); });
+  });
   saves_->start(path, comm_.rank() == 0 ? std::move(after_commit) : std::function<void()>());
 }
 
@@ -255,16 +270,10 @@ cost::Memory Trainer::memory() const {
 }
 
 void Trainer::save(const std::string& path) const {
-  if (dp_->zero()) { // each rank writes its shard of the moments: nothing is gathered
-    const auto m = dp_->moment_runs(0), v = dp_->moment_runs(1);
+  with_moments(*dp_, [&](const auto& m, const auto& v) {
     with_model([&](const auto& model) {
-      save_checkpoint(path, deck_, model, m, v, step_, comm_, updates_);
+      save_checkpoint(path, deck_, model, &m, &v, step_, comm_, updates_);
     });
-    return;
-  }
-  const auto m = dp_->moments(0), v = dp_->moments(1);
-  with_model([&](const auto& model) {
-    save_checkpoint(path, deck_, model, &m, &v, step_, comm_, updates_);
   });
 }
 

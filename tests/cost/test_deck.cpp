@@ -174,6 +174,14 @@ TEST(Deck, BackgroundCheckpointBuffersAreEstimated) {
   EXPECT_EQ(s.checkpoint_buffers, 0);
   EXPECT_EQ(a.checkpoint_buffers, 3 * a.parameters); // fp32: 4 bytes a parameter
   EXPECT_EQ(a.total(), s.total());
+  // Under ZeRO-1 the values and this rank's shard of the moments: two of the optimizer's
+  // three floats per element of its shard (both moments and the gradient's piece).
+  const Deck zero =
+      cost::parse_deck("[parallel]\ndata_size = 4\nzero = 1\n[checkpoint]\nasync = true\n");
+  const cost::Memory z = cost::estimate_memory(zero);
+  EXPECT_EQ(z.optimizer % 3, 0);
+  EXPECT_EQ(z.checkpoint_buffers, z.parameters + 2 * z.optimizer / 3);
+  EXPECT_LT(z.checkpoint_buffers, 2 * z.parameters);
 }
 
 TEST(Deck, RulesNameTheValueAndTheRule) {

@@ -94,6 +94,15 @@ void expect_background_equals_sync(const std::vector<LayoutCase>& cases, const s
     trainer.step();
     const std::string sync = dir + "/sync.h5", background = dir + "/background.h5";
     trainer.save(sync);
+    // Under ZeRO every rank writes its own shard of the moments; the file equals one
+    // written from the moments gathered onto the writing replica first.
+    if (deck.parallel.zero) {
+      const std::string gathered = dir + "/gathered.h5";
+      const auto m = trainer.data_parallel().moments(0), v = trainer.data_parallel().moments(1);
+      train::save_checkpoint(gathered, deck, trainer.model(), &m, &v, trainer.steps_done(), world,
+                             trainer.updates_done());
+      expect_same_files(sync, gathered, c.parallel + ", moments gathered");
+    }
     int pruned = 0;
     trainer.save_in_background(background, [&] { ++pruned; });
     // Training goes on while the writer runs: the file holds the state of the copy. The

@@ -95,6 +95,8 @@ struct CheckpointAttributes {
   static CheckpointAttributes of(const Deck& deck, int step, int optimizer_step);
 };
 
+struct MomentRun; // data_parallel.hpp
+
 /// \brief One checkpoint copied to host buffers, to be written later by any thread (the
 /// background saves of checkpoint.async). take() copies, on the thread that runs the
 /// model, exactly what save_checkpoint would write: the blocks this rank writes (none
@@ -102,10 +104,26 @@ struct CheckpointAttributes {
 /// save_checkpoint, with no Kokkos call. The buffer is kept for the next take().
 class CheckpointSnapshot {
 public:
+  /// \brief What take() copied of one tensor: the block, of which this rank writes
+  /// elements [first, first + count) (all of them but for a run of moments), at `offset`
+  /// in the buffer.
+  struct Tensor {
+    std::string path;
+    std::vector<std::uint64_t> shape;
+    io::Block block;
+    std::uint64_t first, count;
+    std::int64_t offset;
+  };
+
   template <class T>
   void take(const Deck& deck, const model::ShardedGPT<T>& model,
             const std::vector<kernels::Vec<real>>& m, const std::vector<kernels::Vec<real>>& v,
             int step, int optimizer_step);
+  /// \brief As above, with the moments as runs (ZeRO's shards, DataParallel::moment_runs):
+  /// this rank copies its own shard of them, and the file gathers them.
+  template <class T>
+  void take(const Deck& deck, const model::ShardedGPT<T>& model, const std::vector<MomentRun>& m,
+            const std::vector<MomentRun>& v, int step, int optimizer_step);
   /// \brief Collective over `comm`: writes and commits the file `path`, as save_checkpoint.
   void write(const std::string& path, const comm::Communicator& comm) const;
   /// \brief Allocates the buffer for `bytes` (CheckpointSnapshot::bytes_for) and touches
@@ -113,19 +131,18 @@ public:
   void reserve(std::int64_t bytes);
   /// \brief The host memory the buffer holds.
   std::int64_t bytes() const;
-  /// \brief The host memory take() needs for `model` on this rank.
+  /// \brief The host memory take() needs for `model` on this rank (given `runs`, the
+  /// extents of its moments' runs, as the take() of runs).
   template <class T>
-  static std::int64_t bytes_for(const model::ShardedGPT<T>& model);
+  static std::int64_t bytes_for(const model::ShardedGPT<T>& model,
+                                const std::vector<MomentRun>* runs = nullptr);
   /// \brief The step taken.
   std::int64_t step() const { return attributes_.step; }
 
 private:
-  struct Tensor {
-    std::string path;
-    std::vector<std::uint64_t> shape;
-    io::Block block;
-    std::int64_t offset; ///< of the block's values in buffer_
-  };
+  // Copies each tensor's values from its source (none: zeros) into the buffer.
+  void copy(const Deck& deck, std::vector<Tensor> tensors,
+            const std::vector<const kernels::Vec<real>*>& sources, int step, int optimizer_step);
   std::vector<Tensor> tensors_;
   Kokkos::View<float*, Kokkos::HostSpace> buffer_;
   CheckpointAttributes attributes_;
@@ -142,14 +159,12 @@ void save_checkpoint(const std::string& path, const Deck& deck, const model::Sha
                      const std::vector<kernels::Vec<real>>* v, int step,
                      const comm::Communicator& comm, int optimizer_step = -1);
 
-struct MomentRun; // data_parallel.hpp
-
 /// \brief As above, with the moments as runs of each parameter's block (ZeRO's shards,
 /// DataParallel::moment_runs): every rank with ParamBlock::writes_moments writes its own
 /// run, where it is, and the moments are gathered nowhere.
 template <class T>
 void save_checkpoint(const std::string& path, const Deck& deck, const model::ShardedGPT<T>& model,
-                     const std::vector<MomentRun>& m, const std::vector<MomentRun>& v, int step,
+                     const std::vector<MomentRun>* m, const std::vector<MomentRun>* v, int step,
                      const comm::Communicator& comm, int optimizer_step = -1);
 
 /// \brief Collectively writes a step-0 checkpoint of `deck`'s model from whole tensors in
