@@ -78,6 +78,16 @@ std::string error_of(const std::function<void()>& f) {
 
 using cubelm::testing::internal_error_of;
 
+// Tensor `name` of `shape` of the checkpoint at `path`, whole, on every rank.
+std::vector<float> read_whole(const std::string& path, const comm::Communicator& world,
+                              const std::string& name, const Shape& shape) {
+  CheckpointReader rd(path, world);
+  const Block all = Block::whole(shape);
+  std::vector<float> values(static_cast<std::size_t>(all.size()));
+  rd.read(name, all, values.data());
+  return values;
+}
+
 // Rows [begin, end) of `rows` that rank r of p owns: a deliberately uneven
 // split (quadratic boundaries) in which low ranks may own nothing.
 std::pair<std::uint64_t, std::uint64_t> uneven(std::uint64_t rows, int r, int p) {
@@ -482,8 +492,9 @@ TEST(Checkpoint, BadBlocksAreErrorsOnEveryRank) {
   const Shape shape{3, 4};
   const std::vector<float> data = fill2(Block::whole(shape), replica_value);
   const Block mine = r == 0 ? Block::whole(shape) : Block::none();
-  {
-    CheckpointWriter w(file.str(), world);
+  for (const Writers writers : {Writers::one, Writers::all}) {
+    SCOPED_TRACE(writers == Writers::one ? "one writer" : "all ranks");
+    CheckpointWriter w(file.str(), world, writers);
     // Nobody writes: a gap. Everyone writes (p > 1): overlapping replicas.
     std::string msg = internal_error_of([&] { w.write("/t", shape, Block::none(), nullptr); });
     EXPECT_HAS(msg, "/t: the blocks of all ranks hold 0 elements, the tensor [3, 4] has 12");
@@ -502,7 +513,12 @@ TEST(Checkpoint, BadBlocksAreErrorsOnEveryRank) {
     EXPECT_HAS(msg, "/t: written twice");
     msg = internal_error_of([&] { w.write("/t/under", {1}, Block::none(), nullptr); });
     EXPECT_HAS(msg, "/t is a dataset, not a group");
+    // What every rank sent for a refused tensor went nowhere: every rank's rows of the next
+    // one arrive whole.
+    const auto [u0, u1] = even(shape[0], r, p);
+    w.write("/u", shape, Block::rows(shape, u0, u1), data.data() + u0 * shape[1]);
     w.close();
+    EXPECT_EQ(read_whole(file.str(), world, "/u", shape), data);
   }
   CheckpointReader rd(file.str(), world);
   std::vector<float> got(12, -1.0f);
