@@ -373,7 +373,7 @@ void write_items(const std::string& path, const Deck& deck, const std::vector<It
   io::CheckpointWriter w(path, comm, io::writers_named(deck.checkpoint.writers));
   const float nothing = 0.0f;
   for (const Item& item : items) {
-    if (item.block.empty() || item.count == 0) {
+    if (item.count == 0) {
       w.write(item.path, item.shape, io::Block::none(), &nothing);
     } else if (item.source) { // one tensor at a time in host memory (a GPU's copy)
       const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), *item.source);
@@ -442,10 +442,9 @@ snapshot_of(const std::vector<Item>& items) {
   std::pair<std::vector<CheckpointSnapshot::Tensor>, std::vector<const kernels::Vec<real>*>> out;
   std::int64_t at = 0;
   for (const Item& item : items) {
-    const std::uint64_t n = item.block.empty() ? 0 : item.count;
-    out.first.push_back({item.path, item.shape, item.block, item.first, n, at});
+    out.first.push_back({item.path, item.shape, item.block, item.first, item.count, at});
     out.second.push_back(item.source);
-    at += static_cast<std::int64_t>(n);
+    at += static_cast<std::int64_t>(item.count);
   }
   return out;
 }
@@ -482,11 +481,9 @@ void CheckpointSnapshot::copy(const Deck& deck, std::vector<Tensor> tensors,
     const std::int64_t n = static_cast<std::int64_t>(t.count);
     if (n == 0)
       continue;
-    const auto into = Kokkos::subview(buffer_, std::make_pair(t.offset, t.offset + n));
-    if (sources[i]) // the values are the first n of the source (blocks are row-major)
-      Kokkos::deep_copy(into, Kokkos::subview(*sources[i], std::make_pair(std::int64_t(0), n)));
-    else
-      Kokkos::deep_copy(into, 0.0f);
+    // The values are the first n of the source (blocks are row-major).
+    Kokkos::deep_copy(Kokkos::subview(buffer_, std::make_pair(t.offset, t.offset + n)),
+                      Kokkos::subview(*sources[i], std::make_pair(std::int64_t(0), n)));
   }
   tensors_ = std::move(tensors);
   attributes_ = CheckpointAttributes::of(deck, step, optimizer_step);
@@ -513,7 +510,7 @@ std::int64_t CheckpointSnapshot::bytes_for(const model::ShardedGPT<T>& model,
                           : checkpoint_items(model, nullptr, nullptr);
   std::int64_t total = 0;
   for (const Item& item : items)
-    total += item.block.empty() ? 0 : static_cast<std::int64_t>(item.count);
+    total += static_cast<std::int64_t>(item.count);
   return total * static_cast<std::int64_t>(sizeof(float));
 }
 

@@ -246,6 +246,13 @@ void DataParallel::update(const kernels::AdamW& hp, real clip) {
   exec.fence();   // a step ends with its update: its time includes the update's
 }
 
+std::size_t DataParallel::bucket_of(std::size_t i) const {
+  std::size_t k = 0;
+  while (k + 1 < buckets_.size() && offset_[i] >= buckets_[k].first + buckets_[k].size)
+    ++k;
+  return k;
+}
+
 std::vector<Vec<real>> DataParallel::moments(int which) const {
   const ExecSpace exec;
   const Vec<real>& mine = which == 0 ? m_ : v_;
@@ -294,9 +301,7 @@ std::vector<Vec<real>> DataParallel::moments(int which) const {
   std::vector<Vec<real>> out;
   const Blocks& params = params_;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    std::size_t k = 0;
-    while (k + 1 < buckets_.size() && offset_[i] >= buckets_[k].first + buckets_[k].size)
-      ++k;
+    const std::size_t k = bucket_of(i);
     out.push_back(buckets_.empty() || whole[k] ? range(full, offset_[i], params[i]->size())
                                                : Vec<real>());
   }
@@ -308,12 +313,9 @@ std::vector<MomentRun> DataParallel::moment_runs(int which) const {
   const Vec<real>& mine = which == 0 ? m_ : v_;
   std::vector<MomentRun> out(params_.size());
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    std::size_t k = 0;
-    while (k + 1 < buckets_.size() && offset_[i] >= buckets_[k].first + buckets_[k].size)
-      ++k;
     if (buckets_.empty())
       continue;
-    const Bucket& b = buckets_[k];
+    const Bucket& b = buckets_[bucket_of(i)];
     const std::int64_t piece = b.size / b.shards;
     const std::int64_t lo = b.first + b.rank * piece;
     const std::int64_t a = std::max(lo, offset_[i]);

@@ -140,7 +140,7 @@ public:
   std::int64_t step() const { return attributes_.step; }
 
 private:
-  // Copies each tensor's values from its source (none: zeros) into the buffer.
+  // Copies each tensor's values from its source into the buffer.
   void copy(const Deck& deck, std::vector<Tensor> tensors,
             const std::vector<const kernels::Vec<real>*>& sources, int step, int optimizer_step);
   std::vector<Tensor> tensors_;

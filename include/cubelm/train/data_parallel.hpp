@@ -95,6 +95,7 @@ private:
   struct Bucket;
   struct Segment; // the part of one parameter inside this rank's shard of a bucket
   void launch(Bucket& b);
+  std::size_t bucket_of(std::size_t param) const; // the bucket that holds params()[param]
   kernels::Vec<real> range(const kernels::Vec<real>& all, std::int64_t first, std::int64_t n) const;
 
   using Blocks = std::vector<tp::ParamBlock<real>*>;
