@@ -36,14 +36,6 @@ Precision gemm_precision() {
   return g_precision;
 }
 
-void round_to_bf16(const ExecSpace& exec, const Mat<float>& src, const Mat<float>& dst) {
-  for_each_element(
-      "cubelm::round_to_bf16", exec, src.extent(0), src.extent(1),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-        dst(i, j) = bf16_round(src(i, j));
-      });
-}
-
 template <class S, class D>
 void convert(const ExecSpace& exec, const Vec<S>& src, const Vec<D>& dst) {
   CUBELM_ASSERT(src.extent(0) == dst.extent(0), "convert: views of different lengths");
@@ -171,33 +163,6 @@ void bf16_storage_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float 
 
 namespace {
 
-// bf16 inputs, fp32 products and sums: the fp32 products on copies rounded to bfloat16.
-Mat<float> rounded(const ExecSpace& exec, const Mat<float>& m, Scratch<float>& scratch) {
-  const auto buf = scratch.get(m.extent(0) * m.extent(1));
-  const Mat<float> out(buf.data(), m.extent(0), m.extent(1));
-  round_to_bf16(exec, m, out);
-  return out;
-}
-Scratch<float> g_scratch_a("cubelm::bf16_scratch"), g_scratch_b("cubelm::bf16_scratch");
-
-} // namespace
-
-void bf16_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha, const Mat<float>& a,
-               const Mat<float>& b, float beta, const Mat<float>& c) {
-  vendor_gemm(exec, trans_a, trans_b, alpha, rounded(exec, a, g_scratch_a),
-              rounded(exec, b, g_scratch_b), beta, c);
-}
-
-void bf16_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha,
-                       const Batch<float>& a, const Batch<float>& b, float beta,
-                       const Batch<float>& c, const BatchShape& s) {
-  const Mat<float> ra = rounded(exec, flat(a), g_scratch_a);
-  const Mat<float> rb = rounded(exec, flat(b), g_scratch_b);
-  host_gemm_batched(exec, trans_a, trans_b, alpha, ra.data(), rb.data(), beta, c.data(), s);
-}
-
-namespace {
-
 // The float a bf16 product reads for an element: a bfloat16 exactly, a float rounded.
 template <class T>
 KOKKOS_INLINE_FUNCTION float bf16_input(T x) {
@@ -251,7 +216,32 @@ void input_block(const ExecSpace& exec, const Mat<T>& src, std::int64_t r0, std:
 
 constexpr std::int64_t kTile = 1024; // rows and columns of C per sgemm (blas.hpp)
 
+// bf16 inputs, fp32 products and sums: the fp32 products on copies rounded to bfloat16
+// (one flat loop where the matrix is contiguous, as the batched products' operands are).
+Mat<float> rounded(const ExecSpace& exec, const Mat<float>& m, Scratch<float>& scratch) {
+  const std::int64_t rows = m.extent(0), cols = m.extent(1);
+  const auto buf = scratch.get(static_cast<std::size_t>(rows * cols));
+  copy_block(exec, rows, cols, m.data(), leading(m), buf.data(), cols,
+             [](const float x) { return bf16_round(x); });
+  return Mat<float>(buf.data(), rows, cols);
+}
+Scratch<float> g_scratch_a("cubelm::bf16_scratch"), g_scratch_b("cubelm::bf16_scratch");
+
 } // namespace
+
+void bf16_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha, const Mat<float>& a,
+               const Mat<float>& b, float beta, const Mat<float>& c) {
+  vendor_gemm(exec, trans_a, trans_b, alpha, rounded(exec, a, g_scratch_a),
+              rounded(exec, b, g_scratch_b), beta, c);
+}
+
+void bf16_gemm_batched(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha,
+                       const Batch<float>& a, const Batch<float>& b, float beta,
+                       const Batch<float>& c, const BatchShape& s) {
+  const Mat<float> ra = rounded(exec, flat(a), g_scratch_a);
+  const Mat<float> rb = rounded(exec, flat(b), g_scratch_b);
+  host_gemm_batched(exec, trans_a, trans_b, alpha, ra.data(), rb.data(), beta, c.data(), s);
+}
 
 template <class TA, class TB, class TC>
 void bf16_storage_gemm(const ExecSpace& exec, bool trans_a, bool trans_b, float alpha,

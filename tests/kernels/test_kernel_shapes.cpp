@@ -127,6 +127,30 @@ TEST(KernelShapes, BatchedGemmMatchesLoops) {
       }
 }
 
+namespace {
+
+// A product computed under bf16 precision against the double sum of its rounded inputs'
+// products: the largest distance (worst), and how far the rounding moved that sum from
+// the unrounded inputs' (moved), over the products added.
+struct Bf16ProductErrors {
+  double worst = 0, moved = 0;
+  template <class A, class B, class C>
+  void add(int m, int n, int k, const A& a, const B& b, const C& c) {
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double exact = 0, unrounded = 0;
+        for (int l = 0; l < k; ++l) {
+          exact += static_cast<double>(bf16_round(a(i, l))) * bf16_round(b(l, j));
+          unrounded += static_cast<double>(a(i, l)) * b(l, j);
+        }
+        worst = std::max(worst, std::fabs(c(i, j) - exact));
+        moved = std::max(moved, std::fabs(exact - unrounded));
+      }
+  }
+};
+
+} // namespace
+
 TEST(KernelShapes, BatchedGemmFollowsTheBf16Precision) {
   const ExecSpace exec;
   const int count = 4, m = 3, k = 17, n = 2;
@@ -139,20 +163,36 @@ TEST(KernelShapes, BatchedGemmFollowsTheBf16Precision) {
   const auto ha = on_host(a);
   const auto hb = on_host(b);
   const auto hc = on_host(c);
-  double worst = 0, moved = 0;
+  Bf16ProductErrors e;
   for (int q = 0; q < count; ++q)
-    for (int i = 0; i < m; ++i)
-      for (int j = 0; j < n; ++j) {
-        double exact = 0, unrounded = 0;
-        for (int l = 0; l < k; ++l) {
-          exact += static_cast<double>(bf16_round(ha(q, i, l))) * bf16_round(hb(q, l, j));
-          unrounded += static_cast<double>(ha(q, i, l)) * hb(q, l, j);
-        }
-        worst = std::max(worst, std::fabs(hc(q, i, j) - exact));
-        moved = std::max(moved, std::fabs(exact - unrounded));
-      }
-  EXPECT_LT(worst, 1e-5) << "fp32 accumulation of bf16 products";
-  EXPECT_GT(moved, 1e-4) << "the inputs were really rounded";
+    e.add(
+        m, n, k, [&](int i, int l) { return ha(q, i, l); },
+        [&](int l, int j) { return hb(q, l, j); }, [&](int i, int j) { return hc(q, i, j); });
+  EXPECT_LT(e.worst, 1e-5) << "fp32 accumulation of bf16 products";
+  EXPECT_GT(e.moved, 1e-4) << "the inputs were really rounded";
+}
+
+TEST(KernelShapes, FloatGemmOnAColumnBlockFollowsTheBf16Precision) {
+  // A float product under bf16 precision reads rounded copies of its operands; here A
+  // is a block of columns of a wider matrix (rows with a stride), B is transposed.
+  const ExecSpace exec;
+  const int m = 5, k = 19, n = 3, wide = k + 4;
+  Mat<float> whole("whole", m, wide), b("b", n, k), c("c", m, n);
+  randomize(whole, 7);
+  randomize(b, 8);
+  const auto a = Kokkos::subview(whole, Kokkos::ALL, std::make_pair(2, 2 + k));
+  set_gemm_precision(Precision::bf16);
+  gemm(exec, false, true, 1.0f, Mat<float>(a), b, 0.0f, c);
+  set_gemm_precision(Precision::fp32);
+  const auto hw = on_host(whole);
+  const auto hb = on_host(b);
+  const auto hc = on_host(c);
+  Bf16ProductErrors e;
+  e.add(
+      m, n, k, [&](int i, int l) { return hw(i, 2 + l); }, [&](int l, int j) { return hb(j, l); },
+      [&](int i, int j) { return hc(i, j); });
+  EXPECT_LT(e.worst, 1e-5) << "fp32 accumulation of bf16 products";
+  EXPECT_GT(e.moved, 1e-4) << "the inputs were really rounded";
 }
 
 TEST(KernelShapes, RowReductionsAtEveryWidth) {

@@ -24,9 +24,6 @@ using cubelm::float_bits;
 void set_gemm_precision(Precision precision);
 Precision gemm_precision();
 
-/// \brief dst = src rounded to bfloat16 element by element (same shape; dst may be src).
-void round_to_bf16(const ExecSpace& exec, const Mat<float>& src, const Mat<float>& dst);
-
 /// \brief dst[i] = src[i] converted: float to bf16 rounds to nearest (bf16_bits), bf16 to
 /// float is exact. The same length. S, D: (float, bf16) or (bf16, float).
 template <class S, class D>
