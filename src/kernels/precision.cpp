@@ -217,12 +217,12 @@ void input_block(const ExecSpace& exec, const Mat<T>& src, std::int64_t r0, std:
 constexpr std::int64_t kTile = 1024; // rows and columns of C per sgemm (blas.hpp)
 
 // bf16 inputs, fp32 products and sums: the fp32 products on copies rounded to bfloat16
-// (one flat loop where the matrix is contiguous, as the batched products' operands are).
+// (the whole matrix as one input block: one flat loop where it is contiguous, as the
+// batched products' operands are).
 Mat<float> rounded(const ExecSpace& exec, const Mat<float>& m, Scratch<float>& scratch) {
   const std::int64_t rows = m.extent(0), cols = m.extent(1);
   const auto buf = scratch.get(static_cast<std::size_t>(rows * cols));
-  copy_block(exec, rows, cols, m.data(), leading(m), buf.data(), cols,
-             [](const float x) { return bf16_round(x); });
+  input_block(exec, m, 0, rows, 0, cols, buf.data());
   return Mat<float>(buf.data(), rows, cols);
 }
 Scratch<float> g_scratch_a("cubelm::bf16_scratch"), g_scratch_b("cubelm::bf16_scratch");
