@@ -495,62 +495,79 @@ hid_t driver() {
 
 } // namespace
 
-float* Slabs::next(std::size_t elements) {
+float* Slabs::next(std::size_t elements, std::size_t largest) {
+  const auto blocks = [](std::size_t n) {
+    return std::max<std::uint64_t>(1, (n * sizeof(float) + kAlignment - 1) / kAlignment) *
+           kAlignment;
+  };
+  const std::uint64_t bytes = blocks(elements), ring = kCount * blocks(std::max(largest, elements));
   std::unique_lock<std::mutex> lock(mutex_);
-  // The first free slab from turn_ on (the driver frees them in the order it was lent
-  // them): a slab that lent nothing (a tensor of small chunks) is free again at once.
-  int free = -1;
-  written_.wait(lock, [&] {
-    for (int k = 0; k < kCount && free < 0; ++k)
-      if (slabs_[(turn_ + k) % kCount].in_flight == 0)
-        free = (turn_ + k) % kCount;
-    return free >= 0;
-  });
-  Slab& slab = slabs_[free];
-  turn_ = (free + 1) % kCount;
-  if (slab.elements < elements) {
-    slab.data.reset();
-    slab.elements = 0;
-    const std::size_t bytes = (elements * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
-    auto* p = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
+  // The slab given before is the writer's no longer: free once the driver has written it.
+  live_.erase(std::remove_if(live_.begin(), live_.end(),
+                             [&](const Slab& s) { return s.id == given_ && s.in_flight == 0; }),
+              live_.end());
+  given_ = -1;
+  if (ring > capacity_) { // grown once all of it is written
+    written_.wait(lock, [&] { return live_.empty(); });
+    ring_.reset();
+    capacity_ = 0;
+    auto* p = static_cast<char*>(std::aligned_alloc(kAlignment, ring));
     if (p == nullptr)
       throw std::bad_alloc();
-    slab.data.reset(p);
-    slab.elements = elements;
+    ring_.reset(p);
+    capacity_ = ring;
+    head_ = 0;
   }
-  return slab.data.get();
+  // After the slab before, or from the start of the ring where it does not fit there;
+  // the slabs in the way are written in the order they were given.
+  const std::uint64_t at = head_ + bytes <= capacity_ ? head_ : 0;
+  written_.wait(lock, [&] {
+    return std::none_of(live_.begin(), live_.end(),
+                        [&](const Slab& s) { return s.at < at + bytes && at < s.at + s.bytes; });
+  });
+  given_ = next_id_++;
+  if (next_id_ < 0) // after 2^31 slabs
+    next_id_ = 0;
+  live_.push_back(Slab{given_, at, bytes, 0});
+  head_ = at + bytes;
+  return reinterpret_cast<float*>(ring_.get() + at);
 }
 
-void Slabs::settle(int i) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  written_.wait(lock, [&] { return slabs_[i].in_flight == 0; });
+Slabs::Slab* Slabs::find(int id) {
+  for (Slab& s : live_)
+    if (s.id == id)
+      return &s;
+  return nullptr;
 }
 
 void Slabs::settle() {
-  for (int i = 0; i < kCount; ++i)
-    settle(i);
+  std::unique_lock<std::mutex> lock(mutex_);
+  written_.wait(lock, [&] {
+    return std::all_of(live_.begin(), live_.end(), [](const Slab& s) { return s.in_flight == 0; });
+  });
 }
 
 int Slabs::holding(const void* data, std::size_t bytes) const {
   const auto at = reinterpret_cast<std::uintptr_t>(data);
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int i = 0; i < kCount; ++i) {
-    const auto base = reinterpret_cast<std::uintptr_t>(slabs_[i].data.get());
-    if (base != 0 && at >= base && at + bytes <= base + slabs_[i].elements * sizeof(float))
-      return i;
-  }
+  const auto base = reinterpret_cast<std::uintptr_t>(ring_.get());
+  for (const Slab& s : live_)
+    if (base != 0 && at >= base + s.at && at + bytes <= base + s.at + s.bytes)
+      return s.id;
   return -1;
 }
 
 void Slabs::queued(int i) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++slabs_[i].in_flight;
+  if (Slab* s = find(i))
+    ++s->in_flight;
 }
 
 void Slabs::written(int i) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    --slabs_[i].in_flight;
+    if (Slab* s = find(i); s && --s->in_flight == 0 && s->id != given_)
+      live_.erase(live_.begin() + (s - live_.data()));
   }
   written_.notify_all();
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace cubelm::io::direct {
 
@@ -53,29 +54,34 @@ private:
   std::string first_;
 };
 
-/// The one writer's two slabs (checkpoint_writer_one.cpp): block-aligned memory it lends
-/// the driver. A chunk written from a slab is queued without a copy, and the driver's
-/// thread writes its whole blocks from the slab (copying them into a buffer of its own
-/// only where the chunk does not start on a block boundary in memory), except the last
-/// whole block, which the write puts through the page cache with the partial one before it
-/// returns. So the writer may change a chunk's last 4 KiB once its write has returned (as
-/// write_chunks does, putting back the element the checksum borrowed), and nothing else
-/// of a slab until the driver has written it: next() and settle() wait for that.
+/// The one writer's slabs (checkpoint_writer_one.cpp): block-aligned memory it lends the
+/// driver, taken in turn from a ring of kCount times the largest slab asked for, so that
+/// the driver has up to that much queued while the writer assembles the next slabs, however
+/// small the tensors (with a slab of its own per tensor, three slabs held three tensors:
+/// behind GPT-2's biases and 768 x 768 matrices the driver had a few milliseconds of
+/// work, and waited for the writer 0.1 s of a 1 s save).
+/// A chunk written from a slab is queued without a copy, and the driver's thread writes
+/// its whole blocks from the slab (copying them into a buffer of its own first only where
+/// the chunk does not start on a block boundary in memory), except the last whole block,
+/// which the write puts through the page cache with the partial one before it returns. So
+/// the writer may change a chunk's last 4 KiB once its write has returned (as write_chunks
+/// does, putting back the element the checksum borrowed), and nothing else of a slab
+/// until the driver has written it: next() and settle() wait for that.
 class Slabs {
 public:
-  static constexpr int kCount = 3;
+  static constexpr int kCount = 12;
 
   Slabs() = default;
   ~Slabs() { settle(); }
   Slabs(const Slabs&) = delete;
   Slabs& operator=(const Slabs&) = delete;
 
-  /// The next free slab in turn (they take turns across tensors, so that some are written
-  /// while the next arrives), waiting for the oldest if none is free, of at least `elements`
-  /// floats (after growing, what it held is gone).
-  float* next(std::size_t elements);
-  /// Waits until no write from slab i (from any slab, without i) is queued or in flight.
-  void settle(int i);
+  /// A slab of at least `elements` floats on a block boundary: the ring's next space,
+  /// waiting until the driver has written what it held. The slab given before is then
+  /// the writer's no longer. The ring grows to kCount slabs of `largest` floats (the
+  /// largest slab of the tensor) where it is smaller, once the driver has written all of it.
+  float* next(std::size_t elements, std::size_t largest);
+  /// Waits until no write from a slab is queued or in flight.
   void settle();
 
   // For the driver: the slab that holds [data, data + bytes), or -1; a write from slab i
@@ -86,17 +92,20 @@ public:
 
 private:
   struct Free {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(char* p) const { std::free(p); }
   };
   struct Slab {
-    std::unique_ptr<float, Free> data;
-    std::size_t elements = 0;
-    int in_flight = 0;
+    int id;
+    std::uint64_t at, bytes; // in the ring
+    int in_flight;
   };
+  Slab* find(int id); // mutex held; null once the slab is free
   mutable std::mutex mutex_;
   std::condition_variable written_;
-  Slab slabs_[kCount];
-  int turn_ = 0; // the slab next() gives
+  std::unique_ptr<char, Free> ring_;
+  std::uint64_t capacity_ = 0, head_ = 0; // head_: where the next slab is tried first
+  std::vector<Slab> live_; // the writer's slab and those with writes queued, oldest first
+  int given_ = -1, next_id_ = 0;
 };
 
 /// Makes `fapl` open files with the direct driver, aligned as above, its failures going to

@@ -28,9 +28,15 @@ using chunking::to_hsize;
 namespace {
 
 // The one writer assembles each tensor in slabs of whole chunk rows, at most
-// kSlabElements (64 MiB of float32) unless one chunk is larger, in two slabs that it
-// lends the driver: one is written while the next arrives.
-constexpr std::uint64_t kSlabElements = std::uint64_t(1) << 24;
+// kSlabElements (16 MiB of float32) unless one chunk is larger, taken from a ring that it
+// lends the driver (direct::Slabs): slabs are written while the next arrive. A tensor's
+// first slab is one chunk, and each next one twice the one before up to that size
+// (slab_starts), so that the driver has a chunk to write soon after the tensor's blocks
+// begin to arrive rather than after a whole slab of them. (With slabs of 64 MiB, the
+// driver waited 10-80 ms for the first slab of GPT-2's embedding at the start of a save,
+// and again whenever the writer took longer to assemble a slab than the driver to write
+// the one before.)
+constexpr std::uint64_t kSlabElements = std::uint64_t(1) << 22;
 constexpr int kGatherTag = 7411;
 
 std::uint64_t row_elements(const std::vector<hsize_t>& dims) {
@@ -57,12 +63,24 @@ std::uint64_t slab_rows(const std::vector<hsize_t>& dims) {
   return std::min<std::uint64_t>(dims[0], chunks * chunk_rows);
 }
 
-// The elements of one slab buffer: whole chunks (the last chunk of a tensor is padded),
-// and one more for the checksum after the last.
-std::uint64_t slab_elements_held(const std::vector<hsize_t>& dims) {
+// The elements of a slab buffer for `rows` rows of a tensor of `dims`: whole chunks (the
+// last chunk of a tensor is padded), and one more for the checksum after the last.
+std::uint64_t slab_elements_held(const std::vector<hsize_t>& dims, std::uint64_t rows) {
   const std::uint64_t chunk_rows = chunking::chunk_of(dims)[0];
-  const std::uint64_t rows = (slab_rows(dims) + chunk_rows - 1) / chunk_rows * chunk_rows;
-  return rows * row_elements(dims) + 1;
+  return (rows + chunk_rows - 1) / chunk_rows * chunk_rows * row_elements(dims) + 1;
+}
+
+// The first row of each slab of a tensor of `dims`, and dims[0] after the last: one chunk
+// row, then twice as many rows as the slab before, up to slab_rows(dims).
+std::vector<std::uint64_t> slab_starts(const std::vector<hsize_t>& dims) {
+  std::vector<std::uint64_t> starts{0};
+  if (dims.empty() || dims[0] == 0)
+    return starts;
+  const std::uint64_t most = slab_rows(dims);
+  for (std::uint64_t rows = std::min<std::uint64_t>(chunking::chunk_of(dims)[0], most);
+       starts.back() < dims[0]; rows = std::min(2 * rows, most))
+    starts.push_back(std::min<std::uint64_t>(dims[0], starts.back() + rows));
+  return starts;
 }
 
 } // namespace
@@ -74,22 +92,27 @@ std::uint64_t writer_buffer_bytes(const std::vector<std::vector<std::uint64_t>>&
   const auto blocks = [](std::uint64_t bytes) {
     return (bytes + direct::kAlignment - 1) / direct::kAlignment * direct::kAlignment;
   };
-  std::uint64_t slab = 0, staging = 0, chunk = 0;
+  std::uint64_t slab = 0, staging[2] = {0, 0}, chunk = 0;
   for (const auto& shape : shapes) {
     const auto dims = to_hsize(shape);
     if (dims.empty() || dims[0] == 0)
       continue;
-    const std::uint64_t held = slab_elements_held(dims) * sizeof(float);
-    // The slabs take turns across tensors, so each grows to the largest; the staging
-    // buffers for the blocks of columns of other ranks: one per slab of a tensor, up to two.
-    slab = std::max(slab, blocks(held));
-    if (ranks > 1)
-      staging = std::max(staging, (slab_rows(dims) < dims[0] ? 2 : 1) * held);
+    // The ring holds kCount of the largest slab (direct::Slabs); the blocks of columns of
+    // other ranks arrive in two staging buffers, slab k's in buffer k % 2, each grown to
+    // the largest slab it took.
+    const auto starts = slab_starts(dims);
+    for (std::size_t k = 0; k + 1 < starts.size(); ++k) {
+      const std::uint64_t held =
+          slab_elements_held(dims, starts[k + 1] - starts[k]) * sizeof(float);
+      slab = std::max(slab, blocks(held));
+      if (ranks > 1)
+        staging[k % 2] = std::max(staging[k % 2], held);
+    }
     // A chunk as write_chunks hands it to the driver: its elements and the checksum.
     chunk =
         std::max<std::uint64_t>(chunk, chunking::chunk_of(dims)[0] * row_elements(dims) * 4 + 4);
   }
-  return direct::Slabs::kCount * slab + staging + direct::buffer_bytes(chunk);
+  return direct::Slabs::kCount * slab + staging[0] + staging[1] + direct::buffer_bytes(chunk);
 }
 
 namespace {
@@ -150,8 +173,11 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   const std::size_t stride = 2 * static_cast<std::size_t>(nd) + 3; // as write() gathered them
   const int ranks = comm_.size();
   const bool writer = comm_.rank() == 0;
-  const std::uint64_t rows = slab_rows(dims);
-  const std::uint64_t slabs = dims[0] == 0 ? 0 : (dims[0] + rows - 1) / rows;
+  const std::vector<std::uint64_t> starts = slab_starts(dims); // slab k: rows [k], [k + 1]
+  const std::uint64_t slabs = starts.size() - 1;
+  std::uint64_t largest = 0; // elements of the largest slab
+  for (std::uint64_t k = 0; k < slabs; ++k)
+    largest = std::max(largest, slab_elements_held(dims, starts[k + 1] - starts[k]));
   const auto int_count = [&](std::uint64_t n) {
     CUBELM_ASSERT(n <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()),
                   "checkpoint " + path_ + ": a slab holds more elements than an MPI count");
@@ -163,32 +189,32 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
     std::uint64_t row = 1; // elements of one row of the block
     for (int d = 1; d < nd; ++d)
       row *= b[nd + d];
-    const std::uint64_t lo = std::max(b[0], k * rows);
-    const std::uint64_t hi =
-        std::min(b[0] + b[nd], std::min<std::uint64_t>(dims[0], (k + 1) * rows));
+    const std::uint64_t lo = std::max(b[0], starts[k]);
+    const std::uint64_t hi = std::min(b[0] + b[nd], starts[k + 1]);
     const std::uint64_t from = b[2 * nd], to = b[2 * nd] + b[2 * nd + 1];
     const std::uint64_t s = std::max(from, lo < hi ? (lo - b[0]) * row : to);
     const std::uint64_t e = std::min(to, lo < hi ? (hi - b[0]) * row : to);
     return std::make_pair(s, std::max(s, e));
   };
-  // The other ranks send the writer their elements of each slab in turn, contiguous as
-  // they hold them, and wait for each send asleep.
+  // The other ranks send the writer their elements of each slab, contiguous as they hold
+  // them, all at once (MPI matches them to the writer's receives in order), and wait for
+  // the sends asleep: they need not wake between slabs for the writer to go on.
   if (!writer) {
     const std::uint64_t* mine = blocks.data() + static_cast<std::size_t>(comm_.rank()) * stride;
+    std::vector<MPI_Request> sent;
     for (std::uint64_t k = 0; k < slabs && count > 0; ++k) {
       const auto [s, e] = in_slab(mine, k);
       if (s == e)
         continue;
       float* const part = const_cast<float*>(data) + (s - first); // MPI-2 API
-      std::vector<MPI_Request> sent(1);
+      sent.emplace_back();
       CUBELM_MPI_CHECK(
-          MPI_Isend(part, int_count(e - s), MPI_FLOAT, 0, kGatherTag, comm_.raw(), sent.data()));
-      wait_all(sent, true);
+          MPI_Isend(part, int_count(e - s), MPI_FLOAT, 0, kGatherTag, comm_.raw(), &sent.back()));
     }
+    wait_all(sent, true);
     return;
   }
 
-  const std::uint64_t held = slab_elements_held(dims);
   // A block of whole rows arrives in place; a block of columns arrives whole in the
   // staging buffer (a contiguous receive, which MPI copies without the sender's help) and
   // is placed into its columns after.
@@ -201,9 +227,6 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   bool columns = false;
   for (int q = 0; q < ranks; ++q)
     columns = columns || !whole_rows(blocks.data() + static_cast<std::size_t>(q) * stride);
-  for (int i = 0; i < 2; ++i)
-    if ((i == 0 || slabs > 1) && columns && staging_[i].size() < held)
-      staging_[i].resize(held);
   float* slab_of[2] = {nullptr, nullptr}; // slab k's memory is slab_of[k % 2]
   struct Staged {
     std::uint64_t at;       // in the staging buffer
@@ -238,9 +261,12 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   std::vector<MPI_Request> requests[2];
   std::vector<Staged> staged[2];
   // Posts the receives of slab k into its buffers and copies the writer's own rows, once
-  // the driver has written what it held before (slab k - 2, or another tensor's).
+  // the driver has written what the ring held there before.
   const auto post = [&](std::uint64_t k) {
-    float* const slab = slab_of[k % 2] = slabs_->next(held);
+    const std::uint64_t held = slab_elements_held(dims, starts[k + 1] - starts[k]);
+    float* const slab = slab_of[k % 2] = slabs_->next(held, largest);
+    if (columns && staging_[k % 2].size() < held)
+      staging_[k % 2].resize(held);
     auto& pending = requests[k % 2];
     std::uint64_t at = 0;
     for (int q = 0; q < ranks; ++q) {
@@ -253,14 +279,14 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
       if (q == comm_.rank()) { // the writer's own elements: copied, not sent
         const float* from = data + (s - first);
         if (whole_rows(b))
-          std::memcpy(slab + in_place(b, s, k * rows), from, (e - s) * sizeof(float));
+          std::memcpy(slab + in_place(b, s, starts[k]), from, (e - s) * sizeof(float));
         else
-          place(from, b, s, e, k * rows, slab);
+          place(from, b, s, e, starts[k], slab);
         continue;
       }
       float* into;
       if (whole_rows(b)) {
-        into = slab + in_place(b, s, k * rows);
+        into = slab + in_place(b, s, starts[k]);
       } else {
         staged[k % 2].push_back({at, b, s, e});
         into = staging_[k % 2].data() + at;
@@ -271,9 +297,9 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
                                  &pending.back()));
     }
   };
-  // Slab k + 1 is posted once slab k is handed to the driver, whose thread writes it while
-  // slab k + 1 arrives (into the memory of slab k - 1, written meanwhile). The receives
-  // need not be posted earlier: MPI copies a large message when the writer waits for it.
+  // Slab k + 1 is posted once slab k is handed to the driver, whose thread writes it (and
+  // what the ring holds before it) while slab k + 1 arrives. The receives need not be
+  // posted earlier: MPI copies a large message when the writer waits for it.
   if (slabs > 0)
     post(0);
   for (std::uint64_t k = 0; k < slabs; ++k) {
@@ -281,13 +307,14 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
     wait_all(pending);
     pending.clear();
     for (const Staged& piece : staged[k % 2])
-      place(staging_[k % 2].data() + piece.at, piece.b, piece.s, piece.e, k * rows, slab_of[k % 2]);
+      place(staging_[k % 2].data() + piece.at, piece.b, piece.s, piece.e, starts[k],
+            slab_of[k % 2]);
     staged[k % 2].clear();
     // After a failure the slabs still arrive (the senders do not know yet) but go nowhere.
     if (!failure_->failed())
       if (const std::string problem =
-              write_chunks(dset, dims, k * rows, std::min<std::uint64_t>(dims[0], (k + 1) * rows),
-                           slab_of[k % 2], held);
+              write_chunks(dset, dims, starts[k], starts[k + 1], slab_of[k % 2],
+                           slab_elements_held(dims, starts[k + 1] - starts[k]));
           !problem.empty())
         failure_->record(problem);
     // Start writing the slab's pages in the page cache to storage now, while the next slab

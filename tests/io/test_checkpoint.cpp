@@ -1011,28 +1011,31 @@ TEST(Checkpoint, ChunksAreWholeBlocksWhereThePaddingIsSmall) {
     }
 }
 
-// The first rank's slabs: three of at most 64 MiB, which take turns across tensors (each
-// as large as the largest tensor's slab, in whole 4 KiB blocks), of whole chunks and one
-// element for the last chunk's checksum; on more than one rank, staging buffers (two for a
-// tensor of several slabs, one for a tensor of one); the file driver's buffers; nothing
-// under Writers::all on more than one rank (a single rank always writes alone).
+// The first rank's slabs: a ring of twelve of the largest (in whole 4 KiB blocks); a
+// tensor's slabs are one chunk, then twice the one before, up to 16 MiB of whole chunks,
+// with one element for the last chunk's checksum; on more than one rank, two staging
+// buffers (slab k's blocks of columns arrive in buffer k % 2, as large as the largest slab
+// it took); the file driver's buffers; nothing under Writers::all on more than one rank (a
+// single rank always writes alone).
 TEST(Checkpoint, OneWritersBuffersAreSlabsStagingAndDriverChunks) {
   const auto blocks = [](std::uint64_t bytes) { return (bytes + 4095) / 4096 * 4096; };
   // The file driver's buffers: four of the largest chunk with its checksum (three for
   // copies, one of its thread's); none for chunks under 64 KiB, which it writes through the
   // page cache.
   const auto driver = [&](std::uint64_t chunk_bytes) { return 4 * blocks(chunk_bytes + 4); };
-  // [50257, 768]: 37 chunks of 1360 rows (4 MiB, whole 4 KiB blocks); a slab of 16 chunks.
+  // [50257, 768]: 37 chunks of 1360 rows (4 MiB, whole 4 KiB blocks), in slabs of 1, 2,
+  // then 4 chunks (the last 2): staging buffers of 4 chunks each.
   const std::vector<std::vector<std::uint64_t>> gpt2 = {{50257, 768}, {768}};
-  const std::uint64_t slab = (16 * 1360 * 768 + 1) * 4;
+  const auto chunks = [](std::uint64_t n, std::uint64_t chunk) { return (n * chunk + 1) * 4; };
+  const std::uint64_t slab = chunks(4, 1360 * 768);
   EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 8),
-            3 * blocks(slab) + 2 * slab + driver(1360 * 768 * 4));
-  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 1), 3 * blocks(slab) + driver(1360 * 768 * 4));
-  // [2099, 1000]: chunks of 700 rows; one slab of three chunks, the last one padded.
-  const std::uint64_t one = (2100ull * 1000 + 1) * 4;
+            12 * blocks(slab) + 2 * slab + driver(1360 * 768 * 4));
+  EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::one, 1), 12 * blocks(slab) + driver(1360 * 768 * 4));
+  // [2099, 1000]: three chunks of 700 rows, in slabs of one and two (the last one padded).
   EXPECT_EQ(writer_buffer_bytes({{2099, 1000}}, Writers::one, 8),
-            3 * blocks(one) + one + driver(700 * 1000 * 4));
-  EXPECT_EQ(writer_buffer_bytes({{7, 5}}, Writers::one, 8), 3 * 4096 + (7ull * 5 + 1) * 4);
+            12 * blocks(chunks(2, 700 * 1000)) + chunks(1, 700 * 1000) + chunks(2, 700 * 1000) +
+                driver(700 * 1000 * 4));
+  EXPECT_EQ(writer_buffer_bytes({{7, 5}}, Writers::one, 8), 12 * 4096 + (7ull * 5 + 1) * 4);
   EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::all, 8), 0u);
   EXPECT_EQ(writer_buffer_bytes(gpt2, Writers::all, 1), writer_buffer_bytes(gpt2, Writers::one, 1));
 }
