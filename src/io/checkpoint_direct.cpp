@@ -564,12 +564,16 @@ void Slabs::queued(int i) {
 }
 
 void Slabs::written(int i) {
+  bool done = false; // the slab's last write: only then may a waiter go on
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (Slab* s = find(i); s && --s->in_flight == 0 && s->id != given_)
+    Slab* s = find(i);
+    done = s != nullptr && --s->in_flight == 0;
+    if (done && s->id != given_)
       live_.erase(live_.begin() + (s - live_.data()));
   }
-  written_.notify_all();
+  if (done)
+    written_.notify_all();
 }
 
 void use_driver(hid_t fapl, Failure* failure, Slabs* slabs) {
