@@ -160,7 +160,7 @@ private:
   }
 
   static Buffer allocate(std::size_t bytes) {
-    const std::size_t capacity = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    const std::size_t capacity = whole_blocks(bytes);
     char* p = static_cast<char*>(std::aligned_alloc(kAlignment, capacity));
     if (p == nullptr)
       throw std::bad_alloc();
@@ -497,8 +497,7 @@ hid_t driver() {
 
 float* Slabs::next(std::size_t elements, std::size_t largest) {
   const auto blocks = [](std::size_t n) {
-    return std::max<std::uint64_t>(1, (n * sizeof(float) + kAlignment - 1) / kAlignment) *
-           kAlignment;
+    return std::max(kAlignment, whole_blocks(n * sizeof(float)));
   };
   const std::uint64_t bytes = blocks(elements), ring = kCount * blocks(std::max(largest, elements));
   std::unique_lock<std::mutex> lock(mutex_);
@@ -607,7 +606,7 @@ void use_driver(hid_t fapl, Failure* failure, Slabs* slabs) {
 std::uint64_t buffer_bytes(std::uint64_t largest_chunk) {
   if (largest_chunk < kThreshold)
     return 0;
-  return (kBuffers + 1) * ((largest_chunk + kAlignment - 1) / kAlignment * kAlignment);
+  return (kBuffers + 1) * whole_blocks(largest_chunk);
 }
 
 } // namespace cubelm::io::direct

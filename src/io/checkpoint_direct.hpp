@@ -22,6 +22,11 @@ namespace cubelm::io::direct {
 constexpr std::uint64_t kAlignment = 4096;
 constexpr std::uint64_t kThreshold = 64 * 1024;
 
+/// `bytes` rounded up to whole blocks of kAlignment.
+inline std::uint64_t whole_blocks(std::uint64_t bytes) {
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
 /// Buffers a file holds for the copies of chunks in flight that are not lent (Slabs): the
 /// thread writes one while the next are filled. The thread has one more of its own, for
 /// lent chunks that do not start on a block boundary in memory.

@@ -89,9 +89,6 @@ std::uint64_t writer_buffer_bytes(const std::vector<std::vector<std::uint64_t>>&
                                   Writers writers, int ranks) {
   if (writers != Writers::one && ranks > 1)
     return 0;
-  const auto blocks = [](std::uint64_t bytes) {
-    return (bytes + direct::kAlignment - 1) / direct::kAlignment * direct::kAlignment;
-  };
   std::uint64_t slab = 0, staging[2] = {0, 0}, chunk = 0;
   for (const auto& shape : shapes) {
     const auto dims = to_hsize(shape);
@@ -104,7 +101,7 @@ std::uint64_t writer_buffer_bytes(const std::vector<std::vector<std::uint64_t>>&
     for (std::size_t k = 0; k + 1 < starts.size(); ++k) {
       const std::uint64_t held =
           slab_elements_held(dims, starts[k + 1] - starts[k]) * sizeof(float);
-      slab = std::max(slab, blocks(held));
+      slab = std::max(slab, direct::whole_blocks(held));
       if (ranks > 1)
         staging[k % 2] = std::max(staging[k % 2], held);
     }
@@ -175,9 +172,13 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   const bool writer = comm_.rank() == 0;
   const std::vector<std::uint64_t> starts = slab_starts(dims); // slab k: rows [k], [k + 1]
   const std::uint64_t slabs = starts.size() - 1;
-  std::uint64_t largest = 0; // elements of the largest slab
+  // The elements of slab k's buffer, and of the largest.
+  const auto held = [&](std::uint64_t k) {
+    return slab_elements_held(dims, starts[k + 1] - starts[k]);
+  };
+  std::uint64_t largest = 0;
   for (std::uint64_t k = 0; k < slabs; ++k)
-    largest = std::max(largest, slab_elements_held(dims, starts[k + 1] - starts[k]));
+    largest = std::max(largest, held(k));
   const auto int_count = [&](std::uint64_t n) {
     CUBELM_ASSERT(n <= static_cast<std::uint64_t>(std::numeric_limits<int>::max()),
                   "checkpoint " + path_ + ": a slab holds more elements than an MPI count");
@@ -263,10 +264,9 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
   // Posts the receives of slab k into its buffers and copies the writer's own rows, once
   // the driver has written what the ring held there before.
   const auto post = [&](std::uint64_t k) {
-    const std::uint64_t held = slab_elements_held(dims, starts[k + 1] - starts[k]);
-    float* const slab = slab_of[k % 2] = slabs_->next(held, largest);
-    if (columns && staging_[k % 2].size() < held)
-      staging_[k % 2].resize(held);
+    float* const slab = slab_of[k % 2] = slabs_->next(held(k), largest);
+    if (columns && staging_[k % 2].size() < held(k))
+      staging_[k % 2].resize(held(k));
     auto& pending = requests[k % 2];
     std::uint64_t at = 0;
     for (int q = 0; q < ranks; ++q) {
@@ -313,8 +313,7 @@ void CheckpointWriter::write_gathered(std::int64_t dset, const std::vector<std::
     // After a failure the slabs still arrive (the senders do not know yet) but go nowhere.
     if (!failure_->failed())
       if (const std::string problem =
-              write_chunks(dset, dims, starts[k], starts[k + 1], slab_of[k % 2],
-                           slab_elements_held(dims, starts[k + 1] - starts[k]));
+              write_chunks(dset, dims, starts[k], starts[k + 1], slab_of[k % 2], held(k));
           !problem.empty())
         failure_->record(problem);
     // Start writing the slab's pages in the page cache to storage now, while the next slab
